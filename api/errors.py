@@ -1,0 +1,43 @@
+"""Error responses: every 4xx/5xx body is ``{"error": {"code": ..., "message": ...}}``."""
+
+from __future__ import annotations
+
+from fastapi import Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+
+class ApiError(Exception):
+    """An error answered to the client, with a code a program can branch on."""
+
+    def __init__(self, status: int, code: str, message: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.headers = headers
+
+
+def error_body(code: str, message: str) -> dict[str, dict[str, str]]:
+    return {"error": {"code": code, "message": message}}
+
+
+async def api_error_handler(request: Request, error: Exception) -> JSONResponse:
+    assert isinstance(error, ApiError)
+    return JSONResponse(error_body(error.code, error.message), status_code=error.status, headers=error.headers)
+
+
+async def http_error_handler(request: Request, error: Exception) -> JSONResponse:
+    assert isinstance(error, StarletteHTTPException)
+    code = {404: "not_found", 405: "method_not_allowed"}.get(error.status_code, "http_error")
+    return JSONResponse(error_body(code, str(error.detail)), status_code=error.status_code)
+
+
+async def validation_error_handler(request: Request, error: Exception) -> JSONResponse:
+    assert isinstance(error, RequestValidationError)
+    problems = "; ".join(
+        f"{'.'.join(str(part) for part in issue.get('loc', ()))}: {issue.get('msg', 'invalid')}"
+        for issue in error.errors()
+    )
+    return JSONResponse(error_body("invalid_request", problems or "invalid request"), status_code=422)

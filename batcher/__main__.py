@@ -1,0 +1,3 @@
+from batcher.main import main
+
+main()

@@ -1,0 +1,78 @@
+"""One partition's batch being filled: pending rows, their arrival times, the rate.
+
+No I/O and no clock of its own: the caller passes ``now`` (monotonic seconds), so the
+live batcher and the simulator drive the same object.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from batcher.policy import ArrivalRate, FlushPlan, FlushReason, PolicyParams, WaitOrFullPolicy
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Pending(Generic[T]):
+    """A row waiting for its batch."""
+
+    item: T
+    arrived_at: float
+    flush_by: float | None = None  # latest moment it may leave to meet its own deadline
+
+
+class Accumulator(Generic[T]):
+    """Wait-or-full accumulator of one partition."""
+
+    def __init__(self, policy: WaitOrFullPolicy) -> None:
+        self.policy = policy
+        self.rate = ArrivalRate(policy.params.rate_halflife)
+        self._pending: deque[Pending[T]] = deque()
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    def set_params(self, params: PolicyParams) -> None:
+        """Adopt new parameters; rows already waiting are judged by them from now on."""
+        self.policy = WaitOrFullPolicy(params)
+        if params.rate_halflife != self.rate.halflife:
+            self.rate.set_halflife(params.rate_halflife)
+
+    def add(self, item: T, now: float, flush_by: float | None = None) -> None:
+        """A row arrived."""
+        self.rate.observe(now)
+        self._pending.append(Pending(item, now, flush_by))
+
+    def plan(self, now: float) -> FlushPlan | None:
+        """When the current batch should leave; None when nothing waits."""
+        if not self._pending:
+            return None
+        deadlines = [p.flush_by for p in self._pending if p.flush_by is not None]
+        return self.policy.plan(
+            now=now,
+            pending=len(self._pending),
+            oldest_arrival=self._pending[0].arrived_at,
+            rate=self.rate.rate(now),
+            earliest_request_deadline=min(deadlines) if deadlines else None,
+        )
+
+    def due(self, now: float) -> FlushReason | None:
+        """The reason to flush now, or None if the batch should keep filling."""
+        plan = self.plan(now)
+        if plan is None or plan.at > now:
+            return None
+        return plan.reason
+
+    def take(self) -> list[Pending[T]]:
+        """Remove and return the next batch: the oldest rows, at most batch_size."""
+        count = min(len(self._pending), self.policy.params.batch_size)
+        return [self._pending.popleft() for _ in range(count)]
+
+    def drain(self) -> list[Pending[T]]:
+        """Remove and return everything waiting (partition revoked or shutting down)."""
+        rows = list(self._pending)
+        self._pending.clear()
+        return rows

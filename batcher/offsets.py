@@ -1,0 +1,52 @@
+"""Which offsets of a partition are safe to commit: pure bookkeeping.
+
+Batches of one partition complete out of order (several are in flight). Committing
+offset N tells Kafka that everything below N is finished, so the committable offset
+is the first one received but not yet finished. Offsets need not be contiguous
+(compaction and transaction markers leave gaps), so the tracker keeps the offsets it
+actually received rather than assuming N+1 follows N.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+
+class OffsetTracker:
+    """Received and finished offsets of one partition, and the safe commit point."""
+
+    def __init__(self, start: int) -> None:
+        # ``start`` is where consumption began: the committed offset, or the log start.
+        self._received: deque[int] = deque()
+        self._finished: set[int] = set()
+        self._next_expected = start
+        self._safe = start
+
+    def receive(self, offset: int) -> bool:
+        """Record an offset handed out for processing. False for one already seen (a
+        replayed fetch), which the caller must then skip."""
+        if offset < self._next_expected:
+            return False
+        self._received.append(offset)
+        self._next_expected = offset + 1
+        return True
+
+    def finish(self, offset: int) -> None:
+        """Record that an offset's work is stored (result, failure or dead letter)."""
+        if offset < self._safe or offset >= self._next_expected:
+            return
+        self._finished.add(offset)
+        while self._received and self._received[0] in self._finished:
+            done = self._received.popleft()
+            self._finished.discard(done)
+            self._safe = done + 1
+
+    @property
+    def safe_to_commit(self) -> int:
+        """The offset to commit: every offset below it is finished."""
+        return self._safe
+
+    @property
+    def outstanding(self) -> int:
+        """Offsets received but not yet finished."""
+        return len(self._received)

@@ -1,0 +1,160 @@
+"""The wait-or-full flush policy: pure decisions on an injected clock.
+
+A partition's batch is flushed when it holds ``batch_size`` rows, or when its
+deadline passes. The deadline follows from the measured arrival rate and the empty
+slots of the batch (docs/batching.md states it exactly):
+
+- traffic too thin to fill a batch soon -> flush after ``min_wait`` (nothing waits
+  for a batch that will never fill);
+- traffic that fills the batch within ``max_wait`` -> wait ``fill_slack`` times the
+  expected time to fill, never past ``max_wait``;
+- traffic in between -> wait up to ``max_wait`` while that still gathers at least
+  ``min_worthwhile_rows`` more rows.
+
+Nothing here reads a clock or does I/O: the live batcher and the simulator pass
+``now`` in, so both run this same code.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class FlushReason(StrEnum):
+    """Why a batch left its accumulator (exported as a metric label)."""
+
+    FULL = "full"
+    DEADLINE = "deadline"
+    REQUEST_DEADLINE = "request_deadline"
+    SHUTDOWN = "shutdown"
+
+
+@dataclass(frozen=True)
+class PolicyParams:
+    """Tunable parameters; all durations in seconds."""
+
+    batch_size: int = 64
+    max_wait: float = 0.250
+    min_wait: float = 0.005
+    rate_halflife: float = 0.500
+    fill_slack: float = 1.25
+    min_worthwhile_rows: float = 4.0
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise ValueError("batch_size must be at least 1")
+        if not 0 <= self.min_wait <= self.max_wait:
+            raise ValueError("need 0 <= min_wait <= max_wait")
+        if self.max_wait <= 0:
+            raise ValueError("max_wait must be positive")
+        if self.rate_halflife <= 0:
+            raise ValueError("rate_halflife must be positive")
+        if self.fill_slack < 1:
+            raise ValueError("fill_slack must be at least 1")
+        if self.min_worthwhile_rows < 0:
+            raise ValueError("min_worthwhile_rows must not be negative")
+
+
+class ArrivalRate:
+    """Exponentially weighted arrival rate (requests per second) of one partition.
+
+    Keeps an exponentially decayed count of arrivals, S; with time constant
+    tau = halflife / ln 2, S / tau is an unbiased estimate of a steady Poisson rate and
+    decays to zero when arrivals stop. A silence much longer than the expected gap is
+    evidence on its own that traffic dropped, so the estimate is also capped at
+    ``gap_factor`` arrivals per second of silence.
+    """
+
+    gap_factor = 2.0
+
+    def __init__(self, halflife: float) -> None:
+        self._tau = halflife / math.log(2)
+        self._decayed_count = 0.0
+        self._last_update: float | None = None
+        self._last_arrival: float | None = None
+
+    @property
+    def halflife(self) -> float:
+        return self._tau * math.log(2)
+
+    def set_halflife(self, halflife: float) -> None:
+        """Change the smoothing without forgetting the current estimate."""
+        rate = self._decayed_count / self._tau
+        self._tau = halflife / math.log(2)
+        self._decayed_count = rate * self._tau
+
+    def observe(self, now: float, count: int = 1) -> None:
+        """Record ``count`` arrivals at ``now``."""
+        self._decay_to(now)
+        self._decayed_count += count
+        self._last_arrival = now
+
+    def rate(self, now: float) -> float:
+        """The estimated arrival rate at ``now``."""
+        if self._last_update is None or self._last_arrival is None:
+            return 0.0
+        elapsed = max(0.0, now - self._last_update)
+        smoothed = self._decayed_count * math.exp(-elapsed / self._tau) / self._tau
+        silence = now - self._last_arrival
+        if silence > 0:
+            smoothed = min(smoothed, self.gap_factor / silence)
+        return smoothed
+
+    def _decay_to(self, now: float) -> None:
+        if self._last_update is not None and now > self._last_update:
+            self._decayed_count *= math.exp(-(now - self._last_update) / self._tau)
+        if self._last_update is None or now > self._last_update:
+            self._last_update = now
+
+
+@dataclass(frozen=True)
+class FlushPlan:
+    """When the current batch should leave, and why."""
+
+    at: float
+    reason: FlushReason
+
+
+class WaitOrFullPolicy:
+    """Decides when a partially filled batch should be flushed."""
+
+    def __init__(self, params: PolicyParams) -> None:
+        self.params = params
+
+    def wait_budget(self, pending: int, rate: float, waited: float) -> float:
+        """Total time the oldest pending row may wait, given what is known now.
+
+        ``pending`` rows wait, the oldest for ``waited`` seconds; ``rate`` is the
+        estimated arrival rate. The result is within [min_wait, max_wait].
+        """
+        p = self.params
+        empty = p.batch_size - pending
+        if empty <= 0:
+            return 0.0
+        if rate * p.max_wait < p.min_worthwhile_rows:
+            return p.min_wait
+        expected_fill = empty / rate
+        return min(p.max_wait, max(p.min_wait, waited + p.fill_slack * expected_fill))
+
+    def plan(
+        self,
+        now: float,
+        pending: int,
+        oldest_arrival: float,
+        rate: float,
+        earliest_request_deadline: float | None = None,
+    ) -> FlushPlan:
+        """The flush time of a batch of ``pending`` rows whose oldest arrived at ``oldest_arrival``.
+
+        ``earliest_request_deadline`` is the latest moment a row carrying its own
+        deadline may leave (its deadline less the expected service time).
+        """
+        if pending >= self.params.batch_size:
+            return FlushPlan(now, FlushReason.FULL)
+        waited = max(0.0, now - oldest_arrival)
+        at = oldest_arrival + self.wait_budget(pending, rate, waited)
+        if earliest_request_deadline is not None and earliest_request_deadline < at:
+            return FlushPlan(earliest_request_deadline, FlushReason.REQUEST_DEADLINE)
+        return FlushPlan(at, FlushReason.DEADLINE)

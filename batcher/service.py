@@ -1,0 +1,304 @@
+"""The live batcher: a consumer-group member with one accumulator per assigned partition.
+
+One loop owns all state. It waits for whichever comes first: fetched records, the
+nearest flush deadline, a finished batch, or the stop signal; then it adds records to
+their accumulators and dispatches every batch that is due, within the in-flight bounds.
+Finished batches advance their partition's OffsetTracker, and a committer task commits
+the safe offsets, so a crash can only cause redelivery, never a skipped task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Callable
+
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.structs import ConsumerRecord, OffsetAndMetadata
+from google.protobuf.message import DecodeError
+
+from batcher.accumulator import Accumulator, Pending
+from batcher.offsets import OffsetTracker
+from batcher.policy import FlushReason, PolicyParams, WaitOrFullPolicy
+from brimful.task_store import now_ms
+from schemas import DeadLetter, TaskRequest
+from workers.batch_runner import Batch, BatchItem, BatchRunner
+from workers.dead_letters import DeadLetterWriter
+
+log = logging.getLogger("brimful.batcher")
+
+
+@dataclass(frozen=True)
+class BatcherLimits:
+    """Bounds on work held by one batcher process."""
+
+    max_in_flight: int = 8
+    max_in_flight_per_partition: int = 2
+    max_pending_per_partition: int = 512
+    commit_timeout_s: float = 5.0
+    revoke_wait_s: float = 2.0
+    shutdown_wait_s: float = 30.0
+    store_retry_s: float = 0.5
+
+
+@dataclass
+class PartitionState:
+    """Everything the batcher holds for one assigned partition."""
+
+    tp: TopicPartition
+    accumulator: Accumulator[BatchItem]
+    tracker: OffsetTracker | None = None  # created at the first record: its offset is the start
+    committed: int = -1
+    in_flight: set[asyncio.Task[None]] = field(default_factory=set)
+    paused: bool = False
+
+
+class _Rebalance(ConsumerRebalanceListener):
+    def __init__(self, service: "BatcherService") -> None:
+        self._service = service
+
+    async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+        await self._service.revoke(revoked)
+
+    async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+        self._service.assign(assigned)
+
+
+class BatcherService:
+    """Consumes the requests topic and runs wait-or-full batches through a BatchRunner."""
+
+    def __init__(
+        self,
+        consumer: AIOKafkaConsumer,
+        topic: str,
+        runner: BatchRunner,
+        dead_letters: DeadLetterWriter,
+        params: PolicyParams,
+        limits: BatcherLimits,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._consumer = consumer
+        self._topic = topic
+        self._runner = runner
+        self._dead_letters = dead_letters
+        self._params = params
+        self._limits = limits
+        self._clock = clock
+        self._partitions: dict[int, PartitionState] = {}
+        self._in_flight_total = 0
+        self._epoch = 0  # bumped on every revocation; fetches from an older epoch are dropped
+        self._wakeup = asyncio.Event()
+        self._commit_wanted = asyncio.Event()
+
+    # --- assignment ------------------------------------------------------------------
+
+    def assign(self, assigned: list[TopicPartition]) -> None:
+        for tp in assigned:
+            if tp.partition not in self._partitions:
+                self._partitions[tp.partition] = PartitionState(tp, Accumulator(WaitOrFullPolicy(self._params)))
+        log.info("partitions assigned", extra={"partitions": sorted(self._partitions)})
+        self._wakeup.set()
+
+    async def revoke(self, revoked: list[TopicPartition]) -> None:
+        """Give partitions up: drop what has not been dispatched (the next owner reads it
+        again from the committed offset), let in-flight batches finish briefly, commit."""
+        self._epoch += 1
+        states = [self._partitions.pop(tp.partition) for tp in revoked if tp.partition in self._partitions]
+        for state in states:
+            dropped = state.accumulator.drain()
+            if dropped:
+                log.info("released undispatched rows", extra={"partition": state.tp.partition, "rows": len(dropped)})
+        in_flight = [task for state in states for task in state.in_flight]
+        if in_flight:
+            await asyncio.wait(in_flight, timeout=self._limits.revoke_wait_s)
+        await self._commit(states)
+        log.info("partitions revoked", extra={"partitions": [tp.partition for tp in revoked]})
+
+    # --- main loop ---------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Consume until ``stop`` is set, then flush what waits and drain in-flight work."""
+        self._consumer.subscribe([self._topic], listener=_Rebalance(self))
+        committer = asyncio.create_task(self._commit_loop(), name="brimful-committer")
+        stop_wait = asyncio.create_task(stop.wait())
+        fetch: asyncio.Task[dict[TopicPartition, list[ConsumerRecord]]] | None = None
+        fetch_epoch = self._epoch
+        wake: asyncio.Task[bool] | None = None
+        try:
+            while not stop.is_set():
+                if fetch is None:
+                    fetch_epoch = self._epoch
+                    fetch = asyncio.create_task(self._consumer.getmany(timeout_ms=1000))
+                if wake is None:
+                    wake = asyncio.create_task(self._wakeup.wait())
+                await asyncio.wait(
+                    {fetch, wake, stop_wait},
+                    timeout=self._seconds_to_next_flush(),
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                if wake.done():
+                    self._wakeup.clear()
+                    wake = None
+                if fetch.done():
+                    batches = fetch.result()
+                    fetch = None
+                    if fetch_epoch == self._epoch:
+                        await self._accept(batches)
+                self._dispatch_due()
+        finally:
+            for task in (fetch, wake, stop_wait):
+                if task is not None:
+                    task.cancel()
+            await self._shutdown()
+            committer.cancel()
+
+    def _seconds_to_next_flush(self) -> float | None:
+        now = self._clock()
+        nearest: float | None = None
+        for state in self._partitions.values():
+            if not self._has_slot(state):
+                continue  # a finished batch wakes the loop
+            plan = state.accumulator.plan(now)
+            if plan is not None and (nearest is None or plan.at < nearest):
+                nearest = plan.at
+        return None if nearest is None else max(0.0, nearest - now)
+
+    async def _accept(self, fetched: dict[TopicPartition, list[ConsumerRecord]]) -> None:
+        now = self._clock()
+        for tp, records in fetched.items():
+            state = self._partitions.get(tp.partition)
+            if state is None:
+                continue  # revoked while the fetch was under way
+            for record in records:
+                if state.tracker is None:
+                    state.tracker = OffsetTracker(record.offset)
+                if not state.tracker.receive(record.offset):
+                    continue
+                try:
+                    request = TaskRequest.FromString(record.value)
+                except DecodeError as error:
+                    await self._dead_letter_undecodable(state, record, error)
+                    continue
+                state.accumulator.add(BatchItem(request, tp.partition, record.offset), now)
+            if len(state.accumulator) >= self._limits.max_pending_per_partition and not state.paused:
+                self._consumer.pause(tp)
+                state.paused = True
+
+    def _has_slot(self, state: PartitionState) -> bool:
+        return (
+            self._in_flight_total < self._limits.max_in_flight
+            and len(state.in_flight) < self._limits.max_in_flight_per_partition
+        )
+
+    def _dispatch_due(self, force_reason: FlushReason | None = None) -> None:
+        now = self._clock()
+        # Oldest waiting rows first, so one busy partition cannot starve the others.
+        states = sorted(
+            (s for s in self._partitions.values() if len(s.accumulator)),
+            key=lambda s: s.accumulator.plan(now).at,  # type: ignore[union-attr]
+        )
+        for state in states:
+            while len(state.accumulator) and self._has_slot(state):
+                reason = force_reason or state.accumulator.due(now)
+                if reason is None:
+                    break
+                self._start_batch(state, state.accumulator.take(), reason)
+            if state.paused and len(state.accumulator) < self._limits.max_pending_per_partition // 2:
+                self._consumer.resume(state.tp)
+                state.paused = False
+
+    def _start_batch(self, state: PartitionState, rows: list[Pending[BatchItem]], reason: FlushReason) -> None:
+        batch = Batch(
+            batch_id=uuid.uuid4().hex,
+            partition=state.tp.partition,
+            items=[row.item for row in rows],
+            reason=reason.value,
+        )
+        self._in_flight_total += 1
+        task = asyncio.create_task(self._run_batch(state, batch), name=f"batch-{batch.batch_id}")
+        state.in_flight.add(task)
+        task.add_done_callback(lambda t: self._batch_finished(state, t))
+
+    async def _run_batch(self, state: PartitionState, batch: Batch) -> None:
+        while True:
+            try:
+                await self._runner.run(batch)
+                break
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                # Redis or the broker failed under us: the batch's offsets stay
+                # uncommitted and running it again is safe, so retry until it sticks.
+                log.exception("batch could not be stored; retrying", extra={"batch_id": batch.batch_id})
+                await asyncio.sleep(self._limits.store_retry_s)
+        if state.tracker is not None:
+            for item in batch.items:
+                state.tracker.finish(item.offset)
+        self._commit_wanted.set()
+
+    def _batch_finished(self, state: PartitionState, task: asyncio.Task[None]) -> None:
+        state.in_flight.discard(task)
+        self._in_flight_total -= 1
+        self._wakeup.set()
+
+    async def _dead_letter_undecodable(self, state: PartitionState, record: ConsumerRecord, error: Exception) -> None:
+        task_id = record.key.decode(errors="replace") if record.key else ""
+        letter = DeadLetter(
+            request=TaskRequest(task_id=task_id),
+            error_class="undecodable",
+            error_message=f"request is not a valid TaskRequest: {error}",
+            source_partition=record.partition,
+            source_offset=record.offset,
+            failed_at_ms=now_ms(),
+            raw_request=record.value or b"",
+        )
+        await self._dead_letters.write([letter])
+        log.error("undecodable request sent to the DLQ", extra={"task_id": task_id, "offset": record.offset})
+        if state.tracker is not None:
+            state.tracker.finish(record.offset)
+        self._commit_wanted.set()
+
+    # --- commits -----------------------------------------------------------------------
+
+    async def _commit_loop(self) -> None:
+        while True:
+            await self._commit_wanted.wait()
+            self._commit_wanted.clear()
+            await self._commit(list(self._partitions.values()))
+            await asyncio.sleep(0.02)  # coalesce the commits of batches finishing together
+
+    async def _commit(self, states: list[PartitionState]) -> None:
+        offsets = {
+            state.tp: OffsetAndMetadata(state.tracker.safe_to_commit, "")
+            for state in states
+            if state.tracker is not None and state.tracker.safe_to_commit > state.committed
+        }
+        if not offsets:
+            return
+        try:
+            # Bounded: a broker that lost the topic can make commit() retry forever.
+            await asyncio.wait_for(self._consumer.commit(offsets), timeout=self._limits.commit_timeout_s)
+        except Exception as error:
+            log.warning("offset commit failed; will retry", extra={"error": repr(error)})
+            self._commit_wanted.set()
+            return
+        for state in states:
+            if state.tp in offsets:
+                state.committed = offsets[state.tp].offset
+
+    async def _shutdown(self) -> None:
+        """Flush every waiting row (reason ``shutdown``), finish in-flight work, commit."""
+        deadline = self._clock() + self._limits.shutdown_wait_s
+        while self._clock() < deadline:
+            self._dispatch_due(force_reason=FlushReason.SHUTDOWN)
+            in_flight = [task for state in self._partitions.values() for task in state.in_flight]
+            if not in_flight and not any(len(s.accumulator) for s in self._partitions.values()):
+                break
+            if in_flight:
+                await asyncio.wait(in_flight, timeout=max(0.0, deadline - self._clock()),
+                                   return_when=asyncio.FIRST_COMPLETED)
+        await self._commit(list(self._partitions.values()))
+        log.info("batcher stopped")

@@ -1,0 +1,73 @@
+"""Kafka clients configured from settings, and topic creation. Broker-agnostic:
+everything Tansu cannot do is a setting (``kafka_idempotence``), never a branch."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaError, TopicAlreadyExistsError
+
+from brimful.settings import Settings
+
+log = logging.getLogger("brimful.kafka")
+
+
+def make_producer(settings: Settings) -> AIOKafkaProducer:
+    """A producer that waits for every in-sync replica: an accepted task is on disk."""
+    return AIOKafkaProducer(
+        bootstrap_servers=settings.kafka_bootstrap,
+        acks="all",
+        enable_idempotence=settings.kafka_idempotence,
+        linger_ms=settings.kafka_linger_ms,
+        request_timeout_ms=settings.kafka_request_timeout_ms,
+        max_request_size=max(2 * settings.max_body_bytes, 1024 * 1024),
+    )
+
+
+def make_consumer(settings: Settings, group_id: str | None, topic: str | None = None) -> AIOKafkaConsumer:
+    """A consumer with manual commits; timeouts short enough for quick rebalances."""
+    topics = (topic,) if topic else ()
+    return AIOKafkaConsumer(
+        *topics,
+        bootstrap_servers=settings.kafka_bootstrap,
+        group_id=group_id,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        session_timeout_ms=settings.kafka_session_timeout_ms,
+        heartbeat_interval_ms=settings.kafka_heartbeat_interval_ms,
+        request_timeout_ms=settings.kafka_request_timeout_ms,
+        max_partition_fetch_bytes=max(2 * settings.max_body_bytes, 1024 * 1024),
+    )
+
+
+async def ensure_topics(settings: Settings, attempts: int = 30) -> None:
+    """Create the requests and DLQ topics if missing (idempotent; waits for the broker)."""
+    wanted = [
+        NewTopic(settings.requests_topic, settings.topic_partitions, settings.topic_replication),
+        NewTopic(settings.dlq_topic, 1, settings.topic_replication),
+    ]
+    for attempt in range(1, attempts + 1):
+        admin = AIOKafkaAdminClient(
+            bootstrap_servers=settings.kafka_bootstrap, request_timeout_ms=settings.kafka_request_timeout_ms
+        )
+        try:
+            await admin.start()
+            existing = set(await admin.list_topics())
+            missing = [topic for topic in wanted if topic.name not in existing]
+            if missing:
+                try:
+                    await admin.create_topics(missing)
+                except TopicAlreadyExistsError:
+                    pass  # another process created it first
+                log.info("created topics", extra={"topics": [t.name for t in missing]})
+            return
+        except KafkaError as error:
+            if attempt == attempts:
+                raise
+            log.warning("broker not ready for topic creation", extra={"error": str(error), "attempt": attempt})
+            await asyncio.sleep(min(1.0, 0.1 * attempt))
+        finally:
+            await admin.close()

@@ -1,0 +1,102 @@
+"""What the model takes and gives, read from Triton's metadata at start-up."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+
+# Triton datatype -> numpy dtype, little-endian as Triton's wire format is.
+_NUMPY_DTYPES: dict[str, np.dtype] = {
+    "BOOL": np.dtype(np.bool_),
+    "INT8": np.dtype("<i1"),
+    "INT16": np.dtype("<i2"),
+    "INT32": np.dtype("<i4"),
+    "INT64": np.dtype("<i8"),
+    "UINT8": np.dtype("<u1"),
+    "UINT16": np.dtype("<u2"),
+    "UINT32": np.dtype("<u4"),
+    "UINT64": np.dtype("<u8"),
+    "FP16": np.dtype("<f2"),
+    "FP32": np.dtype("<f4"),
+    "FP64": np.dtype("<f8"),
+    "BYTES": np.dtype(object),
+}
+
+
+class UnsupportedModelError(ValueError):
+    """The model's signature is one Brimful cannot batch (said at start-up, not per request)."""
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One input or output: its name, Triton datatype, and the shape of one row."""
+
+    name: str
+    datatype: str
+    row_shape: tuple[int, ...]
+
+    @property
+    def numpy_dtype(self) -> np.dtype:
+        return _NUMPY_DTYPES[self.datatype]
+
+    @property
+    def row_elements(self) -> int:
+        return int(np.prod(self.row_shape, dtype=np.int64))
+
+
+@dataclass(frozen=True)
+class ModelSignature:
+    """A model's inputs and outputs, each with the batch dimension taken off."""
+
+    name: str
+    version: str
+    batch_size: int
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+
+    def input(self, name: str) -> TensorSpec | None:
+        return next((spec for spec in self.inputs if spec.name == name), None)
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        return tuple(spec.name for spec in self.inputs)
+
+    @classmethod
+    def from_triton_metadata(cls, metadata: Mapping[str, Any], batch_size: int) -> "ModelSignature":
+        """Build from ``get_model_metadata(as_json=True)``.
+
+        The first dimension of every tensor is the batch: either fixed at ``batch_size``
+        (a model that takes exactly that many rows) or -1 (a model with max_batch_size).
+        """
+        name = str(metadata["name"])
+        versions = metadata.get("versions") or [""]
+
+        def specs(entries: list[Mapping[str, Any]]) -> tuple[TensorSpec, ...]:
+            result = []
+            for entry in entries:
+                dims = [int(d) for d in entry["shape"]]
+                datatype = str(entry["datatype"])
+                if datatype not in _NUMPY_DTYPES:
+                    raise UnsupportedModelError(f"{name}: tensor {entry['name']} has unsupported datatype {datatype}")
+                if not dims or dims[0] not in (-1, batch_size):
+                    raise UnsupportedModelError(
+                        f"{name}: tensor {entry['name']} has shape {dims}; its first dimension must be "
+                        f"the batch ({batch_size} or -1)"
+                    )
+                if any(d < 0 for d in dims[1:]):
+                    raise UnsupportedModelError(
+                        f"{name}: tensor {entry['name']} has a variable row shape {dims[1:]}; rows of a "
+                        "batch must share one fixed shape"
+                    )
+                result.append(TensorSpec(name=str(entry["name"]), datatype=datatype, row_shape=tuple(dims[1:])))
+            return tuple(result)
+
+        return cls(
+            name=name,
+            version=str(versions[-1]),
+            batch_size=batch_size,
+            inputs=specs(metadata.get("inputs", [])),
+            outputs=specs(metadata.get("outputs", [])),
+        )

@@ -1,0 +1,109 @@
+"""Every setting Brimful reads, in one place.
+
+Each field is overridable by an environment variable named ``BRIMFUL_`` plus the
+field name in capitals (``max_wait_ms`` -> ``BRIMFUL_MAX_WAIT_MS``). The defaults
+run the embedded local stack on loopback; production overrides addresses and
+enables the broker features Tansu lacks.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Typed, documented settings shared by the API, the batcher and the workers."""
+
+    model_config = SettingsConfigDict(env_prefix="BRIMFUL_", extra="ignore")
+
+    # --- Kafka -----------------------------------------------------------------------
+    kafka_bootstrap: str = Field(
+        "127.0.0.1:9092", description="Comma-separated bootstrap servers of the Kafka-protocol broker."
+    )
+    kafka_idempotence: bool = Field(
+        False,
+        description="Idempotent producer. Turn on against Apache Kafka; Tansu cannot start one.",
+    )
+    requests_topic: str = Field("brimful.requests", description="Topic the API writes accepted tasks to.")
+    dlq_topic: str = Field("brimful.dlq", description="Dead-letter topic for tasks that exhausted their retries.")
+    topic_partitions: int = Field(
+        4, ge=1, description="Partitions of the requests topic when Brimful creates it (one accumulator each)."
+    )
+    topic_replication: int = Field(1, ge=1, description="Replication factor when Brimful creates topics.")
+    consumer_group: str = Field("brimful-batchers", description="Consumer group shared by all batchers.")
+    kafka_session_timeout_ms: int = Field(
+        3000, ge=1000, description="Group session timeout. Short, so a dead batcher's partitions move quickly."
+    )
+    kafka_heartbeat_interval_ms: int = Field(500, ge=100, description="Consumer heartbeat interval.")
+    kafka_request_timeout_ms: int = Field(
+        10000, ge=1000, description="Kafka request timeout; must exceed session timeout / 2 (JoinGroup is held)."
+    )
+    kafka_commit_timeout_s: float = Field(
+        5.0, gt=0, description="Upper bound on one offset commit, so a broker fault cannot hang the batcher."
+    )
+    kafka_linger_ms: int = Field(2, ge=0, description="Producer linger: how long a send waits to share a request.")
+
+    # --- Redis -----------------------------------------------------------------------
+    redis_url: str = Field("redis://127.0.0.1:6379/0", description="Redis holding task state and results.")
+    result_ttl_s: int = Field(3600, ge=1, description="How long task state and results are kept.")
+    key_prefix: str = Field("brimful", description="Prefix of every Redis key Brimful writes.")
+
+    # --- Triton ----------------------------------------------------------------------
+    triton_url: str = Field("127.0.0.1:8001", description="Triton gRPC endpoint (host:port).")
+    model_name: str = Field("brimful_reference", description="Model the batches are sent to.")
+    model_version: str = Field("", description="Model version; empty means the server's default.")
+    batch_size: int = Field(64, ge=1, description="Rows the model takes in every call; batches are padded to it.")
+    infer_timeout_s: float = Field(10.0, gt=0, description="Timeout of one model call.")
+
+    # --- Batching policy (see docs/batching.md) --------------------------------------
+    max_wait_ms: float = Field(
+        250.0, gt=0, description="No request waits longer than this for its batch to fill."
+    )
+    min_wait_ms: float = Field(
+        5.0, ge=0, description="Short deadline used when traffic is too thin to fill a batch soon."
+    )
+    rate_halflife_ms: float = Field(
+        500.0, gt=0, description="Half-life of the EWMA arrival-rate estimate."
+    )
+    fill_slack: float = Field(
+        1.25, ge=1.0, description="Deadline = slack x expected time to fill the empty slots."
+    )
+    min_worthwhile_rows: float = Field(
+        4.0, ge=0, description="Wait past min_wait only if waiting max_wait is expected to add this many rows."
+    )
+    max_in_flight_per_partition: int = Field(
+        2, ge=1, description="Batches of one partition at the model at once (one fills while one runs)."
+    )
+    max_in_flight: int = Field(8, ge=1, description="Batches at the model at once, across partitions.")
+    max_pending_per_partition: int = Field(
+        512, ge=1, description="Rows a partition may hold unflushed before its fetching pauses."
+    )
+
+    # --- Retries ---------------------------------------------------------------------
+    max_attempts: int = Field(3, ge=1, description="Model calls per batch before its tasks fail to the DLQ.")
+    retry_backoff_ms: float = Field(100.0, ge=0, description="First retry delay; doubles per attempt.")
+    retry_backoff_max_ms: float = Field(2000.0, ge=0, description="Cap on the retry delay.")
+
+    # --- API -------------------------------------------------------------------------
+    api_host: str = Field("127.0.0.1", description="Address the API listens on.")
+    api_port: int = Field(8080, ge=1, le=65535, description="Port the API listens on.")
+    max_body_bytes: int = Field(1024 * 1024, ge=1, description="Largest accepted request body.")
+
+    @model_validator(mode="after")
+    def _check_consistency(self) -> "Settings":
+        if self.min_wait_ms > self.max_wait_ms:
+            raise ValueError("min_wait_ms must not exceed max_wait_ms")
+        if self.kafka_request_timeout_ms <= self.kafka_session_timeout_ms // 2:
+            raise ValueError("kafka_request_timeout_ms must exceed kafka_session_timeout_ms / 2")
+        if self.max_in_flight_per_partition > self.max_in_flight:
+            raise ValueError("max_in_flight_per_partition must not exceed max_in_flight")
+        return self
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process-wide settings, read from the environment once."""
+    return Settings()

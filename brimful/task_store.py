@@ -1,0 +1,178 @@
+"""Task state and results in Redis: written by the API and the workers, read by clients.
+
+Every state change goes through one Lua script that moves a task only from the
+states it may leave. That is what makes redelivery harmless: a batch replayed after
+a crash cannot turn a ``done`` task back into ``running`` or overwrite its outputs
+with a second result.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+from redis.asyncio import Redis
+
+from brimful.redis_keys import RedisKeys
+from brimful.task_status import TaskStatus
+
+# KEYS: task hashes. ARGV: ttl_s, now_ms, new status, allowed-from statuses
+# (comma-separated; "*" also admits a missing hash), field name, then one field
+# value per key ("" writes no field). Returns how many tasks moved.
+_TRANSITION_LUA = """
+local ttl, now, new_status, allowed, field = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local moved = 0
+for i, key in ipairs(KEYS) do
+  local current = redis.call('HGET', key, 'status')
+  local ok
+  if current then
+    ok = string.find(',' .. allowed .. ',', ',' .. current .. ',', 1, true) ~= nil
+  else
+    ok = string.find(',' .. allowed .. ',', ',*,', 1, true) ~= nil
+  end
+  if ok then
+    redis.call('HSET', key, 'status', new_status, 'updated_at_ms', now)
+    local value = ARGV[5 + i]
+    if field ~= '' and value ~= '' then
+      redis.call('HSET', key, field, value)
+    end
+    redis.call('EXPIRE', key, ttl)
+    moved = moved + 1
+  end
+end
+return moved
+"""
+
+_NOT_FINAL = f"{TaskStatus.QUEUED},{TaskStatus.RUNNING},*"
+
+
+class StatsField:
+    """Names of the counters in the stats hash, totalled across batchers."""
+
+    BATCHES_DISPATCHED = "batches_dispatched"  # model calls made
+    ROWS_DISPATCHED = "rows_dispatched"        # real rows in those calls (padding excluded)
+    PADDED_SLOTS = "padded_slots"              # filler rows sent to reach the fixed batch size
+    CALLS_FAILED = "calls_failed"              # model calls that raised
+    TASKS_DONE = "tasks_done"
+    TASKS_FAILED = "tasks_failed"
+
+    ALL = (BATCHES_DISPATCHED, ROWS_DISPATCHED, PADDED_SLOTS, CALLS_FAILED, TASKS_DONE, TASKS_FAILED)
+
+
+@dataclass(frozen=True)
+class TaskRecord:
+    """A task as stored: what ``GET /v1/tasks/{id}`` shows."""
+
+    task_id: str
+    status: TaskStatus
+    submitted_at_ms: int
+    updated_at_ms: int
+    outputs: dict[str, Any] | None
+    error: dict[str, Any] | None
+
+
+def now_ms() -> int:
+    """Wall-clock milliseconds since the epoch, the unit of every stored timestamp."""
+    return int(time.time() * 1000)
+
+
+class TaskStore:
+    """Reads and writes task state; one instance per process, sharing one Redis pool."""
+
+    def __init__(self, redis: Redis, keys: RedisKeys, ttl_s: int) -> None:
+        self._redis = redis
+        self._keys = keys
+        self._ttl_s = ttl_s
+        self._transition = redis.register_script(_TRANSITION_LUA)
+
+    async def create_queued(self, task_id: str, submitted_at_ms: int) -> None:
+        """Record a newly accepted task. Written before the request reaches Kafka, so a
+        fast batcher can never find the task missing or have its result overwritten."""
+        key = self._keys.task(task_id)
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.hset(
+                key,
+                mapping={
+                    "status": TaskStatus.QUEUED.value,
+                    "submitted_at_ms": submitted_at_ms,
+                    "updated_at_ms": submitted_at_ms,
+                },
+            )
+            pipe.expire(key, self._ttl_s)
+            await pipe.execute()
+
+    async def forget(self, task_id: str) -> None:
+        """Remove a task that was never accepted (its enqueue failed)."""
+        await self._redis.delete(self._keys.task(task_id))
+
+    async def get(self, task_id: str) -> TaskRecord | None:
+        """The stored task, or None when unknown or expired."""
+        raw = await self._redis.hgetall(self._keys.task(task_id))
+        if not raw:
+            return None
+        fields = {k.decode(): v.decode() for k, v in raw.items()}
+        return TaskRecord(
+            task_id=task_id,
+            status=TaskStatus(fields["status"]),
+            submitted_at_ms=int(fields.get("submitted_at_ms", 0)),
+            updated_at_ms=int(fields.get("updated_at_ms", 0)),
+            outputs=json.loads(fields["outputs"]) if "outputs" in fields else None,
+            error=json.loads(fields["error"]) if "error" in fields else None,
+        )
+
+    async def final_among(self, task_ids: Iterable[str]) -> set[str]:
+        """Which of these tasks already reached a final state (redelivered work to skip)."""
+        ids = list(task_ids)
+        if not ids:
+            return set()
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for task_id in ids:
+                pipe.hget(self._keys.task(task_id), "status")
+            statuses = await pipe.execute()
+        return {
+            task_id
+            for task_id, status in zip(ids, statuses)
+            if status is not None and TaskStatus(status.decode()).is_final
+        }
+
+    async def mark_running(self, task_ids: Iterable[str]) -> int:
+        """Move queued tasks to running; final ones are left alone."""
+        ids = list(task_ids)
+        return await self._move(ids, TaskStatus.RUNNING, _NOT_FINAL, "", ["" for _ in ids])
+
+    async def mark_done(self, outputs_by_task: Mapping[str, Mapping[str, Any]]) -> int:
+        """Store outputs and move tasks to done, unless they already reached a final state."""
+        ids = list(outputs_by_task)
+        values = [json.dumps(outputs_by_task[t], separators=(",", ":")) for t in ids]
+        return await self._move(ids, TaskStatus.DONE, _NOT_FINAL, "outputs", values)
+
+    async def mark_failed(self, task_ids: Iterable[str], error: Mapping[str, Any]) -> int:
+        """Record the error and move tasks to failed, unless they already reached a final state."""
+        ids = list(task_ids)
+        value = json.dumps(error, separators=(",", ":"))
+        return await self._move(ids, TaskStatus.FAILED, _NOT_FINAL, "error", [value for _ in ids])
+
+    async def _move(
+        self, task_ids: list[str], status: TaskStatus, allowed_from: str, field: str, values: list[str]
+    ) -> int:
+        if not task_ids:
+            return 0
+        keys = [self._keys.task(t) for t in task_ids]
+        args = [self._ttl_s, now_ms(), status.value, allowed_from, field, *values]
+        return int(await self._transition(keys=keys, args=args))
+
+    async def add_stats(self, increments: Mapping[str, int]) -> None:
+        """Add to the shared counters (one round trip)."""
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for field, amount in increments.items():
+                if amount:
+                    pipe.hincrby(self._keys.stats, field, amount)
+            await pipe.execute()
+
+    async def stats(self) -> dict[str, int]:
+        """Every counter, zero when never incremented."""
+        raw = await self._redis.hgetall(self._keys.stats)
+        values = {k.decode(): int(v) for k, v in raw.items()}
+        return {field: values.get(field, 0) for field in StatsField.ALL}

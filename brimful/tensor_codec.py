@@ -1,0 +1,144 @@
+"""Conversions between JSON values, wire tensors (``InputTensor``) and numpy batches.
+
+The API encodes each JSON input into an ``InputTensor`` after checking it against the
+model's signature; the worker stacks the rows of a batch back into numpy arrays and
+turns each output row into JSON. Both directions live here so they cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+from typing import Any, Sequence
+
+import numpy as np
+
+from brimful.model_signature import TensorSpec
+from schemas import InputTensor
+
+_JSON_KIND = {"BYTES": "a string", "BOOL": "a boolean"}
+
+
+class InputValidationError(ValueError):
+    """An input value that does not fit the model; the message names what is wrong."""
+
+
+def _kind_of(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    return "an object"
+
+
+def _expected_kind(spec: TensorSpec) -> str:
+    if spec.datatype in _JSON_KIND:
+        return _JSON_KIND[spec.datatype]
+    if spec.datatype.startswith(("INT", "UINT")):
+        return "an integer"
+    return "a number"
+
+
+def _check_element(spec: TensorSpec, value: Any, where: str) -> Any:
+    """Return the element converted for numpy, or raise naming the problem."""
+    expected = _expected_kind(spec)
+    fail = InputValidationError(
+        f"input {where} must be {expected} ({spec.datatype}), got {_kind_of(value)}"
+    )
+    if spec.datatype == "BYTES":
+        if not isinstance(value, str):
+            raise fail
+        return value.encode("utf-8")
+    if spec.datatype == "BOOL":
+        if not isinstance(value, bool):
+            raise fail
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise fail
+    if spec.datatype.startswith(("INT", "UINT")):
+        if not isinstance(value, int):
+            raise fail
+        info = np.iinfo(spec.numpy_dtype)
+        if not info.min <= value <= info.max:
+            raise InputValidationError(
+                f"input {where} = {value} is out of range for {spec.datatype} ({info.min}..{info.max})"
+            )
+        return value
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InputValidationError(f"input {where} must be a finite number")
+    return value
+
+
+def _flatten(spec: TensorSpec, value: Any, shape: Sequence[int], where: str, out: list[Any]) -> None:
+    if not shape:
+        out.append(_check_element(spec, value, where))
+        return
+    if not isinstance(value, list):
+        raise InputValidationError(
+            f"input {where} must be a list of {shape[0]} (row shape {list(spec.row_shape)}), got {_kind_of(value)}"
+        )
+    if len(value) != shape[0]:
+        raise InputValidationError(
+            f"input {where} must have {shape[0]} elements (row shape {list(spec.row_shape)}), got {len(value)}"
+        )
+    for index, item in enumerate(value):
+        _flatten(spec, item, shape[1:], f"{where}[{index}]", out)
+
+
+def encode_input(spec: TensorSpec, value: Any) -> InputTensor:
+    """Check one JSON input value against its spec and encode it as a wire tensor.
+
+    A row of shape ``[1]`` may be given as a bare scalar (``"hello"`` for ``["hello"]``).
+    """
+    shape = spec.row_shape
+    if shape == (1,) and not isinstance(value, list):
+        value = [value]
+    elements: list[Any] = []
+    _flatten(spec, value, shape, spec.name, elements)
+    tensor = InputTensor(datatype=spec.datatype, shape=list(shape))
+    if spec.datatype == "BYTES":
+        tensor.bytes_contents.extend(elements)
+    else:
+        tensor.raw_contents = np.asarray(elements, dtype=spec.numpy_dtype).tobytes()
+    return tensor
+
+
+def stack_rows(spec: TensorSpec, rows: Sequence[InputTensor]) -> np.ndarray:
+    """Stack the rows of one input into a ``(len(rows), *row_shape)`` array."""
+    shape = (len(rows), *spec.row_shape)
+    if spec.datatype == "BYTES":
+        flat: list[bytes] = []
+        for row in rows:
+            flat.extend(row.bytes_contents)
+        array = np.empty(len(flat), dtype=object)
+        array[:] = flat
+        return array.reshape(shape)
+    return np.frombuffer(b"".join(row.raw_contents for row in rows), dtype=spec.numpy_dtype).reshape(shape)
+
+
+def _json_element(value: Any) -> Any:
+    if isinstance(value, (bytes, np.bytes_)):
+        try:
+            return bytes(value).decode("utf-8")
+        except UnicodeDecodeError:
+            return {"base64": base64.b64encode(bytes(value)).decode("ascii")}
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def output_row_to_json(spec: TensorSpec, row: np.ndarray) -> Any:
+    """One row of an output as JSON; a row of shape ``[1]`` becomes a bare scalar."""
+    if spec.row_shape in ((1,), ()):
+        return _json_element(row.reshape(-1)[0])
+    if row.dtype == object:
+        return np.vectorize(_json_element, otypes=[object])(row).tolist()
+    return row.tolist()

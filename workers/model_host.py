@@ -1,0 +1,102 @@
+"""Host the reference model in a real Triton server via PyTriton.
+
+Run as ``python -m workers.model_host --grpc-port 8001``. The model is bound with
+batching off and an explicit first dimension of ``batch_size``, so Triton itself
+rejects any call that does not carry exactly that many rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sysconfig
+import tempfile
+from pathlib import Path
+from types import FrameType
+
+import numpy as np
+
+from workers.reference_model import MODEL_NAME, reference_infer
+
+log = logging.getLogger("brimful.model_host")
+
+
+def _ensure_libpython_on_path() -> None:
+    # The Python-backend stub bundled with PyTriton links libpython dynamically; with a
+    # pyenv-style Python it otherwise picks up the system one and every model fails to
+    # load. The stub inherits this process's environment, so setting it here suffices.
+    libdir = sysconfig.get_config_var("LIBDIR")
+    if libdir:
+        current = os.environ.get("LD_LIBRARY_PATH", "")
+        if libdir not in current.split(":"):
+            os.environ["LD_LIBRARY_PATH"] = f"{libdir}:{current}" if current else libdir
+
+
+def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
+    # A background process started from a non-interactive shell ignores SIGINT by
+    # default; PyTriton stops cleanly on KeyboardInterrupt, so turn both into one.
+    raise KeyboardInterrupt
+
+
+def serve(grpc_port: int, http_port: int, metrics_port: int, batch_size: int, workspace: Path) -> None:
+    """Start Triton with the reference model bound and block until interrupted."""
+    _ensure_libpython_on_path()
+    from pytriton.model_config import ModelConfig, Tensor
+    from pytriton.triton import Triton, TritonConfig
+
+    def infer(requests: list) -> list[dict[str, np.ndarray]]:
+        return [reference_infer(request["TEXT"]) for request in requests]
+
+    config = TritonConfig(
+        grpc_port=grpc_port,
+        http_port=http_port,
+        metrics_port=metrics_port,
+        grpc_address="127.0.0.1",
+        http_address="127.0.0.1",
+        exit_timeout_secs=2,
+    )
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    signal.signal(signal.SIGINT, _raise_interrupt)
+    with Triton(config=config, workspace=str(workspace)) as triton:
+        triton.bind(
+            model_name=MODEL_NAME,
+            infer_func=infer,
+            inputs=[Tensor(name="TEXT", dtype=bytes, shape=(batch_size, 1))],
+            outputs=[
+                Tensor(name="SHA256", dtype=bytes, shape=(batch_size, 1)),
+                Tensor(name="LENGTH", dtype=np.int64, shape=(batch_size, 1)),
+            ],
+            config=ModelConfig(batching=False),
+            strict=True,
+        )
+        log.info("serving %s on grpc 127.0.0.1:%d", MODEL_NAME, grpc_port)
+        try:
+            triton.serve()
+        except KeyboardInterrupt:
+            log.info("stopping model host")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--grpc-port", type=int, default=8001)
+    parser.add_argument("--http-port", type=int, default=None, help="default: grpc port - 1")
+    parser.add_argument("--metrics-port", type=int, default=None, help="default: grpc port + 1")
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--workspace", type=Path, default=None)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO)
+    # PyTriton creates the workspace itself and refuses one that already exists.
+    workspace = args.workspace or Path(tempfile.mkdtemp(prefix="brimful-triton-")) / "workspace"
+    serve(
+        grpc_port=args.grpc_port,
+        http_port=args.http_port if args.http_port is not None else args.grpc_port - 1,
+        metrics_port=args.metrics_port if args.metrics_port is not None else args.grpc_port + 1,
+        batch_size=args.batch_size,
+        workspace=workspace,
+    )
+
+
+if __name__ == "__main__":
+    main()

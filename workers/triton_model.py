@@ -1,0 +1,95 @@
+"""The model behind Triton, as the rest of Brimful sees it: asyncio, classified errors."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Mapping
+
+import numpy as np
+import tritonclient.grpc.aio as triton_aio
+from tritonclient.grpc import InferInput, InferRequestedOutput
+from tritonclient.utils import InferenceServerException
+
+from brimful.model_signature import ModelSignature
+from workers.model_errors import ErrorClass, ModelCallError, summarize
+
+_UNAVAILABLE_CODES = {"StatusCode.UNAVAILABLE", "StatusCode.NOT_FOUND", "StatusCode.CANCELLED"}
+_TIMEOUT_CODES = {"StatusCode.DEADLINE_EXCEEDED"}
+_REJECTED_CODES = {"StatusCode.INVALID_ARGUMENT"}
+
+
+def classify(error: BaseException) -> ModelCallError:
+    """Turn whatever a call raised into a ModelCallError with a class and a short message."""
+    if isinstance(error, ModelCallError):
+        return error
+    if isinstance(error, asyncio.TimeoutError):
+        return ModelCallError(ErrorClass.TIMEOUT, "model call timed out")
+    if isinstance(error, InferenceServerException):
+        status = str(error.status())
+        message = summarize(error.message() or str(error))
+        if status in _UNAVAILABLE_CODES:
+            return ModelCallError(ErrorClass.UNAVAILABLE, message)
+        if status in _TIMEOUT_CODES:
+            return ModelCallError(ErrorClass.TIMEOUT, message)
+        if status in _REJECTED_CODES:
+            return ModelCallError(ErrorClass.REJECTED, message)
+        return ModelCallError(ErrorClass.MODEL_ERROR, message)
+    if isinstance(error, (ConnectionError, OSError)):
+        return ModelCallError(ErrorClass.UNAVAILABLE, f"{type(error).__name__}: {error}")
+    return ModelCallError(ErrorClass.INTERNAL, f"{type(error).__name__}: {error}")
+
+
+class TritonModel:
+    """One model on one Triton server, over gRPC."""
+
+    def __init__(self, url: str, model_name: str, model_version: str, batch_size: int, timeout_s: float) -> None:
+        self.url = url
+        self.model_name = model_name
+        self.model_version = model_version
+        self.batch_size = batch_size
+        self.timeout_s = timeout_s
+        self._client = triton_aio.InferenceServerClient(url)
+
+    async def close(self) -> None:
+        await self._client.close()
+
+    async def is_ready(self) -> bool:
+        """Whether the model answers as ready; never raises."""
+        try:
+            return bool(await self._client.is_model_ready(self.model_name, self.model_version))
+        except Exception:
+            return False
+
+    async def signature(self) -> ModelSignature:
+        """The model's inputs and outputs, from Triton's metadata."""
+        try:
+            metadata = await self._client.get_model_metadata(self.model_name, self.model_version, as_json=True)
+        except Exception as error:
+            raise classify(error) from error
+        return ModelSignature.from_triton_metadata(metadata, self.batch_size)
+
+    async def infer(self, inputs: Mapping[str, np.ndarray], signature: ModelSignature) -> dict[str, np.ndarray]:
+        """One call with exactly ``batch_size`` rows; raises ModelCallError."""
+        wire_inputs = []
+        for spec in signature.inputs:
+            array = inputs[spec.name]
+            if array.shape[0] != self.batch_size:
+                raise ValueError(f"input {spec.name} has {array.shape[0]} rows, the model takes {self.batch_size}")
+            wire = InferInput(spec.name, list(array.shape), spec.datatype)
+            wire.set_data_from_numpy(array)
+            wire_inputs.append(wire)
+        outputs = [InferRequestedOutput(spec.name) for spec in signature.outputs]
+        try:
+            result = await asyncio.wait_for(
+                self._client.infer(
+                    self.model_name,
+                    wire_inputs,
+                    model_version=self.model_version,
+                    outputs=outputs,
+                    client_timeout=self.timeout_s,
+                ),
+                timeout=self.timeout_s + 1.0,
+            )
+        except Exception as error:
+            raise classify(error) from error
+        return {spec.name: result.as_numpy(spec.name) for spec in signature.outputs}
