@@ -171,7 +171,12 @@ def create_app(settings: Settings) -> FastAPI:
         record = await _state(request).store.get(task_id)
         if record is None:
             raise ApiError(404, "task_not_found", f"no task {task_id} (unknown, or expired after the retention time)")
-        answer: dict[str, Any] = {"task_id": task_id, "status": record.status.value, "submitted_at_ms": record.submitted_at_ms}
+        answer: dict[str, Any] = {
+            "task_id": task_id,
+            "status": record.status.value,
+            "submitted_at_ms": record.submitted_at_ms,
+            "updated_at_ms": record.updated_at_ms,
+        }
         if record.status is TaskStatus.DONE:
             answer["outputs"] = record.outputs
         if record.status is TaskStatus.FAILED:

@@ -37,7 +37,7 @@ class PolicyParams:
 
     batch_size: int = 64
     max_wait: float = 0.250
-    min_wait: float = 0.005
+    min_wait: float = 0.020
     rate_halflife: float = 0.500
     fill_slack: float = 1.25
     min_worthwhile_rows: float = 4.0
@@ -62,9 +62,11 @@ class ArrivalRate:
 
     Keeps an exponentially decayed count of arrivals, S; with time constant
     tau = halflife / ln 2, S / tau is an unbiased estimate of a steady Poisson rate and
-    decays to zero when arrivals stop. A silence much longer than the expected gap is
-    evidence on its own that traffic dropped, so the estimate is also capped at
-    ``gap_factor`` arrivals per second of silence.
+    decays to zero when arrivals stop. But a smoothed rate forgets a burst slowly, and
+    a gap much longer than the expected one is evidence on its own that traffic
+    dropped: so the reading is capped at ``gap_factor`` divided by the longer of the
+    current silence and the gap before the latest arrival. The cap changes only the
+    reading, never S, so it costs a steady stream almost no bias.
     """
 
     gap_factor = 2.0
@@ -74,6 +76,7 @@ class ArrivalRate:
         self._decayed_count = 0.0
         self._last_update: float | None = None
         self._last_arrival: float | None = None
+        self._last_gap = 0.0
 
     @property
     def halflife(self) -> float:
@@ -89,6 +92,8 @@ class ArrivalRate:
         """Record ``count`` arrivals at ``now``."""
         self._decay_to(now)
         self._decayed_count += count
+        if self._last_arrival is not None and now > self._last_arrival:
+            self._last_gap = now - self._last_arrival
         self._last_arrival = now
 
     def rate(self, now: float) -> float:
@@ -97,9 +102,9 @@ class ArrivalRate:
             return 0.0
         elapsed = max(0.0, now - self._last_update)
         smoothed = self._decayed_count * math.exp(-elapsed / self._tau) / self._tau
-        silence = now - self._last_arrival
-        if silence > 0:
-            smoothed = min(smoothed, self.gap_factor / silence)
+        gap = max(now - self._last_arrival, self._last_gap)
+        if gap > 0:
+            smoothed = min(smoothed, self.gap_factor / gap)
         return smoothed
 
     def _decay_to(self, now: float) -> None:

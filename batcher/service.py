@@ -89,7 +89,6 @@ class BatcherService:
         self._clock = clock
         self._partitions: dict[int, PartitionState] = {}
         self._in_flight_total = 0
-        self._epoch = 0  # bumped on every revocation; fetches from an older epoch are dropped
         self._wakeup = asyncio.Event()
         self._commit_wanted = asyncio.Event()
 
@@ -105,7 +104,6 @@ class BatcherService:
     async def revoke(self, revoked: list[TopicPartition]) -> None:
         """Give partitions up: drop what has not been dispatched (the next owner reads it
         again from the committed offset), let in-flight batches finish briefly, commit."""
-        self._epoch += 1
         states = [self._partitions.pop(tp.partition) for tp in revoked if tp.partition in self._partitions]
         for state in states:
             dropped = state.accumulator.drain()
@@ -123,37 +121,43 @@ class BatcherService:
         """Consume until ``stop`` is set, then flush what waits and drain in-flight work."""
         self._consumer.subscribe([self._topic], listener=_Rebalance(self))
         committer = asyncio.create_task(self._commit_loop(), name="brimful-committer")
+        fetcher = asyncio.create_task(self._fetch_loop(), name="brimful-fetcher")
         stop_wait = asyncio.create_task(stop.wait())
-        fetch: asyncio.Task[dict[TopicPartition, list[ConsumerRecord]]] | None = None
-        fetch_epoch = self._epoch
-        wake: asyncio.Task[bool] | None = None
         try:
             while not stop.is_set():
-                if fetch is None:
-                    fetch_epoch = self._epoch
-                    fetch = asyncio.create_task(self._consumer.getmany(timeout_ms=1000))
-                if wake is None:
-                    wake = asyncio.create_task(self._wakeup.wait())
+                wake = asyncio.create_task(self._wakeup.wait())
                 await asyncio.wait(
-                    {fetch, wake, stop_wait},
+                    {wake, stop_wait, fetcher},
                     timeout=self._seconds_to_next_flush(),
                     return_when=asyncio.FIRST_COMPLETED,
                 )
-                if wake.done():
-                    self._wakeup.clear()
-                    wake = None
-                if fetch.done():
-                    batches = fetch.result()
-                    fetch = None
-                    if fetch_epoch == self._epoch:
-                        await self._accept(batches)
+                wake.cancel()
+                self._wakeup.clear()
+                if fetcher.done():
+                    fetcher.result()  # the fetch loop only ends by raising: surface it
                 self._dispatch_due()
         finally:
-            for task in (fetch, wake, stop_wait):
-                if task is not None:
-                    task.cancel()
+            fetcher.cancel()
+            stop_wait.cancel()
             await self._shutdown()
             committer.cancel()
+
+    async def _fetch_loop(self) -> None:
+        # Records are accepted in the same step getmany returns them, with no await in
+        # between: aiokafka returns only records of the current assignment, so no
+        # rebalance can slip between the fetch and the bookkeeping.
+        while True:
+            try:
+                fetched = await self._consumer.getmany(timeout_ms=1000)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("fetch failed; retrying")
+                await asyncio.sleep(0.5)
+                continue
+            if fetched:
+                self._accept(fetched)
+                self._wakeup.set()
 
     def _seconds_to_next_flush(self) -> float | None:
         now = self._clock()
@@ -166,12 +170,12 @@ class BatcherService:
                 nearest = plan.at
         return None if nearest is None else max(0.0, nearest - now)
 
-    async def _accept(self, fetched: dict[TopicPartition, list[ConsumerRecord]]) -> None:
+    def _accept(self, fetched: dict[TopicPartition, list[ConsumerRecord]]) -> None:
         now = self._clock()
         for tp, records in fetched.items():
             state = self._partitions.get(tp.partition)
             if state is None:
-                continue  # revoked while the fetch was under way
+                continue
             for record in records:
                 if state.tracker is None:
                     state.tracker = OffsetTracker(record.offset)
@@ -180,7 +184,9 @@ class BatcherService:
                 try:
                     request = TaskRequest.FromString(record.value)
                 except DecodeError as error:
-                    await self._dead_letter_undecodable(state, record, error)
+                    task = asyncio.create_task(self._dead_letter_undecodable(state, record, error))
+                    state.in_flight.add(task)
+                    task.add_done_callback(state.in_flight.discard)
                     continue
                 state.accumulator.add(BatchItem(request, tp.partition, record.offset), now)
             if len(state.accumulator) >= self._limits.max_pending_per_partition and not state.paused:

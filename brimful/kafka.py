@@ -40,6 +40,7 @@ def make_consumer(settings: Settings, group_id: str | None, topic: str | None = 
         heartbeat_interval_ms=settings.kafka_heartbeat_interval_ms,
         request_timeout_ms=settings.kafka_request_timeout_ms,
         max_partition_fetch_bytes=max(2 * settings.max_body_bytes, 1024 * 1024),
+        fetch_max_wait_ms=settings.kafka_fetch_max_wait_ms,
     )
 
 

@@ -30,7 +30,10 @@ class Settings(BaseSettings):
     requests_topic: str = Field("brimful.requests", description="Topic the API writes accepted tasks to.")
     dlq_topic: str = Field("brimful.dlq", description="Dead-letter topic for tasks that exhausted their retries.")
     topic_partitions: int = Field(
-        4, ge=1, description="Partitions of the requests topic when Brimful creates it (one accumulator each)."
+        2,
+        ge=1,
+        description="Partitions of the requests topic when Brimful creates it. Each has its own accumulator, "
+        "so each fills from its share of the traffic: use about as many as there are batchers.",
     )
     topic_replication: int = Field(1, ge=1, description="Replication factor when Brimful creates topics.")
     consumer_group: str = Field("brimful-batchers", description="Consumer group shared by all batchers.")
@@ -43,6 +46,12 @@ class Settings(BaseSettings):
     )
     kafka_commit_timeout_s: float = Field(
         5.0, gt=0, description="Upper bound on one offset commit, so a broker fault cannot hang the batcher."
+    )
+    kafka_fetch_max_wait_ms: int = Field(
+        20,
+        ge=0,
+        description="Longest a fetch waits on the broker for data. Small, because a broker that holds "
+        "fetches for the full wait (Tansu does) would otherwise deliver arrivals in lumps.",
     )
     kafka_linger_ms: int = Field(2, ge=0, description="Producer linger: how long a send waits to share a request.")
 
@@ -63,7 +72,7 @@ class Settings(BaseSettings):
         250.0, gt=0, description="No request waits longer than this for its batch to fill."
     )
     min_wait_ms: float = Field(
-        5.0, ge=0, description="Short deadline used when traffic is too thin to fill a batch soon."
+        20.0, ge=0, description="Short deadline used when traffic is too thin to fill a batch soon."
     )
     rate_halflife_ms: float = Field(
         500.0, gt=0, description="Half-life of the EWMA arrival-rate estimate."

@@ -63,6 +63,7 @@ class EmbeddedStack:
     workdir: Path
     echo_service_logs: bool = False  # API and batcher log to the terminal instead of files
     startup_timeout_s: float = 60.0
+    triton_ports: tuple[int, int] | None = None  # (http, metrics); default: gRPC port - 1 and + 1
     processes: dict[str, ManagedProcess] = field(default_factory=dict)
 
     @property
@@ -71,7 +72,11 @@ class EmbeddedStack:
 
     @property
     def triton_http_port(self) -> int:
-        return _port_of(self.settings.triton_url) - 1
+        return self.triton_ports[0] if self.triton_ports else _port_of(self.settings.triton_url) - 1
+
+    @property
+    def triton_metrics_port(self) -> int:
+        return self.triton_ports[1] if self.triton_ports else _port_of(self.settings.triton_url) + 1
 
     def start(self, with_api: bool = True, with_batcher: bool = True) -> None:
         """Start every component and wait until each is ready (raises StackError)."""
@@ -130,6 +135,7 @@ class EmbeddedStack:
         process = self._launch(
             "triton",
             [sys.executable, "-m", "workers.model_host", "--grpc-port", str(grpc_port),
+             "--http-port", str(self.triton_http_port), "--metrics-port", str(self.triton_metrics_port),
              "--batch-size", str(self.settings.batch_size), "--workspace", str(workspace)],
         )
         ready = f"http://127.0.0.1:{self.triton_http_port}/v2/models/{self.settings.model_name}/ready"

@@ -1,0 +1,16 @@
+# Two commands do all the set-up on a fresh machine:
+#   make up    install what is missing, then run the embedded stack (Ctrl-C stops it)
+#   make test  install what is missing, then run the whole test suite
+.PHONY: up test bootstrap schemas
+
+bootstrap:
+	@scripts/bootstrap
+
+up: bootstrap
+	.venv/bin/brimful up
+
+test: bootstrap
+	.venv/bin/python -m pytest $(PYTEST_ARGS)
+
+schemas: bootstrap
+	PATH=.venv/bin:$$PATH scripts/gen-schemas

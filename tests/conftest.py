@@ -1,0 +1,44 @@
+"""Shared fixtures: one real embedded stack (Tansu, Redis, Triton, API, batcher) per session."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import AsyncIterator, Iterator
+
+import pytest
+
+from brimful.settings import Settings
+from brimful.stack import EmbeddedStack, free_port
+from tests.task_client import TaskClient
+
+
+def stack_settings(**overrides: object) -> Settings:
+    """Settings for a stack of its own, on free loopback ports."""
+    values: dict[str, object] = {
+        "kafka_bootstrap": f"127.0.0.1:{free_port()}",
+        "redis_url": f"redis://127.0.0.1:{free_port()}/0",
+        "triton_url": f"127.0.0.1:{free_port()}",
+        "api_port": free_port(),
+    }
+    values.update(overrides)
+    return Settings(**values)  # type: ignore[arg-type]
+
+
+def start_stack(workdir: Path, settings: Settings) -> EmbeddedStack:
+    stack = EmbeddedStack(settings, workdir, triton_ports=(free_port(), free_port()))
+    stack.start()
+    return stack
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedStack]:
+    """The whole default pipeline on loopback, shared by the integration tests."""
+    running = start_stack(tmp_path_factory.mktemp("stack"), stack_settings())
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+async def client(stack: EmbeddedStack) -> AsyncIterator[TaskClient]:
+    async with TaskClient(stack.api_url) as task_client:
+        yield task_client

@@ -1,0 +1,226 @@
+"""The whole pipeline against a real broker, Redis and Triton."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import random
+import statistics
+import time
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+import aiohttp
+
+from brimful.stack import EmbeddedStack
+from schemas import DeadLetter, TaskRequest
+from tests.task_client import TaskClient
+
+_ALPHABET = "abcXYZ019 ñé漢字🙂\u0301\n\"\\"
+
+
+def random_text(rng: random.Random, max_bytes: int = 4096) -> str:
+    """A text of 0..max_bytes UTF-8 bytes mixing ASCII, accents, CJK, emoji and escapes."""
+    target = rng.randint(0, max_bytes)
+    chars: list[str] = []
+    size = 0
+    while True:
+        char = rng.choice(_ALPHABET)
+        width = len(char.encode())
+        if size + width > target:
+            return "".join(chars)
+        chars.append(char)
+        size += width
+
+
+def expected_outputs(text: str) -> dict[str, Any]:
+    data = text.encode()
+    return {"SHA256": hashlib.sha256(data).hexdigest(), "LENGTH": len(data)}
+
+
+async def triton_counts(stack: EmbeddedStack) -> tuple[int, int]:
+    """(successful, failed) inference requests Triton itself counted for the model,
+    from its Prometheus endpoint (PyTriton locks the statistics API behind a token)."""
+    url = f"http://127.0.0.1:{stack.triton_metrics_port}/metrics"
+    async with aiohttp.ClientSession() as session, session.get(url) as response:
+        text = await response.text()
+    counts = {"nv_inference_request_success": 0, "nv_inference_request_failure": 0}
+    for line in text.splitlines():
+        name, _, rest = line.partition("{")
+        if name in counts and f'model="{stack.settings.model_name}"' in rest:
+            counts[name] += int(float(line.rsplit(" ", 1)[1]))
+    return counts["nv_inference_request_success"], counts["nv_inference_request_failure"]
+
+
+async def test_burst_of_2000_all_done_with_their_own_results_in_full_batches(
+    stack: EmbeddedStack, client: TaskClient
+) -> None:
+    rng = random.Random(2000)
+    texts = [random_text(rng) for _ in range(2000)]
+    texts[:3] = ["", "a", "🙂" * 1024]  # the edges: empty, one byte, exactly 4 KB of emoji
+    before = await client.stats()
+    success_before, fail_before = await triton_counts(stack)
+
+    task_ids = await asyncio.gather(*(client.submit({"TEXT": text}) for text in texts))
+    results = await asyncio.gather(*(client.wait_final(t, timeout_s=120, interval_s=0.25) for t in task_ids))
+
+    for text, task_id, result in zip(texts, task_ids, results):
+        assert result["task_id"] == task_id
+        assert result["status"] == "done", result
+        assert result["outputs"] == expected_outputs(text)
+
+    after = await client.stats()
+    batches = after["batches_dispatched"] - before["batches_dispatched"]
+    rows = after["rows_dispatched"] - before["rows_dispatched"]
+    assert rows == 2000
+    assert after["padded_slots"] - before["padded_slots"] == batches * 64 - rows
+    # Triton accepted every call Brimful made, and the model refuses any call that is
+    # not exactly 64 rows (test_reference_model proves that refusal).
+    success_after, fail_after = await triton_counts(stack)
+    assert success_after - success_before == batches
+    assert fail_after - fail_before == 0
+    assert rows / batches >= 56, f"{rows} rows in {batches} batches"
+
+
+async def test_trickle_is_never_held_for_a_batch_that_will_not_fill(stack: EmbeddedStack, client: TaskClient) -> None:
+    max_wait_ms = stack.settings.max_wait_ms
+    latencies_ms = []
+    for index in range(15):
+        sent = time.monotonic()
+        task_id = await client.submit({"TEXT": f"trickle {index}"})
+        task = await client.wait_final(task_id, timeout_s=10, interval_s=0.005)
+        assert task["status"] == "done"
+        assert task["outputs"] == expected_outputs(f"trickle {index}")
+        latencies_ms.append(task["updated_at_ms"] - task["submitted_at_ms"])
+        # one request every 200 ms, measured from the previous send
+        await asyncio.sleep(max(0.0, 0.2 - (time.monotonic() - sent)))
+    assert max(latencies_ms) <= max_wait_ms + 100, latencies_ms
+    # Flushed on the short deadline, not held until the upper bound.
+    assert statistics.median(latencies_ms) < max_wait_ms / 2, latencies_ms
+
+
+async def read_dead_letters(stack: EmbeddedStack) -> list[DeadLetter]:
+    """Every message on the DLQ topic, read from the beginning."""
+    settings = stack.settings
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        partitions = [TopicPartition(settings.dlq_topic, p) for p in consumer.partitions_for_topic(settings.dlq_topic) or {0}]
+        consumer.assign(partitions)
+        await consumer.seek_to_beginning(*partitions)
+        letters: list[DeadLetter] = []
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            batch = await consumer.getmany(timeout_ms=200)
+            for records in batch.values():
+                letters.extend(DeadLetter.FromString(record.value) for record in records)
+            positions = [await consumer.position(tp) for tp in partitions]
+            if not batch and all(pos >= (consumer.highwater(tp) or 0) for pos, tp in zip(positions, partitions)):
+                break
+        return letters
+    finally:
+        await consumer.stop()
+
+
+async def test_failing_request_ends_failed_with_its_error_and_in_the_dlq(
+    stack: EmbeddedStack, client: TaskClient
+) -> None:
+    task_id = await client.submit({"TEXT": "!fail on purpose"})
+    task = await client.wait_final(task_id, timeout_s=30)
+
+    assert task["status"] == "failed"
+    assert "outputs" not in task
+    assert task["error"]["class"] == "model_error"
+    assert "!fail" in task["error"]["message"]
+    assert task["error"]["attempts"] == stack.settings.max_attempts
+
+    letters = [letter for letter in await read_dead_letters(stack) if letter.request.task_id == task_id]
+    assert len(letters) == 1
+    letter = letters[0]
+    assert letter.error_class == "model_error"
+    assert "!fail" in letter.error_message
+    assert len(letter.attempts) == stack.settings.max_attempts
+    assert letter.request.inputs["TEXT"].bytes_contents == [b"!fail on purpose"]
+    assert letter.batch_id == task["error"]["batch_id"]
+    assert task_id in letter.batch_task_ids
+    assert letter.model == stack.settings.model_name
+
+
+async def committed_offset(stack: EmbeddedStack, partition: int) -> int:
+    """The batchers' committed offset on one partition of the requests topic (-1 if none)."""
+    settings = stack.settings
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=settings.kafka_bootstrap, group_id=settings.consumer_group, enable_auto_commit=False
+    )
+    await consumer.start()
+    try:
+        committed = await consumer.committed(TopicPartition(settings.requests_topic, partition))
+        return -1 if committed is None else int(committed)
+    finally:
+        await consumer.stop()
+
+
+async def test_redelivered_request_does_not_produce_a_second_result(stack: EmbeddedStack, client: TaskClient) -> None:
+    settings = stack.settings
+    task_id = await client.submit({"TEXT": "original"})
+    first = await client.wait_final(task_id)
+    assert first["outputs"] == expected_outputs("original")
+    before = await client.stats()
+
+    # Deliver the same task again, as a redelivery after a crash would, but with other
+    # input bytes: a second model call would be visible as a changed result.
+    replay = TaskRequest(task_id=task_id, model=settings.model_name, submitted_at_ms=first["submitted_at_ms"])
+    replay.inputs["TEXT"].datatype = "BYTES"
+    replay.inputs["TEXT"].shape.append(1)
+    replay.inputs["TEXT"].bytes_contents.append(b"tampered")
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all")
+    await producer.start()
+    try:
+        metadata = await producer.send_and_wait(settings.requests_topic, replay.SerializeToString(), key=task_id.encode())
+    finally:
+        await producer.stop()
+
+    deadline = time.monotonic() + 20
+    while await committed_offset(stack, metadata.partition) <= metadata.offset:
+        assert time.monotonic() < deadline, "the batcher never committed past the redelivered request"
+        await asyncio.sleep(0.1)
+
+    again = await client.get(task_id)
+    assert again["status"] == "done"
+    assert again["outputs"] == first["outputs"]
+    after = await client.stats()
+    assert after["rows_dispatched"] == before["rows_dispatched"], "the redelivered task reached the model"
+
+
+async def test_readyz_reports_every_dependency(client: TaskClient) -> None:
+    status, body = await client.request("GET", "/readyz")
+    assert status == 200
+    assert body == {"ready": True, "checks": {"broker": True, "redis": True, "model": True}}
+
+
+async def test_committed_offsets_only_move_forward_to_finished_work(stack: EmbeddedStack, client: TaskClient) -> None:
+    # After traffic settles, every partition's committed offset equals its log end:
+    # nothing finished is left uncommitted, nothing unfinished is committed past.
+    task_ids = await asyncio.gather(*(client.submit({"TEXT": f"settle {i}"}) for i in range(50)))
+    await asyncio.gather(*(client.wait_final(t) for t in task_ids))
+    settings = stack.settings
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        partitions = [TopicPartition(settings.requests_topic, p) for p in sorted(consumer.partitions_for_topic(settings.requests_topic) or ())]
+        consumer.assign(partitions)
+        # The log end is the high watermark a fetch reports (Tansu answers ListOffsets
+        # "latest" wrongly, so seek_to_end and end_offsets cannot be trusted).
+        deadline = time.monotonic() + 10
+        while any(consumer.highwater(tp) is None for tp in partitions):
+            assert time.monotonic() < deadline, "no fetch response carried a high watermark"
+            await consumer.getmany(timeout_ms=200)
+        ends = {tp.partition: int(consumer.highwater(tp)) for tp in partitions}  # type: ignore[arg-type]
+    finally:
+        await consumer.stop()
+    deadline = time.monotonic() + 10
+    for partition, end in ends.items():
+        while (committed := await committed_offset(stack, partition)) != end:
+            assert committed <= end
+            assert time.monotonic() < deadline, f"partition {partition}: committed {committed}, end {end}"
+            await asyncio.sleep(0.1)
