@@ -35,6 +35,11 @@ class Accumulator(Generic[T]):
     def __len__(self) -> int:
         return len(self._pending)
 
+    @property
+    def oldest_arrival(self) -> float | None:
+        """When the longest-waiting row arrived; None when nothing waits."""
+        return self._pending[0].arrived_at if self._pending else None
+
     def set_params(self, params: PolicyParams) -> None:
         """Adopt new parameters; rows already waiting are judged by them from now on."""
         self.policy = WaitOrFullPolicy(params)

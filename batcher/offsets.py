@@ -37,9 +37,8 @@ class OffsetTracker:
             return
         self._finished.add(offset)
         while self._received and self._received[0] in self._finished:
-            done = self._received.popleft()
-            self._finished.discard(done)
-            self._safe = done + 1
+            self._finished.discard(self._received.popleft())
+        self._safe = self._received[0] if self._received else self._next_expected
 
     @property
     def safe_to_commit(self) -> int:

@@ -87,6 +87,11 @@ class TaskStore:
         self._ttl_s = ttl_s
         self._transition = redis.register_script(_TRANSITION_LUA)
 
+    @property
+    def keys(self) -> RedisKeys:
+        """The key layout this store writes under."""
+        return self._keys
+
     async def create_queued(self, task_id: str, submitted_at_ms: int) -> None:
         """Record a newly accepted task. Written before the request reaches Kafka, so a
         fast batcher can never find the task missing or have its result overwritten."""

@@ -86,8 +86,10 @@ def _flatten(spec: TensorSpec, value: Any, shape: Sequence[int], where: str, out
             f"input {where} must be a list of {shape[0]} (row shape {list(spec.row_shape)}), got {_kind_of(value)}"
         )
     if len(value) != shape[0]:
+        plural = "element" if shape[0] == 1 else "elements"
         raise InputValidationError(
-            f"input {where} must have {shape[0]} elements (row shape {list(spec.row_shape)}), got {len(value)}"
+            f"input {where} must hold {shape[0]} {plural} (row shape {list(spec.row_shape)}), "
+            f"got a list of {len(value)}"
         )
     for index, item in enumerate(value):
         _flatten(spec, item, shape[1:], f"{where}[{index}]", out)

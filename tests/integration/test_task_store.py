@@ -1,0 +1,83 @@
+"""Task state transitions against a real Redis."""
+
+from __future__ import annotations
+
+import uuid
+from typing import AsyncIterator
+
+import pytest
+from redis.asyncio import Redis
+
+from brimful.redis_keys import RedisKeys
+from brimful.stack import EmbeddedStack
+from brimful.task_status import TaskStatus
+from brimful.task_store import StatsField, TaskStore, now_ms
+
+
+@pytest.fixture
+async def store(stack: EmbeddedStack) -> AsyncIterator[TaskStore]:
+    redis = Redis.from_url(stack.settings.redis_url)
+    # A prefix of its own, so this test's keys and counters touch nothing else.
+    yield TaskStore(redis, RedisKeys(f"store-test-{uuid.uuid4().hex[:8]}"), ttl_s=60)
+    await redis.aclose()
+
+
+async def test_queued_task_moves_to_running_then_done(store: TaskStore) -> None:
+    task_id = uuid.uuid4().hex
+    await store.create_queued(task_id, now_ms())
+    assert (await store.get(task_id)).status is TaskStatus.QUEUED  # type: ignore[union-attr]
+    assert await store.mark_running([task_id]) == 1
+    assert (await store.get(task_id)).status is TaskStatus.RUNNING  # type: ignore[union-attr]
+    assert await store.mark_done({task_id: {"Y": 1}}) == 1
+    record = await store.get(task_id)
+    assert record is not None and record.status is TaskStatus.DONE and record.outputs == {"Y": 1}
+
+
+async def test_first_result_wins_and_done_is_never_reopened(store: TaskStore) -> None:
+    task_id = uuid.uuid4().hex
+    await store.create_queued(task_id, now_ms())
+    assert await store.mark_done({task_id: {"Y": "first"}}) == 1
+    assert await store.mark_done({task_id: {"Y": "second"}}) == 0
+    assert await store.mark_running([task_id]) == 0
+    assert await store.mark_failed([task_id], {"class": "x"}) == 0
+    record = await store.get(task_id)
+    assert record is not None and record.status is TaskStatus.DONE and record.outputs == {"Y": "first"}
+    assert await store.final_among([task_id, uuid.uuid4().hex]) == {task_id}
+
+
+async def test_failed_is_final_too(store: TaskStore) -> None:
+    task_id = uuid.uuid4().hex
+    await store.create_queued(task_id, now_ms())
+    assert await store.mark_failed([task_id], {"class": "model_error", "message": "boom"}) == 1
+    assert await store.mark_done({task_id: {"Y": 1}}) == 0
+    record = await store.get(task_id)
+    assert record is not None and record.status is TaskStatus.FAILED
+    assert record.error == {"class": "model_error", "message": "boom"}
+
+
+async def test_records_expire_after_the_ttl(stack: EmbeddedStack, store: TaskStore) -> None:
+    task_id = uuid.uuid4().hex
+    await store.create_queued(task_id, now_ms())
+    await store.mark_done({task_id: {"Y": 1}})
+    redis = Redis.from_url(stack.settings.redis_url)
+    try:
+        ttl = await redis.ttl(store.keys.task(task_id))
+    finally:
+        await redis.aclose()
+    assert 0 < ttl <= 60
+
+
+async def test_stats_add_up_and_start_at_zero(store: TaskStore) -> None:
+    assert set((await store.stats()).values()) == {0}
+    await store.add_stats({StatsField.BATCHES_DISPATCHED: 2, StatsField.ROWS_DISPATCHED: 100})
+    await store.add_stats({StatsField.BATCHES_DISPATCHED: 1, StatsField.ROWS_DISPATCHED: 64})
+    stats = await store.stats()
+    assert stats[StatsField.BATCHES_DISPATCHED] == 3
+    assert stats[StatsField.ROWS_DISPATCHED] == 164
+
+
+async def test_forget_removes_a_task(store: TaskStore) -> None:
+    task_id = uuid.uuid4().hex
+    await store.create_queued(task_id, now_ms())
+    await store.forget(task_id)
+    assert await store.get(task_id) is None

@@ -1,0 +1,88 @@
+"""Offset bookkeeping: only offsets below which everything is finished are committed."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from batcher.offsets import OffsetTracker
+
+
+def test_nothing_finished_commits_the_start() -> None:
+    tracker = OffsetTracker(start=10)
+    for offset in range(10, 15):
+        assert tracker.receive(offset)
+    assert tracker.safe_to_commit == 10
+
+
+def test_out_of_order_completion_waits_for_the_gap() -> None:
+    tracker = OffsetTracker(start=0)
+    for offset in range(6):
+        tracker.receive(offset)
+    tracker.finish(3)
+    tracker.finish(4)
+    assert tracker.safe_to_commit == 0
+    tracker.finish(0)
+    assert tracker.safe_to_commit == 1
+    for offset in (1, 2):
+        tracker.finish(offset)
+    assert tracker.safe_to_commit == 5
+    tracker.finish(5)
+    assert tracker.safe_to_commit == 6
+    assert tracker.outstanding == 0
+
+
+def test_gaps_in_the_log_are_skipped_once_their_neighbours_finish() -> None:
+    tracker = OffsetTracker(start=0)
+    for offset in (0, 1, 5, 9):  # 2-4 and 6-8 were compacted away or are markers
+        tracker.receive(offset)
+    for offset in (9, 5, 1, 0):
+        tracker.finish(offset)
+    assert tracker.safe_to_commit == 10
+
+
+def test_a_replayed_offset_is_refused() -> None:
+    tracker = OffsetTracker(start=0)
+    assert tracker.receive(0)
+    assert tracker.receive(1)
+    assert not tracker.receive(1)
+    assert not tracker.receive(0)
+
+
+def test_finishing_twice_or_unknown_offsets_changes_nothing() -> None:
+    tracker = OffsetTracker(start=0)
+    tracker.receive(0)
+    tracker.receive(1)
+    tracker.finish(7)
+    tracker.finish(1)
+    tracker.finish(1)
+    assert tracker.safe_to_commit == 0
+    tracker.finish(0)
+    assert tracker.safe_to_commit == 2
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    start=st.integers(min_value=0, max_value=10_000),
+    steps=st.lists(st.integers(min_value=1, max_value=3), min_size=1, max_size=120),
+    data=st.data(),
+)
+def test_commit_point_is_always_the_first_unfinished_offset(start: int, steps: list[int], data: st.DataObject) -> None:
+    offsets = []
+    offset = start
+    for step in steps:
+        offsets.append(offset)
+        offset += step  # gaps of up to 2 between received offsets
+    tracker = OffsetTracker(start=start)
+    for received in offsets:
+        tracker.receive(received)
+    finished: set[int] = set()
+    order = data.draw(st.permutations(offsets))
+    for done in order:
+        tracker.finish(done)
+        finished.add(done)
+        unfinished = [o for o in offsets if o not in finished]
+        expected = unfinished[0] if unfinished else offsets[-1] + 1
+        assert tracker.safe_to_commit == expected
+        # Never past an unfinished offset: everything below the commit point is finished.
+        assert all(o in finished for o in offsets if o < tracker.safe_to_commit)

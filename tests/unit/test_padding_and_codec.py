@@ -1,0 +1,95 @@
+"""Padding to the fixed batch size, and JSON <-> wire <-> numpy conversions."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from brimful.model_signature import ModelSignature, TensorSpec, UnsupportedModelError
+from brimful.tensor_codec import InputValidationError, encode_input, output_row_to_json, stack_rows
+from workers.padding import pad_batch, pad_rows, unpad
+
+TEXT = TensorSpec("TEXT", "BYTES", (1,))
+VECTOR = TensorSpec("V", "FP32", (3,))
+COUNT = TensorSpec("N", "INT8", (1,))
+
+
+def test_pad_rows_fills_to_the_batch_size_with_neutral_rows() -> None:
+    texts = np.array([[b"a"], [b"b"]], dtype=object)
+    padded = pad_rows(texts, 64)
+    assert padded.shape == (64, 1)
+    assert padded[:2, 0].tolist() == [b"a", b"b"]
+    assert set(padded[2:, 0].tolist()) == {b""}
+    numbers = pad_rows(np.ones((3, 4), dtype=np.float32), 8)
+    assert numbers.shape == (8, 4) and numbers[3:].sum() == 0
+
+
+def test_pad_rows_refuses_more_rows_than_the_batch() -> None:
+    with pytest.raises(ValueError, match="do not fit"):
+        pad_rows(np.zeros((65, 1)), 64)
+
+
+def test_unpad_keeps_only_real_rows_in_order() -> None:
+    outputs = pad_batch({"Y": np.arange(5).reshape(5, 1)}, 64)
+    assert unpad(outputs, 5)["Y"][:, 0].tolist() == [0, 1, 2, 3, 4]
+
+
+def test_bytes_round_trip_through_the_wire() -> None:
+    rows = [encode_input(TEXT, text) for text in ["", "héllo", "🙂"]]
+    stacked = stack_rows(TEXT, rows)
+    assert stacked.shape == (3, 1)
+    assert stacked[:, 0].tolist() == [b"", "héllo".encode(), "🙂".encode()]
+
+
+def test_numeric_rows_round_trip_through_the_wire() -> None:
+    rows = [encode_input(VECTOR, [1, 2.5, -3]), encode_input(VECTOR, [0, 0, 1e10])]
+    stacked = stack_rows(VECTOR, rows)
+    assert stacked.dtype == np.float32 and stacked.shape == (2, 3)
+    assert stacked[0].tolist() == [1.0, 2.5, -3.0]
+
+
+@pytest.mark.parametrize(
+    ("spec", "value", "message"),
+    [
+        (TEXT, 5, "must be a string (BYTES), got an integer"),
+        (TEXT, None, "got null"),
+        (VECTOR, [1, 2], "must hold 3 elements"),
+        (VECTOR, [1, "2", 3], "V[1] must be a number"),
+        (VECTOR, [1, float("inf"), 3], "finite"),
+        (COUNT, 300, "out of range for INT8"),
+        (COUNT, True, "must be an integer"),
+        (COUNT, 1.5, "must be an integer"),
+    ],
+)
+def test_invalid_values_are_refused_with_a_message_naming_the_problem(spec: TensorSpec, value: object, message: str) -> None:
+    with pytest.raises(InputValidationError, match=message.replace("[", r"\[").replace("]", r"\]").replace("(", r"\(").replace(")", r"\)")):
+        encode_input(spec, value)
+
+
+def test_output_rows_become_json() -> None:
+    assert output_row_to_json(TEXT, np.array([b"abc"], dtype=object)) == "abc"
+    assert output_row_to_json(COUNT, np.array([7], dtype=np.int8)) == 7
+    assert output_row_to_json(VECTOR, np.array([1.0, 2.0, 3.0], dtype=np.float32)) == [1.0, 2.0, 3.0]
+    assert output_row_to_json(TEXT, np.array([b"\xff"], dtype=object)) == {"base64": "/w=="}
+
+
+def test_signature_from_triton_metadata_drops_the_batch_dimension() -> None:
+    metadata = {
+        "name": "m",
+        "versions": ["1"],
+        "inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": ["64", "1"]}],
+        "outputs": [{"name": "Y", "datatype": "FP32", "shape": ["-1", "8"]}],
+    }
+    signature = ModelSignature.from_triton_metadata(metadata, batch_size=64)
+    assert signature.inputs == (TensorSpec("TEXT", "BYTES", (1,)),)
+    assert signature.outputs == (TensorSpec("Y", "FP32", (8,)),)
+
+
+@pytest.mark.parametrize(
+    ("shape", "message"),
+    [(["32", "1"], "first dimension"), (["64", "-1"], "variable row shape")],
+)
+def test_signatures_brimful_cannot_batch_are_refused_at_start(shape: list[str], message: str) -> None:
+    metadata = {"name": "m", "inputs": [{"name": "X", "datatype": "FP32", "shape": shape}], "outputs": []}
+    with pytest.raises(UnsupportedModelError, match=message):
+        ModelSignature.from_triton_metadata(metadata, batch_size=64)

@@ -1,0 +1,33 @@
+"""Retry decisions and error summaries: pure functions."""
+
+from __future__ import annotations
+
+import random
+
+from workers.model_errors import ErrorClass, summarize
+from workers.retry_policy import RetryPolicy
+
+
+def test_backoff_doubles_up_to_the_cap_and_stops_after_max_attempts() -> None:
+    policy = RetryPolicy(max_attempts=5, base_delay=0.1, max_delay=0.3)
+    rng = random.Random(7)
+    assert policy.delay_before(1, rng) == 0.0
+    delays = [policy.delay_before(attempt, rng) for attempt in (2, 3, 4, 5)]
+    caps = [0.1, 0.2, 0.3, 0.3]
+    for delay, cap in zip(delays, caps):
+        assert delay is not None and cap / 2 <= delay <= cap
+    assert policy.delay_before(6, rng) is None
+
+
+def test_transient_classes_are_the_retry_worthy_ones() -> None:
+    assert {c for c in ErrorClass if c.is_transient} == {ErrorClass.UNAVAILABLE, ErrorClass.TIMEOUT}
+
+
+def test_summarize_keeps_the_exception_line_of_a_traceback() -> None:
+    message = (
+        "Failed to process the request(s) for model 'm_0_0', message: TritonModelException: Traceback "
+        "(most recent call last):\n  File \"/x/model.py\", line 1, in execute\n    raise e\n"
+        "workers.reference_model.ReferenceModelFault: row 0 starts with '!fail': fault hook triggered\n\nAt:\n  /x(1): execute\n"
+    )
+    assert summarize(message) == "workers.reference_model.ReferenceModelFault: row 0 starts with '!fail': fault hook triggered"
+    assert summarize("plain message") == "plain message"
