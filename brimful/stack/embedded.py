@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-import time
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
@@ -65,6 +65,7 @@ class EmbeddedStack:
     startup_timeout_s: float = 60.0
     triton_ports: tuple[int, int] | None = None  # (http, metrics); default: gRPC port - 1 and + 1
     processes: dict[str, ManagedProcess] = field(default_factory=dict)
+    _scratch_dirs: list[Path] = field(default_factory=list, repr=False)
 
     @property
     def api_url(self) -> str:
@@ -131,7 +132,11 @@ class EmbeddedStack:
 
     def start_model_host(self) -> None:
         grpc_port = _port_of(self.settings.triton_url)
-        workspace = self.workdir / f"triton-{time.time_ns()}"
+        # PyTriton keeps Unix sockets in its workspace, and a socket path may not exceed
+        # 107 bytes: so a short temporary path, never one inside a deep workdir.
+        scratch = Path(tempfile.mkdtemp(prefix="brimful-"))
+        self._scratch_dirs.append(scratch)
+        workspace = scratch / "ws"
         process = self._launch(
             "triton",
             [sys.executable, "-m", "workers.model_host", "--grpc-port", str(grpc_port),
@@ -153,3 +158,6 @@ class EmbeddedStack:
         """Stop everything, newest first; safe to call twice."""
         for name in reversed(list(self.processes)):
             self.processes.pop(name).stop()
+        for scratch in self._scratch_dirs:
+            shutil.rmtree(scratch, ignore_errors=True)
+        self._scratch_dirs.clear()

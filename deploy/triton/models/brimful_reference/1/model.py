@@ -1,0 +1,32 @@
+"""Triton Python-backend wrapper around Brimful's reference model.
+
+The model's logic lives in ``workers/reference_model.py``; the container mounts the
+project at /opt/brimful (BRIMFUL_SOURCE overrides), so this file only adapts it.
+"""
+
+import os
+import sys
+
+sys.path.insert(0, os.environ.get("BRIMFUL_SOURCE", "/opt/brimful"))
+
+import triton_python_backend_utils as pb_utils  # noqa: E402  (provided by the Python backend)
+
+from workers.reference_model import ReferenceModelFault, reference_infer  # noqa: E402
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            text = pb_utils.get_input_tensor_by_name(request, "TEXT").as_numpy()
+            try:
+                outputs = reference_infer(text)
+            except ReferenceModelFault as fault:
+                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(fault))))
+                continue
+            responses.append(
+                pb_utils.InferenceResponse(
+                    output_tensors=[pb_utils.Tensor(name, value) for name, value in outputs.items()]
+                )
+            )
+        return responses

@@ -1,0 +1,68 @@
+"""The production model repository (deploy/triton/models) loads and serves in a real
+Triton server: the same reference model, fixed at 64 rows, with the same fault hook."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+from pathlib import Path
+from typing import AsyncIterator
+
+import numpy as np
+import pytest
+
+from brimful.stack import ManagedProcess, free_port, wait_until
+from brimful.stack.processes import http_ok
+from workers.model_errors import ErrorClass, ModelCallError
+from workers.triton_model import TritonModel
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def repository_server(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[str]:
+    grpc_port, http_port, metrics_port = free_port(), free_port(), free_port()
+    workdir = tmp_path_factory.mktemp("repository")
+    env = dict(os.environ, BRIMFUL_SOURCE=str(ROOT))
+    process = ManagedProcess(
+        name="tritonserver",
+        argv=[sys.executable, "-m", "workers.repository_server",
+              "--model-repository", str(ROOT / "deploy" / "triton" / "models"),
+              "--grpc-port", str(grpc_port), "--http-port", str(http_port), "--metrics-port", str(metrics_port),
+              "--server-dir", str(workdir / "server")],
+        env=env,
+        log_path=workdir / "tritonserver.log",
+    )
+    process.start()
+    try:
+        wait_until(lambda: http_ok(f"http://127.0.0.1:{http_port}/v2/models/brimful_reference/ready"), 60,
+                   "tritonserver on the model repository", process)
+        yield f"127.0.0.1:{grpc_port}"
+    finally:
+        process.stop()
+
+
+async def test_repository_model_serves_64_rows_and_refuses_others(repository_server: str) -> None:
+    model = TritonModel(repository_server, "brimful_reference", "", 64, timeout_s=10)
+    try:
+        signature = await model.signature()
+        texts = np.array([[f"repo {i} ✓".encode()] for i in range(64)], dtype=object)
+        outputs = await model.infer({"TEXT": texts}, signature)
+        assert [v.decode() for v in outputs["SHA256"][:, 0]] == [hashlib.sha256(t).hexdigest() for t in texts[:, 0]]
+        assert outputs["LENGTH"][:, 0].tolist() == [len(t) for t in texts[:, 0]]
+        small = TritonModel(repository_server, "brimful_reference", "", 32, timeout_s=10)
+        try:
+            with pytest.raises(ModelCallError) as raised:
+                await small.infer({"TEXT": texts[:32]}, signature)
+            assert raised.value.error_class is ErrorClass.REJECTED
+        finally:
+            await small.close()
+        faulty = texts.copy()
+        faulty[5, 0] = b"!fail in the repository model"
+        with pytest.raises(ModelCallError) as raised:
+            await model.infer({"TEXT": faulty}, signature)
+        assert raised.value.error_class is ErrorClass.MODEL_ERROR
+        assert "!fail" in raised.value.message
+    finally:
+        await model.close()

@@ -1,0 +1,79 @@
+"""`brimful up`: reaches readiness, serves, and stops cleanly on Ctrl-C or SIGTERM,
+leaving no process behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from brimful.stack import settings_env, wait_until
+from brimful.stack.processes import http_ok
+from tests.conftest import stack_settings
+from tests.task_client import TaskClient
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live process below ``pid``, read from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry.name))
+    found: set[int] = set()
+    frontier = [pid]
+    while frontier:
+        for child in children.get(frontier.pop(), []):
+            if child not in found:
+                found.add(child)
+                frontier.append(child)
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@pytest.mark.parametrize("stop_signal", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+async def test_brimful_up_serves_then_stops_leaving_nothing_behind(tmp_path: Path, stop_signal: int) -> None:
+    settings = stack_settings()
+    env = settings_env(settings)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "brimful.cli", "up", "--workdir", str(tmp_path)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    api = f"http://127.0.0.1:{settings.api_port}"
+    try:
+        wait_until(lambda: http_ok(f"{api}/readyz"), 90, "brimful up")
+        async with TaskClient(api) as client:
+            task = await client.wait_final(await client.submit({"TEXT": "lifecycle"}))
+        assert task["status"] == "done"
+        started = descendants(process.pid)
+        # broker, redis, the Triton host with its server, the API and the batcher
+        assert len(started) >= 6, started
+    finally:
+        process.send_signal(stop_signal)
+        output, _ = process.communicate(timeout=60)
+    assert process.returncode == 0, output.decode()
+    assert b"stopped" in output
+    deadline = time.monotonic() + 10
+    while (left := [pid for pid in started if alive(pid)]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not left, f"processes left behind: {left}"
+    assert not http_ok(f"{api}/healthz")
