@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def repository_server(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[str]:
     grpc_port, http_port, metrics_port = free_port(), free_port(), free_port()
     workdir = tmp_path_factory.mktemp("repository")
-    env = dict(os.environ, BRIMFUL_SOURCE=str(ROOT))
+    env = dict(os.environ, REFERENCE_MODEL_SOURCE=str(ROOT))
     process = ManagedProcess(
         name="tritonserver",
         argv=[sys.executable, "-m", "workers.repository_server",

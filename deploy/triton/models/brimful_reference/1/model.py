@@ -1,13 +1,13 @@
 """Triton Python-backend wrapper around Brimful's reference model.
 
 The model's logic lives in ``workers/reference_model.py``; the container mounts the
-project at /opt/brimful (BRIMFUL_SOURCE overrides), so this file only adapts it.
+project at /opt/brimful (REFERENCE_MODEL_SOURCE overrides), so this file only adapts it.
 """
 
 import os
 import sys
 
-sys.path.insert(0, os.environ.get("BRIMFUL_SOURCE", "/opt/brimful"))
+sys.path.insert(0, os.environ.get("REFERENCE_MODEL_SOURCE", "/opt/brimful"))
 
 import triton_python_backend_utils as pb_utils  # noqa: E402  (provided by the Python backend)
 

@@ -1,0 +1,112 @@
+"""docker-compose.yml cannot run here (no Docker engine), so it is checked statically:
+every command names a real entry point, and ports and env agree with the settings."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import pytest
+import yaml
+
+from brimful.settings import Settings
+
+ROOT = Path(__file__).resolve().parent.parent
+IMAGE_ROOT = "/opt/brimful"  # WORKDIR of the Dockerfile
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    return dict(yaml.safe_load((ROOT / "docker-compose.yml").read_text()))
+
+
+def brimful_env(service: dict[str, Any]) -> dict[str, str]:
+    return {k: str(v) for k, v in (service.get("environment") or {}).items() if k.startswith("BRIMFUL_")}
+
+
+def flag(command: list[str], name: str) -> str:
+    return command[command.index(name) + 1]
+
+
+def test_every_service_is_there(compose: dict[str, Any]) -> None:
+    assert set(compose["services"]) == {"kafka", "redis", "triton", "batcher", "api"}
+
+
+def test_python_commands_name_real_entry_points(compose: dict[str, Any]) -> None:
+    for name, service in compose["services"].items():
+        command = service.get("command") or []
+        if command[:2] != ["python", "-m"]:
+            continue
+        module = command[2]
+        assert importlib.util.find_spec(module) is not None, f"{name}: no module {module}"
+        spec = importlib.util.find_spec(module)
+        is_package = spec is not None and spec.submodule_search_locations is not None
+        if is_package:
+            assert importlib.util.find_spec(f"{module}.__main__") is not None, f"{name}: {module} has no __main__"
+        else:
+            source = Path(spec.origin).read_text()  # type: ignore[union-attr, arg-type]
+            assert 'if __name__ == "__main__":' in source, f"{name}: {module} does not run as a script"
+
+
+def test_brimful_env_is_valid_settings(compose: dict[str, Any]) -> None:
+    fields = set(Settings.model_fields)
+    for name, service in compose["services"].items():
+        env = brimful_env(service)
+        for key in env:
+            assert key.removeprefix("BRIMFUL_").lower() in fields, f"{name}: {key} is not a setting"
+        if env:
+            Settings(**{k.removeprefix("BRIMFUL_").lower(): v for k, v in env.items()})  # validates
+
+
+def test_addresses_point_at_the_services_that_listen_there(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    for name in ("api", "batcher"):
+        env = brimful_env(services[name])
+        kafka_host, kafka_port = env["BRIMFUL_KAFKA_BOOTSTRAP"].split(":")
+        advertised = services[kafka_host]["environment"]["KAFKA_ADVERTISED_LISTENERS"]
+        assert f"//{kafka_host}:{kafka_port}" in advertised
+        redis = urlparse(env["BRIMFUL_REDIS_URL"])
+        assert redis.hostname in services and redis.port == 6379  # redis-server's default port
+        assert "--port" not in services[redis.hostname]["command"]
+        triton_host, triton_port = env["BRIMFUL_TRITON_URL"].split(":")
+        assert flag(services[triton_host]["command"], "--grpc-port") == triton_port
+
+
+def test_api_port_is_published_and_health_checked(compose: dict[str, Any]) -> None:
+    api = compose["services"]["api"]
+    env = brimful_env(api)
+    assert env["BRIMFUL_API_HOST"] == "0.0.0.0"
+    container_ports = [str(p).split(":")[-1] for p in api["ports"]]
+    assert env["BRIMFUL_API_PORT"] in container_ports
+    assert f"127.0.0.1:{env['BRIMFUL_API_PORT']}/readyz" in " ".join(api["healthcheck"]["test"])
+
+
+def test_triton_serves_the_reference_model_fixed_at_the_batch_size(compose: dict[str, Any]) -> None:
+    triton = compose["services"]["triton"]
+    repository = flag(triton["command"], "--model-repository")
+    assert repository.startswith(IMAGE_ROOT)
+    local = ROOT / repository.removeprefix(IMAGE_ROOT + "/")
+    env = brimful_env(compose["services"]["batcher"])
+    model = env["BRIMFUL_MODEL_NAME"]
+    batch_size = int(env["BRIMFUL_BATCH_SIZE"])
+    config = (local / model / "config.pbtxt").read_text()
+    assert re.search(rf'^name: "{model}"', config, re.M)
+    assert re.search(r"^max_batch_size: 0$", config, re.M)  # batching off: shapes are exact
+    dims = re.findall(r"dims: \[ (\d+), 1 \]", config)
+    assert dims and set(dims) == {str(batch_size)}
+    assert (local / model / "1" / "model.py").exists()
+    health = " ".join(triton["healthcheck"]["test"])
+    assert f"{flag(triton['command'], '--http-port')}/v2/models/{model}/ready" in health
+
+
+def test_dockerfile_copies_every_package(compose: dict[str, Any]) -> None:
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    packages = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    for package in {p.split(".")[0] for p in packages}:
+        assert f"COPY {package} ./{package}" in dockerfile
+    assert "COPY deploy ./deploy" in dockerfile
+    assert f"WORKDIR {IMAGE_ROOT}" in dockerfile
