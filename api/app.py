@@ -13,13 +13,18 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
 from api.errors import ApiError, api_error_handler, http_error_handler, validation_error_handler
 from api.submission import parse_json, parse_submission
+from batcher.live_status import StatusBoard
+from batcher.tuning import PolicyTuning, TuningError
+from brimful import metrics
 from brimful.kafka import ensure_topics, make_producer
 from brimful.model_signature import ModelSignature
 from brimful.redis_keys import RedisKeys
@@ -48,6 +53,8 @@ class ApiState:
             settings.triton_url, settings.model_name, settings.model_version, settings.batch_size, settings.infer_timeout_s
         )
         self.signature: ModelSignature | None = None
+        self.tuning = PolicyTuning.from_settings(settings, self.redis)
+        self.status_board = StatusBoard(self.redis, RedisKeys(settings.key_prefix))
         self._background: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
@@ -145,7 +152,12 @@ def create_app(settings: Settings) -> FastAPI:
 
         task_id = uuid.uuid4().hex
         submitted_at = now_ms()
-        message = TaskRequest(task_id=task_id, model=state.signature.name, submitted_at_ms=submitted_at)
+        message = TaskRequest(
+            task_id=task_id,
+            model=state.signature.name,
+            submitted_at_ms=submitted_at,
+            deadline_at_ms=submitted_at + submission.deadline_ms if submission.deadline_ms else 0,
+        )
         for name, tensor in submission.inputs.items():
             message.inputs[name].CopyFrom(tensor)
         try:
@@ -161,6 +173,7 @@ def create_app(settings: Settings) -> FastAPI:
             log.error("could not enqueue task", extra={"task_id": task_id, "error": str(error)})
             await state.store.forget(task_id)
             raise ApiError(503, "broker_unavailable", "the broker did not accept the task", {"Retry-After": "1"}) from error
+        metrics.TASKS_SUBMITTED.inc()
         return JSONResponse({"task_id": task_id, "status": TaskStatus.QUEUED.value}, status_code=202)
 
     @app.get("/v1/tasks/{task_id}")
@@ -186,11 +199,36 @@ def create_app(settings: Settings) -> FastAPI:
     @app.get("/v1/stats")
     async def stats(request: Request) -> dict[str, Any]:
         """Totals across every batcher: batches sent to the model, real rows in them, padding."""
-        counters = await _state(request).store.stats()
+        state = _state(request)
+        counters = await state.store.stats()
         batches = counters["batches_dispatched"]
-        counters_with_ratio: dict[str, Any] = dict(counters)
-        counters_with_ratio["mean_rows_per_batch"] = round(counters["rows_dispatched"] / batches, 2) if batches else 0.0
-        return counters_with_ratio
+        answer: dict[str, Any] = dict(counters)
+        answer["mean_rows_per_batch"] = round(counters["rows_dispatched"] / batches, 2) if batches else 0.0
+        answer["batchers"] = await state.status_board.read_all()
+        return answer
+
+    @app.get("/v1/admin/policy")
+    async def get_policy(request: Request) -> dict[str, Any]:
+        """The flush-policy parameters every batcher uses now, their defaults, recent changes."""
+        tuning = _state(request).tuning
+        return {"params": await tuning.values(), "defaults": tuning.defaults, "history": await tuning.history()}
+
+    @app.patch("/v1/admin/policy")
+    async def change_policy(request: Request) -> dict[str, Any]:
+        """Change flush-policy parameters of every running batcher (applied within ~1 s)."""
+        document = parse_json(await _read_body(request, 64 * 1024))
+        if not isinstance(document, dict):
+            raise ApiError(422, "invalid_request", 'body must be a JSON object like {"max_wait_ms": 100}')
+        actor = request.headers.get("x-brimful-actor", request.client.host if request.client else "")
+        try:
+            return await _state(request).tuning.update(document, actor=actor)
+        except TuningError as error:
+            raise ApiError(422, "invalid_policy", str(error)) from error
+
+    @app.get("/metrics", include_in_schema=False)
+    async def prometheus_metrics() -> Response:
+        """This process's Prometheus metrics."""
+        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:

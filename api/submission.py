@@ -11,7 +11,8 @@ from brimful.model_signature import ModelSignature
 from brimful.tensor_codec import InputValidationError, encode_input
 from schemas import InputTensor
 
-_ALLOWED_FIELDS = ("inputs",)
+_ALLOWED_FIELDS = ("inputs", "deadline_ms")
+MAX_DEADLINE_MS = 3_600_000
 
 
 @dataclass(frozen=True)
@@ -19,6 +20,7 @@ class Submission:
     """A validated task, ready to be written to the requests topic."""
 
     inputs: dict[str, InputTensor]
+    deadline_ms: int | None = None  # the client wants the result within this many ms
 
 
 def parse_json(body: bytes) -> Any:
@@ -54,10 +56,17 @@ def parse_submission(document: Any, signature: ModelSignature) -> Submission:
         )
     if missing:
         raise ApiError(422, "missing_input", f"missing input(s): {', '.join(missing)}")
+    deadline_ms = document.get("deadline_ms")
+    if deadline_ms is not None and (
+        isinstance(deadline_ms, bool) or not isinstance(deadline_ms, int) or not 1 <= deadline_ms <= MAX_DEADLINE_MS
+    ):
+        raise ApiError(
+            422, "invalid_request", f"deadline_ms must be a whole number of milliseconds from 1 to {MAX_DEADLINE_MS}"
+        )
     encoded: dict[str, InputTensor] = {}
     for spec in signature.inputs:
         try:
             encoded[spec.name] = encode_input(spec, inputs[spec.name])
         except InputValidationError as error:
             raise ApiError(422, "invalid_input", str(error)) from error
-    return Submission(inputs=encoded)
+    return Submission(inputs=encoded, deadline_ms=deadline_ms)

@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
+import socket
+import time
+from pathlib import Path
+
+from prometheus_client import start_http_server
 
 from redis.asyncio import Redis
 
-from batcher.policy import PolicyParams
+from batcher.live_status import StatusBoard
 from batcher.service import BatcherLimits, BatcherService
+from batcher.traces import ArrivalRecorder
+from batcher.tuning import PolicyTuning
 from brimful.kafka import ensure_topics, make_consumer, make_producer
 from brimful.logs import configure_logging
 from brimful.model_signature import ModelSignature
@@ -24,16 +32,35 @@ from workers.triton_model import TritonModel
 log = logging.getLogger("brimful.batcher")
 
 
-def policy_params(settings: Settings) -> PolicyParams:
-    """The flush policy's parameters as configured (settings are in ms, the policy in s)."""
-    return PolicyParams(
-        batch_size=settings.batch_size,
-        max_wait=settings.max_wait_ms / 1000,
-        min_wait=settings.min_wait_ms / 1000,
-        rate_halflife=settings.rate_halflife_ms / 1000,
-        fill_slack=settings.fill_slack,
-        min_worthwhile_rows=settings.min_worthwhile_rows,
-    )
+async def supervise(
+    service: BatcherService,
+    tuning: PolicyTuning,
+    board: StatusBoard,
+    recorder: ArrivalRecorder | None,
+    member: str,
+    interval_s: float,
+    stop: asyncio.Event,
+) -> None:
+    """Apply live policy changes, publish this batcher's status, flush recorded arrivals."""
+    last_flush = time.monotonic()
+    while not stop.is_set():
+        try:
+            params = await tuning.params()
+            if params != service.params:
+                log.info("applying policy", extra={"old": vars(service.params), "new": vars(params)})
+                service.set_params(params)
+            await board.publish(member, {**service.snapshot(), "params": vars(service.params)}, ttl_s=5 * interval_s + 2)
+        except Exception as error:  # Redis away: keep batching with what we have
+            log.warning("could not refresh policy or status", extra={"error": str(error)})
+        if recorder is not None and time.monotonic() - last_flush >= 5.0:
+            await asyncio.to_thread(recorder.flush)
+            last_flush = time.monotonic()
+        try:
+            await asyncio.wait_for(stop.wait(), timeout=interval_s)
+        except asyncio.TimeoutError:
+            pass
+    if recorder is not None:
+        await asyncio.to_thread(recorder.flush)
 
 
 async def wait_for_signature(model: TritonModel, stop: asyncio.Event) -> ModelSignature | None:
@@ -77,22 +104,33 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
                 max_delay=settings.retry_backoff_max_ms / 1000,
             ),
         )
+        member = f"{socket.gethostname()}-{os.getpid()}"
+        recorder = ArrivalRecorder(Path(settings.trace_dir), member) if settings.trace_dir else None
+        tuning = PolicyTuning.from_settings(settings, redis)
         service = BatcherService(
             consumer=consumer,
             topic=settings.requests_topic,
             runner=runner,
             dead_letters=dead_letters,
-            params=policy_params(settings),
+            params=await tuning.params(),
             limits=BatcherLimits(
                 max_in_flight=settings.max_in_flight,
                 max_in_flight_per_partition=settings.max_in_flight_per_partition,
                 max_pending_per_partition=settings.max_pending_per_partition,
                 commit_timeout_s=settings.kafka_commit_timeout_s,
             ),
+            on_arrival=recorder.record if recorder else None,
         )
+        if settings.batcher_metrics_port:
+            start_http_server(settings.batcher_metrics_port, addr=settings.api_host)
         await consumer.start()
-        log.info("batcher started", extra={"topic": settings.requests_topic, "model": signature.name})
+        log.info("batcher started", extra={"topic": settings.requests_topic, "model": signature.name, "member": member})
+        supervisor = asyncio.create_task(
+            supervise(service, tuning, StatusBoard(redis, RedisKeys(settings.key_prefix)), recorder, member,
+                      settings.tuning_poll_ms / 1000, stop)
+        )
         await service.run(stop)
+        await supervisor
     finally:
         await consumer.stop()
         await producer.stop()

@@ -23,6 +23,7 @@ from google.protobuf.message import DecodeError
 from batcher.accumulator import Accumulator, Pending
 from batcher.offsets import OffsetTracker
 from batcher.policy import FlushReason, PolicyParams, WaitOrFullPolicy
+from brimful import metrics
 from brimful.task_store import now_ms
 from schemas import DeadLetter, TaskRequest
 from workers.batch_runner import Batch, BatchItem, BatchRunner
@@ -79,6 +80,7 @@ class BatcherService:
         params: PolicyParams,
         limits: BatcherLimits,
         clock: Callable[[], float] = time.monotonic,
+        on_arrival: Callable[[int, float], None] | None = None,
     ) -> None:
         self._consumer = consumer
         self._topic = topic
@@ -87,6 +89,10 @@ class BatcherService:
         self._params = params
         self._limits = limits
         self._clock = clock
+        self._on_arrival = on_arrival  # (partition, wall-clock seconds): trace recording
+        # Expected time from flush to stored result, so a row with its own deadline
+        # leaves early enough; an EWMA of measured batch durations.
+        self._service_estimate = 0.05
         self._partitions: dict[int, PartitionState] = {}
         self._in_flight_total = 0
         self._wakeup = asyncio.Event()
@@ -114,6 +120,46 @@ class BatcherService:
             await asyncio.wait(in_flight, timeout=self._limits.revoke_wait_s)
         await self._commit(states)
         log.info("partitions revoked", extra={"partitions": [tp.partition for tp in revoked]})
+
+    # --- live tuning and status ----------------------------------------------------
+
+    @property
+    def params(self) -> PolicyParams:
+        return self._params
+
+    def set_params(self, params: PolicyParams) -> None:
+        """Adopt new policy parameters; rows already waiting are judged by them at once."""
+        self._params = params
+        for state in self._partitions.values():
+            state.accumulator.set_params(params)
+        self._wakeup.set()
+
+    def snapshot(self) -> dict[str, object]:
+        """What each partition's accumulator is doing now (for metrics and ``brimful stats``)."""
+        now = self._clock()
+        partitions: dict[str, dict[str, float | int]] = {}
+        for number, state in sorted(self._partitions.items()):
+            accumulator = state.accumulator
+            rate = accumulator.rate.rate(now)
+            oldest = accumulator.oldest_arrival
+            waited = 0.0 if oldest is None else now - oldest
+            budget = accumulator.policy.wait_budget(max(1, len(accumulator)), rate, waited)
+            partitions[str(number)] = {
+                "arrival_rate": round(rate, 3),
+                "wait_budget_s": round(budget, 4),
+                "pending": len(accumulator),
+                "in_flight": len(state.in_flight),
+                "committed": state.committed,
+            }
+            label = str(number)
+            metrics.ARRIVAL_RATE.labels(label).set(rate)
+            metrics.FLUSH_DEADLINE.labels(label).set(budget if len(accumulator) else 0.0)
+            metrics.PENDING_ROWS.labels(label).set(len(accumulator))
+        return {
+            "partitions": partitions,
+            "in_flight": self._in_flight_total,
+            "service_estimate_s": round(self._service_estimate, 4),
+        }
 
     # --- main loop ---------------------------------------------------------------------
 
@@ -172,6 +218,7 @@ class BatcherService:
 
     def _accept(self, fetched: dict[TopicPartition, list[ConsumerRecord]]) -> None:
         now = self._clock()
+        wall_ms = now_ms()
         for tp, records in fetched.items():
             state = self._partitions.get(tp.partition)
             if state is None:
@@ -188,7 +235,12 @@ class BatcherService:
                     state.in_flight.add(task)
                     task.add_done_callback(state.in_flight.discard)
                     continue
-                state.accumulator.add(BatchItem(request, tp.partition, record.offset), now)
+                flush_by = None
+                if request.deadline_at_ms:
+                    flush_by = now + (request.deadline_at_ms - wall_ms) / 1000 - self._service_estimate
+                state.accumulator.add(BatchItem(request, tp.partition, record.offset), now, flush_by)
+                if self._on_arrival is not None:
+                    self._on_arrival(tp.partition, wall_ms / 1000)
             if len(state.accumulator) >= self._limits.max_pending_per_partition and not state.paused:
                 self._consumer.pause(tp)
                 state.paused = True
@@ -217,6 +269,11 @@ class BatcherService:
                 state.paused = False
 
     def _start_batch(self, state: PartitionState, rows: list[Pending[BatchItem]], reason: FlushReason) -> None:
+        now = self._clock()
+        label = str(state.tp.partition)
+        metrics.FLUSHES.labels(label, reason.value).inc()
+        for row in rows:
+            metrics.QUEUE_WAIT.labels(label).observe(now - row.arrived_at)
         batch = Batch(
             batch_id=uuid.uuid4().hex,
             partition=state.tp.partition,
@@ -229,6 +286,7 @@ class BatcherService:
         task.add_done_callback(lambda t: self._batch_finished(state, t))
 
     async def _run_batch(self, state: PartitionState, batch: Batch) -> None:
+        started = self._clock()
         while True:
             try:
                 await self._runner.run(batch)
@@ -240,6 +298,7 @@ class BatcherService:
                 # uncommitted and running it again is safe, so retry until it sticks.
                 log.exception("batch could not be stored; retrying", extra={"batch_id": batch.batch_id})
                 await asyncio.sleep(self._limits.store_retry_s)
+        self._service_estimate += 0.2 * ((self._clock() - started) - self._service_estimate)
         if state.tracker is not None:
             for item in batch.items:
                 state.tracker.finish(item.offset)

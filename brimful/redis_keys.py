@@ -11,6 +11,9 @@ class RedisKeys:
 
     - ``{prefix}:task:{task_id}``: hash with the task's status, timestamps, outputs or error.
     - ``{prefix}:stats``: hash of counters totalled across every batcher.
+    - ``{prefix}:policy``: hash of flush-policy parameters changed at run time.
+    - ``{prefix}:policy:history``: list of those changes, newest first (JSON).
+    - ``{prefix}:batcher:{member}``: one live batcher's status (JSON, short TTL).
     """
 
     prefix: str = "brimful"
@@ -21,3 +24,18 @@ class RedisKeys:
     @property
     def stats(self) -> str:
         return f"{self.prefix}:stats"
+
+    @property
+    def policy(self) -> str:
+        return f"{self.prefix}:policy"
+
+    @property
+    def policy_history(self) -> str:
+        return f"{self.prefix}:policy:history"
+
+    def batcher_status(self, member: str) -> str:
+        return f"{self.prefix}:batcher:{member}"
+
+    @property
+    def batcher_status_pattern(self) -> str:
+        return f"{self.prefix}:batcher:*"

@@ -91,6 +91,16 @@ class Settings(BaseSettings):
         512, ge=1, description="Rows a partition may hold unflushed before its fetching pauses."
     )
 
+    tuning_poll_ms: int = Field(
+        500, ge=50, description="How often batchers re-read live-tuned policy parameters from Redis."
+    )
+    trace_dir: str = Field(
+        "", description="Directory where batchers record arrival traces (Parquet) for `brimful simulate`; empty: off."
+    )
+    batcher_metrics_port: int = Field(
+        9108, ge=0, le=65535, description="Port of the batcher's Prometheus /metrics; 0: not served."
+    )
+
     # --- Retries ---------------------------------------------------------------------
     max_attempts: int = Field(3, ge=1, description="Model calls per batch before its tasks fail to the DLQ.")
     retry_backoff_ms: float = Field(100.0, ge=0, description="First retry delay; doubles per attempt.")

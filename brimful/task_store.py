@@ -60,6 +60,11 @@ class StatsField:
 
     ALL = (BATCHES_DISPATCHED, ROWS_DISPATCHED, PADDED_SLOTS, CALLS_FAILED, TASKS_DONE, TASKS_FAILED)
 
+    @staticmethod
+    def flushes(reason: str) -> str:
+        """Counter of batches flushed for ``reason`` (full, deadline, ...)."""
+        return f"flushes_{reason}"
+
 
 @dataclass(frozen=True)
 class TaskRecord:
@@ -180,4 +185,6 @@ class TaskStore:
         """Every counter, zero when never incremented."""
         raw = await self._redis.hgetall(self._keys.stats)
         values = {k.decode(): int(v) for k, v in raw.items()}
-        return {field: values.get(field, 0) for field in StatsField.ALL}
+        counters = {field: values.get(field, 0) for field in StatsField.ALL}
+        counters.update(sorted((k, v) for k, v in values.items() if k.startswith("flushes_")))
+        return counters

@@ -13,6 +13,9 @@ import logging
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable
 
+import numpy as np
+
+from brimful import metrics
 from brimful.model_signature import ModelSignature
 from brimful.task_store import StatsField, TaskStore, now_ms
 from brimful.tensor_codec import output_row_to_json, stack_rows
@@ -86,7 +89,9 @@ class BatchRunner:
         already_final = await self.store.final_among(item.task_id for item in batch.items)
         items = [item for item in batch.items if item.task_id not in already_final]
         outcome.skipped = len(batch.items) - len(items)
+        flushed = {StatsField.flushes(batch.reason): 1}
         if not items:
+            await self.store.add_stats(flushed)
             return outcome
         await self.store.mark_running(item.task_id for item in items)
 
@@ -100,34 +105,38 @@ class BatchRunner:
             StatsField.ROWS_DISPATCHED: len(items),
             StatsField.PADDED_SLOTS: self.signature.batch_size - len(items),
         }
+        partition = str(batch.partition)
+        endpoint = self.model.url
         attempt = 1
         while True:
             outcome.calls += 1
+            metrics.BATCH_ROWS.labels(partition).observe(len(items))
+            metrics.PADDED_SLOTS.labels(partition).inc(self.signature.batch_size - len(items))
             try:
-                outputs = await self.model.infer(padded, self.signature)
+                outputs = await self._call(padded, endpoint)
+                break
             except ModelCallError as error:
-                outcome.attempts.append(
-                    Attempt(at_ms=now_ms(), error_class=error.error_class.value, error_message=error.message)
-                )
-                await self.store.add_stats({**call_stats, StatsField.CALLS_FAILED: 1})
-                delay = self.retry.delay_before(attempt + 1)
-                log.warning(
-                    "model call failed",
-                    extra={
-                        "batch_id": batch.batch_id,
-                        "attempt": attempt,
-                        "error_class": error.error_class.value,
-                        "error": error.message,
-                        "retry_in_s": delay,
-                    },
-                )
-                if delay is None:
-                    await self._fail(batch, items, error, outcome)
-                    return outcome
-                await self._sleep(delay)
-                attempt += 1
-                continue
-            break
+                failure = error
+            outcome.attempts.append(
+                Attempt(at_ms=now_ms(), error_class=failure.error_class.value, error_message=failure.message)
+            )
+            await self.store.add_stats({**call_stats, StatsField.CALLS_FAILED: 1})
+            delay = self.retry.delay_before(attempt + 1)
+            log.warning(
+                "model call failed",
+                extra={
+                    "batch_id": batch.batch_id,
+                    "attempt": attempt,
+                    "error_class": failure.error_class.value,
+                    "error": failure.message,
+                    "retry_in_s": delay,
+                },
+            )
+            if delay is None:
+                await self._fail(batch, items, failure, outcome)
+                return outcome
+            await self._sleep(delay)
+            attempt += 1
 
         outputs = unpad(outputs, len(items))
         results = {
@@ -137,7 +146,10 @@ class BatchRunner:
             for row, item in enumerate(items)
         }
         outcome.done = await self.store.mark_done(results)
-        await self.store.add_stats({**call_stats, StatsField.TASKS_DONE: outcome.done})
+        await self.store.add_stats({**call_stats, **flushed, StatsField.TASKS_DONE: outcome.done})
+        finished_ms = now_ms()
+        for item in items:
+            metrics.TASK_LATENCY.observe(max(0, finished_ms - item.request.submitted_at_ms) / 1000)
         log.info(
             "batch done",
             extra={
@@ -149,6 +161,18 @@ class BatchRunner:
             },
         )
         return outcome
+
+    async def _call(self, padded: dict[str, np.ndarray], endpoint: str) -> dict[str, np.ndarray]:
+        metrics.IN_FLIGHT.labels(endpoint).inc()
+        try:
+            outputs = await self.model.infer(padded, self.signature)
+        except ModelCallError as error:
+            metrics.MODEL_CALLS.labels(endpoint, error.error_class.value).inc()
+            raise
+        finally:
+            metrics.IN_FLIGHT.labels(endpoint).dec()
+        metrics.MODEL_CALLS.labels(endpoint, "ok").inc()
+        return outputs
 
     async def _fail(self, batch: Batch, items: list[BatchItem], error: ModelCallError, outcome: BatchOutcome) -> None:
         failed_at = now_ms()
@@ -181,7 +205,7 @@ class BatchRunner:
                 "batch_id": batch.batch_id,
             },
         )
-        await self.store.add_stats({StatsField.TASKS_FAILED: outcome.failed})
+        await self.store.add_stats({StatsField.TASKS_FAILED: outcome.failed, StatsField.flushes(batch.reason): 1})
         for item in items:
             log.error(
                 "task failed to the DLQ",

@@ -1,0 +1,136 @@
+"""Changing the flush policy of every running batcher, without a restart.
+
+The parameters changed at run time live in Redis (``RedisKeys.policy``), overlaid on the
+settings' defaults. Batchers re-read them every ``poll_interval`` and apply them to
+their accumulators on the spot; a restarted batcher reads them at start. Every change is
+validated as a whole (an impossible combination is refused with the reason) and kept in
+a history with old and new values and the time.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from typing import Any, Mapping
+
+from redis.asyncio import Redis
+from redis.exceptions import WatchError
+
+from batcher.policy import PolicyParams
+from brimful.redis_keys import RedisKeys
+from brimful.settings import Settings
+from brimful.task_store import now_ms
+
+log = logging.getLogger("brimful.tuning")
+
+# Tunable parameter -> what it does. Times are in milliseconds, as in the settings.
+TUNABLE: dict[str, str] = {
+    "max_wait_ms": "no request waits longer than this for its batch to fill",
+    "min_wait_ms": "short deadline when traffic is too thin to fill a batch soon",
+    "rate_halflife_ms": "half-life of the arrival-rate estimate",
+    "fill_slack": "deadline = slack x expected time to fill the empty slots",
+    "min_worthwhile_rows": "wait past min_wait only if max_wait is expected to add this many rows",
+}
+_HISTORY_LENGTH = 200
+
+
+class TuningError(ValueError):
+    """A change that cannot be applied; the message says why."""
+
+
+def defaults_from_settings(settings: Settings) -> dict[str, float]:
+    return {name: float(getattr(settings, name)) for name in TUNABLE}
+
+
+def params_from_values(values: Mapping[str, float], batch_size: int) -> PolicyParams:
+    """The policy's parameters (seconds) from tunable values (milliseconds)."""
+    return PolicyParams(
+        batch_size=batch_size,
+        max_wait=values["max_wait_ms"] / 1000,
+        min_wait=values["min_wait_ms"] / 1000,
+        rate_halflife=values["rate_halflife_ms"] / 1000,
+        fill_slack=values["fill_slack"],
+        min_worthwhile_rows=values["min_worthwhile_rows"],
+    )
+
+
+def apply_changes(current: Mapping[str, float], changes: Mapping[str, Any], batch_size: int) -> dict[str, float]:
+    """The values after ``changes``, or TuningError naming what is wrong with them."""
+    if not changes:
+        raise TuningError(f"no parameters given; tunable: {', '.join(TUNABLE)}")
+    unknown = sorted(set(changes) - set(TUNABLE))
+    if unknown:
+        raise TuningError(f"unknown parameter(s): {', '.join(unknown)}; tunable: {', '.join(TUNABLE)}")
+    updated = dict(current)
+    for name, raw in changes.items():
+        if isinstance(raw, bool) or not isinstance(raw, (int, float, str)):
+            raise TuningError(f"{name} must be a number")
+        try:
+            value = float(raw)
+        except ValueError as error:
+            raise TuningError(f"{name} must be a number, got {raw!r}") from error
+        if not math.isfinite(value):
+            raise TuningError(f"{name} must be finite")
+        updated[name] = value
+    try:
+        params_from_values(updated, batch_size)
+    except ValueError as error:
+        raise TuningError(f"refused: {error} (with {_describe(updated)})") from error
+    return updated
+
+
+def _describe(values: Mapping[str, float]) -> str:
+    return ", ".join(f"{name}={values[name]:g}" for name in TUNABLE)
+
+
+class PolicyTuning:
+    """Reads and changes the live policy parameters shared by every batcher."""
+
+    def __init__(self, redis: Redis, keys: RedisKeys, defaults: Mapping[str, float], batch_size: int) -> None:
+        self._redis = redis
+        self._keys = keys
+        self.defaults = dict(defaults)
+        self.batch_size = batch_size
+
+    @classmethod
+    def from_settings(cls, settings: Settings, redis: Redis) -> "PolicyTuning":
+        return cls(redis, RedisKeys(settings.key_prefix), defaults_from_settings(settings), settings.batch_size)
+
+    async def values(self) -> dict[str, float]:
+        """Defaults overlaid with what was changed at run time."""
+        stored = await self._redis.hgetall(self._keys.policy)
+        values = dict(self.defaults)
+        for name, raw in stored.items():
+            key = name.decode()
+            if key in TUNABLE:
+                values[key] = float(raw)
+        return values
+
+    async def params(self) -> PolicyParams:
+        return params_from_values(await self.values(), self.batch_size)
+
+    async def update(self, changes: Mapping[str, Any], actor: str = "") -> dict[str, Any]:
+        """Validate and store a change atomically; returns ``{old, new, at_ms, actor}``."""
+        async with self._redis.pipeline(transaction=True) as pipe:
+            while True:
+                try:
+                    await pipe.watch(self._keys.policy)
+                    old = await self.values()
+                    new = apply_changes(old, changes, self.batch_size)
+                    entry = {"at_ms": now_ms(), "actor": actor, "old": old, "new": new}
+                    pipe.multi()
+                    pipe.hset(self._keys.policy, mapping={name: repr(new[name]) for name in TUNABLE})
+                    pipe.lpush(self._keys.policy_history, json.dumps(entry))
+                    pipe.ltrim(self._keys.policy_history, 0, _HISTORY_LENGTH - 1)
+                    await pipe.execute()
+                    break
+                except WatchError:
+                    continue  # another change landed first: validate against it
+        changed = {name: f"{old[name]:g} -> {new[name]:g}" for name in TUNABLE if old[name] != new[name]}
+        log.info("policy changed", extra={"changes": changed, "actor": actor, "at_ms": entry["at_ms"]})
+        return entry
+
+    async def history(self, limit: int = 20) -> list[dict[str, Any]]:
+        raw = await self._redis.lrange(self._keys.policy_history, 0, limit - 1)
+        return [json.loads(item) for item in raw]

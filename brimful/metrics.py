@@ -1,0 +1,43 @@
+"""Every Prometheus metric Brimful exports, named in one place.
+
+Each process (API, batcher) exports its own on ``/metrics``; Prometheus sums across
+processes. Labels: ``partition`` where the value belongs to one partition's accumulator,
+``endpoint`` for the model server a batch went to.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+_ROW_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 60, 63, 64)
+_WAIT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.5, 1.0, 2.5, 5.0)
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+# --- batcher: the accumulators -------------------------------------------------------
+FLUSHES = Counter("brimful_flushes", "Batches flushed from an accumulator, by reason.", ["partition", "reason"])
+QUEUE_WAIT = Histogram(
+    "brimful_queue_wait_seconds", "Time a row waited in its accumulator before its batch left.",
+    ["partition"], buckets=_WAIT_BUCKETS,
+)
+FLUSH_DEADLINE = Gauge(
+    "brimful_flush_deadline_seconds",
+    "Wait budget the policy gives the partition's current batch (0 when nothing waits).", ["partition"],
+)
+ARRIVAL_RATE = Gauge(
+    "brimful_arrival_rate_per_second", "Estimated arrival rate of the partition (EWMA).", ["partition"]
+)
+PENDING_ROWS = Gauge("brimful_pending_rows", "Rows waiting in the partition's accumulator.", ["partition"])
+
+# --- workers: model calls ------------------------------------------------------------
+BATCH_ROWS = Histogram(
+    "brimful_batch_rows", "Real rows (padding excluded) in each model call.", ["partition"], buckets=_ROW_BUCKETS
+)
+PADDED_SLOTS = Counter("brimful_padded_slots", "Filler rows sent to reach the fixed batch size.", ["partition"])
+MODEL_CALLS = Counter("brimful_model_calls", "Model calls, by outcome.", ["endpoint", "outcome"])
+IN_FLIGHT = Gauge("brimful_batches_in_flight", "Batches at the model right now.", ["endpoint"])
+TASK_LATENCY = Histogram(
+    "brimful_task_latency_seconds", "Submit-to-result time of tasks that completed.", buckets=_LATENCY_BUCKETS
+)
+
+# --- API -----------------------------------------------------------------------------
+TASKS_SUBMITTED = Counter("brimful_tasks_submitted", "Tasks accepted (answered 202).")
