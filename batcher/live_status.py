@@ -23,6 +23,10 @@ class StatusBoard:
             self._keys.batcher_status(member), json.dumps({"member": member, **snapshot}), px=int(ttl_s * 1000)
         )
 
+    async def remove(self, member: str) -> None:
+        """Take a stopping batcher off the board at once."""
+        await self._redis.delete(self._keys.batcher_status(member))
+
     async def read_all(self) -> list[dict[str, Any]]:
         keys = [key async for key in self._redis.scan_iter(match=self._keys.batcher_status_pattern, count=100)]
         if not keys:

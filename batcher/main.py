@@ -61,6 +61,10 @@ async def supervise(
             pass
     if recorder is not None:
         await asyncio.to_thread(recorder.flush)
+    try:
+        await board.remove(member)
+    except Exception as error:
+        log.warning("could not leave the status board", extra={"error": str(error)})
 
 
 async def wait_for_signature(model: TritonModel, stop: asyncio.Event) -> ModelSignature | None:

@@ -93,21 +93,18 @@ def bursty(rate_on: float, rate_off: float, period: float, duty: float, duration
     """Alternating phases: ``rate_on`` for ``duty`` of each ``period``, ``rate_off`` the rest."""
     rng = random.Random(seed)
     trace: Trace = {p: [] for p in range(partitions)}
-    now = 0.0
-    while now < duration:
-        phase = (now % period) / period
-        rate = rate_on if phase < duty else rate_off
-        boundary = (math.floor(now / period) + (duty if phase < duty else 1.0)) * period
-        if rate <= 0:
-            now = boundary
-            continue
-        step = rng.expovariate(rate)
-        if now + step >= boundary:
-            now = boundary  # memoryless: restart the draw at the phase change
-            continue
-        now += step
-        if now < duration:
-            trace[rng.randrange(partitions)].append(now)
+    cycles = math.ceil(duration / period)
+    for cycle in range(cycles):
+        start = cycle * period
+        middle = start + duty * period
+        for begin, end, rate in ((start, middle, rate_on), (middle, start + period, rate_off)):
+            end = min(end, duration)
+            now = begin
+            while rate > 0:
+                now += rng.expovariate(rate)
+                if now >= end:
+                    break
+                trace[rng.randrange(partitions)].append(now)
     return trace
 
 

@@ -1,59 +1,18 @@
-"""The ``brimful`` command: run the embedded stack, and (later) operate a live one."""
+"""The ``brimful`` command: run the embedded stack, tune and watch a live one, simulate."""
 
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
-import threading
-import time
-from pathlib import Path
-from types import FrameType
 
-from brimful.settings import get_settings
-from brimful.stack import EmbeddedStack, StackError
-
-
-def _up(args: argparse.Namespace) -> int:
-    settings = get_settings()
-    stack = EmbeddedStack(settings, Path(args.workdir), echo_service_logs=args.echo_logs)
-    stop = threading.Event()
-
-    def request_stop(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGINT, request_stop)
-    signal.signal(signal.SIGTERM, request_stop)
-    started = time.monotonic()
-    print("brimful: starting broker, redis, triton, batcher and api ...", file=sys.stderr)
-    try:
-        stack.start()
-    except StackError as error:
-        print(f"brimful: start failed: {error}", file=sys.stderr)
-        return 1
-    print(
-        f"brimful: ready in {time.monotonic() - started:.1f} s at {stack.api_url} "
-        f"(POST /v1/tasks, GET /v1/tasks/{{id}}, /v1/stats, /readyz); logs in {args.workdir}/logs; Ctrl-C stops",
-        file=sys.stderr,
-    )
-    while not stop.wait(1.0):
-        dead = [name for name, process in stack.processes.items() if not process.running()]
-        if dead:
-            print(f"brimful: {', '.join(dead)} exited; stopping the stack", file=sys.stderr)
-            break
-    print("brimful: stopping ...", file=sys.stderr)
-    stack.stop()
-    print("brimful: stopped", file=sys.stderr)
-    return 0
+from brimful.commands import simulate, stats, tune, up
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="brimful", description="Fill fixed-size inference batches from single requests.")
     commands = parser.add_subparsers(dest="command", required=True)
-    up = commands.add_parser("up", help="run the embedded stack on loopback until Ctrl-C")
-    up.add_argument("--workdir", default=".brimful", help="where logs and scratch data go (default: .brimful)")
-    up.add_argument("--echo-logs", action="store_true", help="print API and batcher logs here instead of to files")
-    up.set_defaults(handler=_up)
+    for command in (up, tune, stats, simulate):
+        command.register(commands)
     return parser
 
 

@@ -19,6 +19,7 @@ def stack_settings(**overrides: object) -> Settings:
         "redis_url": f"redis://127.0.0.1:{free_port()}/0",
         "triton_url": f"127.0.0.1:{free_port()}",
         "api_port": free_port(),
+        "batcher_metrics_port": free_port(),
     }
     values.update(overrides)
     return Settings(**values)  # type: ignore[arg-type]
@@ -33,7 +34,8 @@ def start_stack(workdir: Path, settings: Settings) -> EmbeddedStack:
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedStack]:
     """The whole default pipeline on loopback, shared by the integration tests."""
-    running = start_stack(tmp_path_factory.mktemp("stack"), stack_settings())
+    workdir = tmp_path_factory.mktemp("stack")
+    running = start_stack(workdir, stack_settings(trace_dir=str(workdir / "traces")))
     yield running
     running.stop()
 

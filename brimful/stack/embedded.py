@@ -23,6 +23,7 @@ from brimful.settings import Settings
 from brimful.stack.processes import (
     ManagedProcess,
     StackError,
+    http_json,
     http_ok,
     port_open,
     redis_answers,
@@ -91,6 +92,8 @@ class EmbeddedStack:
                 self.start_batcher()
             if with_api:
                 self.start_api()
+                if with_batcher:
+                    self.wait_for_batchers()
         except BaseException:
             self.stop()
             raise
@@ -153,6 +156,18 @@ class EmbeddedStack:
     def start_api(self) -> None:
         process = self._launch("api", [sys.executable, "-m", "api"], log_to_file=not self.echo_service_logs)
         wait_until(lambda: http_ok(f"{self.api_url}/readyz"), self.startup_timeout_s, "api", process)
+
+    def wait_for_batchers(self) -> float:
+        """Until the running batchers own every partition between them (group joined)."""
+
+        def assigned() -> bool:
+            stats = http_json(f"{self.api_url}/v1/stats")
+            if not stats:
+                return False
+            owned = {p for batcher in stats.get("batchers", []) for p in batcher.get("partitions", {})}
+            return len(owned) >= self.settings.topic_partitions
+
+        return wait_until(assigned, self.startup_timeout_s, "batcher partition assignment")
 
     def stop(self) -> None:
         """Stop everything, newest first; safe to call twice."""

@@ -1,0 +1,1 @@
+"""The ``brimful`` command's subcommands; each module registers its parser and handler."""

@@ -1,0 +1,93 @@
+"""The simulator replays traces through the same policy objects the live batcher uses."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from batcher import traces
+from batcher.policy import PolicyParams
+from batcher.simulator import simulate
+from batcher.tuning import TuningError, apply_changes
+
+PARAMS = PolicyParams(batch_size=64, max_wait=0.25, min_wait=0.02)
+
+
+def test_dense_traffic_makes_full_batches() -> None:
+    trace = traces.poisson(rate=4000, duration=5, seed=1)
+    result = simulate(trace, PARAMS, service_time=0.005)
+    assert result.rows == len(trace[0])
+    assert result.mean_rows_per_batch > 63.5
+    assert result.flushes["full"] >= result.batches - 1
+    assert result.wait_quantile(0.99) < 0.05  # 64 rows at 4,000/s arrive in 16 ms
+
+
+def test_a_trickle_is_flushed_row_by_row_on_the_short_deadline() -> None:
+    trace = {0: [i * 1.0 for i in range(20)]}  # one row a second
+    result = simulate(trace, PARAMS)
+    assert result.batches == 20
+    assert result.mean_rows_per_batch == 1
+    assert result.wait_quantile(1.0) == pytest.approx(PARAMS.min_wait)
+    assert result.padded_share == pytest.approx(63 / 64)
+
+
+def test_no_row_waits_past_max_wait_in_replay() -> None:
+    trace = traces.bursty(rate_on=3000, rate_off=30, period=2, duty=0.3, duration=20, partitions=2, seed=3)
+    result = simulate(trace, PARAMS)
+    assert result.rows == sum(len(t) for t in trace.values())
+    assert max(result.waits_s) <= PARAMS.max_wait + 1e-9
+
+
+def test_a_busy_model_holds_batches_back_and_they_fill_meanwhile() -> None:
+    trace = traces.poisson(rate=1000, duration=5, seed=2)
+    idle = simulate(trace, PolicyParams(batch_size=64, max_wait=0.01, min_wait=0.01), service_time=0.001)
+    busy = simulate(trace, PolicyParams(batch_size=64, max_wait=0.01, min_wait=0.01), service_time=0.05, max_in_flight=1)
+    assert busy.mean_rows_per_batch > idle.mean_rows_per_batch
+    assert busy.batches < idle.batches
+
+
+def test_generated_traces_have_their_rates(tmp_path: Path) -> None:
+    poisson = traces.poisson(rate=500, duration=20, partitions=4, seed=5)
+    assert sum(len(t) for t in poisson.values()) == pytest.approx(10_000, rel=0.05)
+    assert all(len(t) == pytest.approx(2500, rel=0.1) for t in poisson.values())
+    bursty = traces.bursty(rate_on=1000, rate_off=0, period=10, duty=0.5, duration=20, seed=5)
+    arrivals = bursty[0]
+    assert all((t % 10) < 5 for t in arrivals)  # nothing arrives while off
+    assert len(arrivals) == pytest.approx(10_000, rel=0.05)
+    ramp = traces.ramp(rate_from=0, rate_to=1000, duration=10, seed=5)[0]
+    first_half = sum(1 for t in ramp if t < 5)
+    assert first_half == pytest.approx(len(ramp) / 4, rel=0.1)  # integral of a linear ramp
+
+
+def test_traces_round_trip_through_parquet_files_and_directories(tmp_path: Path) -> None:
+    trace = traces.poisson(rate=100, duration=5, partitions=3, seed=7)
+    traces.write_trace(trace, tmp_path / "one.parquet")
+    assert traces.read_trace(tmp_path / "one.parquet") == trace
+    recorder = traces.ArrivalRecorder(tmp_path / "recorded", member="m")
+    for partition, times in trace.items():
+        for t in times:
+            recorder.record(partition, t)
+    assert recorder.flush() is not None
+    recorder.record(0, 99.0)
+    assert recorder.flush() is not None
+    assert recorder.flush() is None  # nothing new
+    recorded = traces.read_trace(tmp_path / "recorded")
+    assert recorded[0] == sorted(trace[0] + [99.0])
+    assert recorded[1] == trace[1]
+
+
+def test_policy_changes_are_validated_as_a_whole() -> None:
+    current = {"max_wait_ms": 250.0, "min_wait_ms": 20.0, "rate_halflife_ms": 500.0, "fill_slack": 1.25,
+               "min_worthwhile_rows": 4.0}
+    assert apply_changes(current, {"max_wait_ms": "100"}, 64)["max_wait_ms"] == 100.0
+    with pytest.raises(TuningError, match="min_wait"):
+        apply_changes(current, {"max_wait_ms": 10}, 64)
+    with pytest.raises(TuningError, match="unknown parameter.*batch_size"):
+        apply_changes(current, {"batch_size": 32}, 64)
+    with pytest.raises(TuningError, match="must be a number"):
+        apply_changes(current, {"max_wait_ms": "soon"}, 64)
+    with pytest.raises(TuningError, match="finite"):
+        apply_changes(current, {"max_wait_ms": "inf"}, 64)
+    with pytest.raises(TuningError, match="no parameters"):
+        apply_changes(current, {}, 64)
