@@ -30,6 +30,7 @@ class Accumulator(Generic[T]):
     def __init__(self, policy: WaitOrFullPolicy) -> None:
         self.policy = policy
         self.rate = ArrivalRate(policy.params.rate_halflife)
+        self.patient = False  # the policy's waiting mode, updated as rows arrive
         self._pending: deque[Pending[T]] = deque()
 
     def __len__(self) -> int:
@@ -49,6 +50,7 @@ class Accumulator(Generic[T]):
     def add(self, item: T, now: float, flush_by: float | None = None) -> None:
         """A row arrived."""
         self.rate.observe(now)
+        self.patient = self.policy.is_patient(self.rate.rate(now), self.patient)
         self._pending.append(Pending(item, now, flush_by))
 
     def plan(self, now: float) -> FlushPlan | None:
@@ -62,6 +64,7 @@ class Accumulator(Generic[T]):
             oldest_arrival=self._pending[0].arrived_at,
             rate=self.rate.rate(now),
             earliest_request_deadline=min(deadlines) if deadlines else None,
+            patient=self.patient,
         )
 
     def due(self, now: float) -> FlushReason | None:

@@ -4,12 +4,15 @@ A partition's batch is flushed when it holds ``batch_size`` rows, or when its
 deadline passes. The deadline follows from the measured arrival rate and the empty
 slots of the batch (docs/batching.md states it exactly):
 
-- traffic too thin to fill a batch soon -> flush after ``min_wait`` (nothing waits
-  for a batch that will never fill);
-- traffic that fills the batch within ``max_wait`` -> wait ``fill_slack`` times the
-  expected time to fill, never past ``max_wait``;
-- traffic in between -> wait up to ``max_wait`` while that still gathers at least
-  ``min_worthwhile_rows`` more rows.
+- traffic too thin for waiting to pay -> flush after ``min_wait`` (nothing waits for
+  a batch that will never fill);
+- otherwise -> wait ``fill_slack`` times the expected time to fill the empty slots,
+  never past ``max_wait``.
+
+Waiting "pays" when ``max_wait`` is expected to gather ``min_worthwhile_rows`` more rows.
+The test has hysteresis: a partition that is waiting keeps waiting until the expected
+gain falls below half of that. Without it, a rate estimate that wobbles around the
+threshold mixes short and long waits, which costs fill without lowering the p99 wait.
 
 Nothing here reads a clock or does I/O: the live batcher and the simulator pass
 ``now`` in, so both run this same code.
@@ -69,7 +72,7 @@ class ArrivalRate:
     reading, never S, so it costs a steady stream almost no bias.
     """
 
-    gap_factor = 2.0
+    gap_factor = 3.0
 
     def __init__(self, halflife: float) -> None:
         self._tau = halflife / math.log(2)
@@ -128,17 +131,24 @@ class WaitOrFullPolicy:
     def __init__(self, params: PolicyParams) -> None:
         self.params = params
 
-    def wait_budget(self, pending: int, rate: float, waited: float) -> float:
+    def is_patient(self, rate: float, was_patient: bool) -> bool:
+        """Whether waiting pays at this rate; hysteresis keeps a patient partition
+        patient until the expected gain halves."""
+        threshold = self.params.min_worthwhile_rows / 2 if was_patient else self.params.min_worthwhile_rows
+        return rate * self.params.max_wait >= threshold
+
+    def wait_budget(self, pending: int, rate: float, waited: float, patient: bool = False) -> float:
         """Total time the oldest pending row may wait, given what is known now.
 
         ``pending`` rows wait, the oldest for ``waited`` seconds; ``rate`` is the
-        estimated arrival rate. The result is within [min_wait, max_wait].
+        estimated arrival rate; ``patient`` is the partition's mode (``is_patient``).
+        The result is within [min_wait, max_wait].
         """
         p = self.params
         empty = p.batch_size - pending
         if empty <= 0:
             return 0.0
-        if rate * p.max_wait < p.min_worthwhile_rows:
+        if not self.is_patient(rate, patient):
             return p.min_wait
         expected_fill = empty / rate
         return min(p.max_wait, max(p.min_wait, waited + p.fill_slack * expected_fill))
@@ -150,6 +160,7 @@ class WaitOrFullPolicy:
         oldest_arrival: float,
         rate: float,
         earliest_request_deadline: float | None = None,
+        patient: bool = False,
     ) -> FlushPlan:
         """The flush time of a batch of ``pending`` rows whose oldest arrived at ``oldest_arrival``.
 
@@ -159,7 +170,7 @@ class WaitOrFullPolicy:
         if pending >= self.params.batch_size:
             return FlushPlan(now, FlushReason.FULL)
         waited = max(0.0, now - oldest_arrival)
-        at = oldest_arrival + self.wait_budget(pending, rate, waited)
+        at = oldest_arrival + self.wait_budget(pending, rate, waited, patient)
         if earliest_request_deadline is not None and earliest_request_deadline < at:
             return FlushPlan(earliest_request_deadline, FlushReason.REQUEST_DEADLINE)
         return FlushPlan(at, FlushReason.DEADLINE)

@@ -143,11 +143,12 @@ class BatcherService:
             rate = accumulator.rate.rate(now)
             oldest = accumulator.oldest_arrival
             waited = 0.0 if oldest is None else now - oldest
-            budget = accumulator.policy.wait_budget(max(1, len(accumulator)), rate, waited)
+            budget = accumulator.policy.wait_budget(max(1, len(accumulator)), rate, waited, accumulator.patient)
             partitions[str(number)] = {
                 "arrival_rate": round(rate, 3),
                 "wait_budget_s": round(budget, 4),
                 "pending": len(accumulator),
+                "patient": accumulator.patient,
                 "in_flight": len(state.in_flight),
                 "committed": state.committed,
             }

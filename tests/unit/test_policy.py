@@ -190,3 +190,13 @@ def test_invalid_parameters_are_refused() -> None:
         PolicyParams(batch_size=0)
     with pytest.raises(ValueError, match="fill_slack"):
         PolicyParams(fill_slack=0.5)
+
+
+def test_waiting_mode_has_hysteresis_around_the_worthwhile_threshold() -> None:
+    policy = WaitOrFullPolicy(PARAMS)  # threshold: 4 rows in 250 ms = 16 req/s; half: 8 req/s
+    assert not policy.is_patient(rate=12, was_patient=False)  # a cold partition does not start waiting
+    assert policy.is_patient(rate=12, was_patient=True)  # a waiting one keeps waiting through a dip
+    assert not policy.is_patient(rate=7, was_patient=True)  # until the gain halves
+    assert policy.is_patient(rate=16, was_patient=False)
+    assert policy.wait_budget(1, rate=12, waited=0.0, patient=True) == PARAMS.max_wait
+    assert policy.wait_budget(1, rate=12, waited=0.0, patient=False) == PARAMS.min_wait
