@@ -25,6 +25,7 @@ from brimful.redis_keys import RedisKeys
 from brimful.settings import Settings, get_settings
 from brimful.task_store import TaskStore
 from workers.batch_runner import BatchRunner
+from workers.circuit_breaker import CircuitBreaker
 from workers.dead_letters import DeadLetterWriter
 from workers.retry_policy import RetryPolicy
 from workers.triton_model import TritonModel
@@ -107,6 +108,10 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
                 base_delay=settings.retry_backoff_ms / 1000,
                 max_delay=settings.retry_backoff_max_ms / 1000,
             ),
+            breaker=CircuitBreaker(
+                failure_threshold=settings.breaker_failure_threshold, max_open_s=settings.breaker_max_open_s
+            ),
+            transient_give_up_s=settings.transient_give_up_s,
         )
         member = f"{socket.gethostname()}-{os.getpid()}"
         recorder = ArrivalRecorder(Path(settings.trace_dir), member) if settings.trace_dir else None

@@ -95,6 +95,7 @@ class BatcherService:
         self._service_estimate = 0.05
         self._partitions: dict[int, PartitionState] = {}
         self._in_flight_total = 0
+        self._paused_for_outage = False  # all partitions paused while the model is unreachable
         self._wakeup = asyncio.Event()
         self._commit_wanted = asyncio.Event()
 
@@ -158,6 +159,7 @@ class BatcherService:
             metrics.PENDING_ROWS.labels(label).set(len(accumulator))
         return {
             "partitions": partitions,
+            "paused_for_outage": self._paused_for_outage,
             "in_flight": self._in_flight_total,
             "service_estimate_s": round(self._service_estimate, 4),
         }
@@ -173,15 +175,15 @@ class BatcherService:
         try:
             while not stop.is_set():
                 wake = asyncio.create_task(self._wakeup.wait())
-                await asyncio.wait(
-                    {wake, stop_wait, fetcher},
-                    timeout=self._seconds_to_next_flush(),
-                    return_when=asyncio.FIRST_COMPLETED,
-                )
+                timeout = self._seconds_to_next_flush()
+                if self._paused_for_outage:
+                    timeout = 0.25 if timeout is None else min(timeout, 0.25)  # watch for recovery
+                await asyncio.wait({wake, stop_wait, fetcher}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
                 wake.cancel()
                 self._wakeup.clear()
                 if fetcher.done():
                     fetcher.result()  # the fetch loop only ends by raising: surface it
+                self._follow_model_health()
                 self._dispatch_due()
         finally:
             fetcher.cancel()
@@ -246,9 +248,23 @@ class BatcherService:
                 self._consumer.pause(tp)
                 state.paused = True
 
+    def _follow_model_health(self) -> None:
+        """Pause every partition while the model's circuit is open, so an outage costs
+        neither retries nor dead letters; resume by itself once it closes."""
+        healthy = self._runner.healthy
+        if not healthy and not self._paused_for_outage:
+            self._paused_for_outage = True
+            self._consumer.pause(*[state.tp for state in self._partitions.values()])
+            log.warning("model unreachable: consumption paused", extra={"partitions": sorted(self._partitions)})
+        elif healthy and self._paused_for_outage:
+            self._paused_for_outage = False
+            self._consumer.resume(*[state.tp for state in self._partitions.values() if not state.paused])
+            log.info("model reachable again: consumption resumed", extra={"partitions": sorted(self._partitions)})
+
     def _has_slot(self, state: PartitionState) -> bool:
         return (
-            self._in_flight_total < self._limits.max_in_flight
+            not self._paused_for_outage
+            and self._in_flight_total < self._limits.max_in_flight
             and len(state.in_flight) < self._limits.max_in_flight_per_partition
         )
 
@@ -266,8 +282,9 @@ class BatcherService:
                     break
                 self._start_batch(state, state.accumulator.take(), reason)
             if state.paused and len(state.accumulator) < self._limits.max_pending_per_partition // 2:
-                self._consumer.resume(state.tp)
                 state.paused = False
+                if not self._paused_for_outage:
+                    self._consumer.resume(state.tp)
 
     def _start_batch(self, state: PartitionState, rows: list[Pending[BatchItem]], reason: FlushReason) -> None:
         now = self._clock()

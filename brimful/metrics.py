@@ -33,6 +33,9 @@ BATCH_ROWS = Histogram(
     "brimful_batch_rows", "Real rows (padding excluded) in each model call.", ["partition"], buckets=_ROW_BUCKETS
 )
 PADDED_SLOTS = Counter("brimful_padded_slots", "Filler rows sent to reach the fixed batch size.", ["partition"])
+ISOLATION_CALLS = Counter(
+    "brimful_isolation_calls", "Extra model calls made on split batches to isolate failing rows."
+)
 MODEL_CALLS = Counter("brimful_model_calls", "Model calls, by outcome.", ["endpoint", "outcome"])
 IN_FLIGHT = Gauge("brimful_batches_in_flight", "Batches at the model right now.", ["endpoint"])
 TASK_LATENCY = Histogram(

@@ -105,6 +105,13 @@ class Settings(BaseSettings):
     max_attempts: int = Field(3, ge=1, description="Model calls per batch before its tasks fail to the DLQ.")
     retry_backoff_ms: float = Field(100.0, ge=0, description="First retry delay; doubles per attempt.")
     retry_backoff_max_ms: float = Field(2000.0, ge=0, description="Cap on the retry delay.")
+    transient_give_up_s: float = Field(
+        900.0, gt=0, description="An outage of the model longer than this fails its batches to the DLQ."
+    )
+    breaker_failure_threshold: int = Field(
+        3, ge=1, description="Transient failures in a row that open the model endpoint's circuit."
+    )
+    breaker_max_open_s: float = Field(5.0, gt=0, description="Longest wait between probes of an unreachable model.")
 
     # --- API -------------------------------------------------------------------------
     api_host: str = Field("127.0.0.1", description="Address the API listens on.")

@@ -1,15 +1,25 @@
 """Run one batch: pad it to the model's size, call the model, unpad, store every result.
 
-A batch that keeps failing is retried per the RetryPolicy; when the attempts are used
-up its tasks become ``failed`` and their requests go to the DLQ. Running the same
-batch twice is harmless: final tasks are skipped and the store lets a task reach a
-final state once.
+Failures are handled by class (``workers.model_errors``):
+
+- **transient** (server unreachable, timeout, model still loading): the endpoint's
+  circuit breaker paces the retries and the batcher pauses consumption while it is open;
+  such retries use up no attempts, so an outage sends nothing to the DLQ. Only an outage
+  longer than ``transient_give_up_s`` does.
+- **the model rejects the batch** (model error, malformed request): the batch is split in
+  halves, each padded back to the full size, until the failing rows are alone; the good
+  rows complete. A row that still fails alone is retried up to ``max_attempts`` calls in
+  all, then its task becomes ``failed`` and its request goes to the DLQ.
+
+Running the same batch twice is harmless: final tasks are skipped and the store lets a
+task reach a final state once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable
 
@@ -20,6 +30,7 @@ from brimful.model_signature import ModelSignature
 from brimful.task_store import StatsField, TaskStore, now_ms
 from brimful.tensor_codec import output_row_to_json, stack_rows
 from schemas import Attempt, DeadLetter, TaskRequest
+from workers.circuit_breaker import BreakerState, CircuitBreaker
 from workers.dead_letters import DeadLetterWriter
 from workers.model_errors import ModelCallError
 from workers.padding import pad_batch, unpad
@@ -60,11 +71,35 @@ class BatchOutcome:
     failed: int = 0
     skipped: int = 0
     calls: int = 0
-    attempts: list[Attempt] = field(default_factory=list)
+    isolation_calls: int = 0  # calls made on halves to find poison rows
+    transient_failures: int = 0
+
+
+@dataclass
+class _Attempts:
+    """Failed calls per task, for the dead letters."""
+
+    by_task: dict[str, list[Attempt]] = field(default_factory=dict)
+
+    def record(self, items: list[BatchItem], error: ModelCallError) -> None:
+        attempt = Attempt(at_ms=now_ms(), error_class=error.error_class.value, error_message=error.message)
+        for item in items:
+            self.by_task.setdefault(item.task_id, []).append(attempt)
+
+    def of(self, item: BatchItem) -> list[Attempt]:
+        return self.by_task.get(item.task_id, [])
+
+
+class TransientOutageTooLong(Exception):
+    """Transient failures outlasted ``transient_give_up_s``."""
+
+    def __init__(self, error: ModelCallError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 class BatchRunner:
-    """Executes batches against one model; shared by all partitions of a batcher."""
+    """Executes batches against one model endpoint; shared by all partitions of a batcher."""
 
     def __init__(
         self,
@@ -73,14 +108,25 @@ class BatchRunner:
         store: TaskStore,
         dead_letters: DeadLetterWriter,
         retry: RetryPolicy,
+        breaker: CircuitBreaker | None = None,
+        transient_give_up_s: float = 900.0,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.model = model
         self.signature = signature
         self.store = store
         self.dead_letters = dead_letters
         self.retry = retry
+        self.breaker = breaker or CircuitBreaker()
+        self.transient_give_up_s = transient_give_up_s
         self._sleep = sleep
+        self._clock = clock
+
+    @property
+    def healthy(self) -> bool:
+        """False while the endpoint's circuit is open: the batcher stops consuming."""
+        return self.breaker.state(self._clock()) is BreakerState.CLOSED
 
     async def run(self, batch: Batch) -> BatchOutcome:
         """Run the batch to a final state for every task in it; raises only on store or
@@ -89,80 +135,115 @@ class BatchRunner:
         already_final = await self.store.final_among(item.task_id for item in batch.items)
         items = [item for item in batch.items if item.task_id not in already_final]
         outcome.skipped = len(batch.items) - len(items)
-        flushed = {StatsField.flushes(batch.reason): 1}
-        if not items:
-            await self.store.add_stats(flushed)
-            return outcome
-        await self.store.mark_running(item.task_id for item in items)
-
-        inputs = {
-            spec.name: stack_rows(spec, [item.request.inputs[spec.name] for item in items])
-            for spec in self.signature.inputs
-        }
-        padded = pad_batch(inputs, self.signature.batch_size)
-        call_stats = {
-            StatsField.BATCHES_DISPATCHED: 1,
-            StatsField.ROWS_DISPATCHED: len(items),
-            StatsField.PADDED_SLOTS: self.signature.batch_size - len(items),
-        }
-        partition = str(batch.partition)
-        endpoint = self.model.url
-        attempt = 1
-        while True:
-            outcome.calls += 1
-            metrics.BATCH_ROWS.labels(partition).observe(len(items))
-            metrics.PADDED_SLOTS.labels(partition).inc(self.signature.batch_size - len(items))
-            try:
-                outputs = await self._call(padded, endpoint)
-                break
-            except ModelCallError as error:
-                failure = error
-            outcome.attempts.append(
-                Attempt(at_ms=now_ms(), error_class=failure.error_class.value, error_message=failure.message)
-            )
-            await self.store.add_stats({**call_stats, StatsField.CALLS_FAILED: 1})
-            delay = self.retry.delay_before(attempt + 1)
-            log.warning(
-                "model call failed",
-                extra={
-                    "batch_id": batch.batch_id,
-                    "attempt": attempt,
-                    "error_class": failure.error_class.value,
-                    "error": failure.message,
-                    "retry_in_s": delay,
-                },
-            )
-            if delay is None:
-                await self._fail(batch, items, failure, outcome)
-                return outcome
-            await self._sleep(delay)
-            attempt += 1
-
-        outputs = unpad(outputs, len(items))
-        results = {
-            item.task_id: {
-                spec.name: output_row_to_json(spec, outputs[spec.name][row]) for spec in self.signature.outputs
-            }
-            for row, item in enumerate(items)
-        }
-        outcome.done = await self.store.mark_done(results)
-        await self.store.add_stats({**call_stats, **flushed, StatsField.TASKS_DONE: outcome.done})
-        finished_ms = now_ms()
-        for item in items:
-            metrics.TASK_LATENCY.observe(max(0, finished_ms - item.request.submitted_at_ms) / 1000)
+        if items:
+            await self.store.mark_running(item.task_id for item in items)
+            await self._resolve(batch, items, _Attempts(), outcome, isolating=False)
+        await self.store.add_stats({StatsField.flushes(batch.reason): 1})
         log.info(
-            "batch done",
+            "batch finished",
             extra={
                 "batch_id": batch.batch_id,
                 "partition": batch.partition,
                 "rows": len(items),
                 "reason": batch.reason,
+                "done": outcome.done,
+                "failed": outcome.failed,
+                "skipped": outcome.skipped,
                 "calls": outcome.calls,
+                "isolation_calls": outcome.isolation_calls,
             },
         )
         return outcome
 
-    async def _call(self, padded: dict[str, np.ndarray], endpoint: str) -> dict[str, np.ndarray]:
+    async def _resolve(
+        self, batch: Batch, items: list[BatchItem], attempts: _Attempts, outcome: BatchOutcome, isolating: bool
+    ) -> None:
+        """Bring every item to done or failed, splitting on model errors."""
+        non_transient_calls = 0
+        while True:
+            try:
+                outputs = await self._call_through_outages(batch, items, attempts, outcome, isolating)
+            except TransientOutageTooLong as gave_up:
+                await self._fail(batch, items, gave_up.error, attempts, outcome)
+                return
+            except ModelCallError as error:
+                non_transient_calls += 1
+                if len(items) > 1:
+                    middle = len(items) // 2
+                    log.warning(
+                        "model refused a batch; splitting it to find the failing rows",
+                        extra={"batch_id": batch.batch_id, "rows": len(items), "error": error.message},
+                    )
+                    for half in (items[:middle], items[middle:]):
+                        await self._resolve(batch, half, attempts, outcome, isolating=True)
+                    return
+                delay = self.retry.delay_before(non_transient_calls + 1)
+                if delay is None:
+                    await self._fail(batch, items, error, attempts, outcome)
+                    return
+                await self._sleep(delay)
+                continue
+            await self._store_outputs(items, outputs, outcome)
+            return
+
+    async def _call_through_outages(
+        self, batch: Batch, items: list[BatchItem], attempts: _Attempts, outcome: BatchOutcome, isolating: bool
+    ) -> dict[str, np.ndarray]:
+        """One successful call, waiting out transient failures; raises ModelCallError
+        for what the model itself refused."""
+        inputs = {
+            spec.name: stack_rows(spec, [item.request.inputs[spec.name] for item in items])
+            for spec in self.signature.inputs
+        }
+        padded = pad_batch(inputs, self.signature.batch_size)
+        partition = str(batch.partition)
+        call_stats = {
+            StatsField.BATCHES_DISPATCHED: 1,
+            StatsField.ROWS_DISPATCHED: len(items),
+            StatsField.PADDED_SLOTS: self.signature.batch_size - len(items),
+        }
+        outage_started: float | None = None
+        transient_retries = 0
+        while True:
+            await self._wait_for_breaker()
+            outcome.calls += 1
+            if isolating:
+                outcome.isolation_calls += 1
+                metrics.ISOLATION_CALLS.inc()
+            metrics.BATCH_ROWS.labels(partition).observe(len(items))
+            metrics.PADDED_SLOTS.labels(partition).inc(self.signature.batch_size - len(items))
+            try:
+                outputs = await self._call(padded)
+            except ModelCallError as error:
+                attempts.record(items, error)
+                await self.store.add_stats({**call_stats, StatsField.CALLS_FAILED: 1})
+                if not error.error_class.is_transient:
+                    self.breaker.record_success()  # the endpoint answered; the batch is the problem
+                    raise
+                now = self._clock()
+                self.breaker.record_failure(now)
+                outcome.transient_failures += 1
+                outage_started = outage_started if outage_started is not None else now
+                if now - outage_started > self.transient_give_up_s:
+                    raise TransientOutageTooLong(error) from error
+                transient_retries += 1
+                log.warning(
+                    "model unreachable; will retry",
+                    extra={"batch_id": batch.batch_id, "error_class": error.error_class.value, "error": error.message,
+                           "breaker": self.breaker.state(now).value},
+                )
+                await self._sleep(self.retry.delay_before(min(transient_retries + 1, self.retry.max_attempts)) or 0.0)
+                continue
+            self.breaker.record_success()
+            await self.store.add_stats(call_stats)
+            return outputs
+
+    async def _wait_for_breaker(self) -> None:
+        while not self.breaker.allow(self._clock()):
+            await self._sleep(min(0.25, max(0.01, self.breaker.seconds_until_allowed(self._clock()))))
+
+    async def _call(self, padded: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        endpoint = self.model.url
         metrics.IN_FLIGHT.labels(endpoint).inc()
         try:
             outputs = await self.model.infer(padded, self.signature)
@@ -174,7 +255,24 @@ class BatchRunner:
         metrics.MODEL_CALLS.labels(endpoint, "ok").inc()
         return outputs
 
-    async def _fail(self, batch: Batch, items: list[BatchItem], error: ModelCallError, outcome: BatchOutcome) -> None:
+    async def _store_outputs(self, items: list[BatchItem], outputs: dict[str, np.ndarray], outcome: BatchOutcome) -> None:
+        outputs = unpad(outputs, len(items))
+        results = {
+            item.task_id: {
+                spec.name: output_row_to_json(spec, outputs[spec.name][row]) for spec in self.signature.outputs
+            }
+            for row, item in enumerate(items)
+        }
+        done = await self.store.mark_done(results)
+        outcome.done += done
+        await self.store.add_stats({StatsField.TASKS_DONE: done})
+        finished_ms = now_ms()
+        for item in items:
+            metrics.TASK_LATENCY.observe(max(0, finished_ms - item.request.submitted_at_ms) / 1000)
+
+    async def _fail(
+        self, batch: Batch, items: list[BatchItem], error: ModelCallError, attempts: _Attempts, outcome: BatchOutcome
+    ) -> None:
         failed_at = now_ms()
         batch_task_ids = [item.task_id for item in batch.items]
         letters = [
@@ -182,7 +280,7 @@ class BatchRunner:
                 request=item.request,
                 error_class=error.error_class.value,
                 error_message=error.message,
-                attempts=outcome.attempts,
+                attempts=attempts.of(item),
                 batch_id=batch.batch_id,
                 batch_task_ids=batch_task_ids,
                 model=self.signature.name,
@@ -196,16 +294,18 @@ class BatchRunner:
         # The dead letter is written before the task reads ``failed``: a crash in
         # between repeats the batch, never loses the request.
         await self.dead_letters.write(letters)
-        outcome.failed = await self.store.mark_failed(
-            (item.task_id for item in items),
-            {
-                "class": error.error_class.value,
-                "message": error.message,
-                "attempts": len(outcome.attempts),
-                "batch_id": batch.batch_id,
-            },
-        )
-        await self.store.add_stats({StatsField.TASKS_FAILED: outcome.failed, StatsField.flushes(batch.reason): 1})
+        for item in items:
+            failed = await self.store.mark_failed(
+                [item.task_id],
+                {
+                    "class": error.error_class.value,
+                    "message": error.message,
+                    "attempts": len(attempts.of(item)),
+                    "batch_id": batch.batch_id,
+                },
+            )
+            outcome.failed += failed
+        await self.store.add_stats({StatsField.TASKS_FAILED: len(items)})
         for item in items:
             log.error(
                 "task failed to the DLQ",

@@ -18,7 +18,7 @@ from types import FrameType
 
 import numpy as np
 
-from workers.reference_model import MODEL_NAME, reference_infer
+from workers.reference_model import MODEL_NAME, ReferenceModel
 
 log = logging.getLogger("brimful.model_host")
 
@@ -40,14 +40,16 @@ def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
-def serve(grpc_port: int, http_port: int, metrics_port: int, batch_size: int, workspace: Path) -> None:
+def serve(
+    grpc_port: int, http_port: int, metrics_port: int, batch_size: int, workspace: Path, model: ReferenceModel
+) -> None:
     """Start Triton with the reference model bound and block until interrupted."""
     _ensure_libpython_on_path()
     from pytriton.model_config import ModelConfig, Tensor
     from pytriton.triton import Triton, TritonConfig
 
     def infer(requests: list) -> list[dict[str, np.ndarray]]:
-        return [reference_infer(request["TEXT"]) for request in requests]
+        return [model(request["TEXT"]) for request in requests]
 
     config = TritonConfig(
         grpc_port=grpc_port,
@@ -85,6 +87,9 @@ def main() -> None:
     parser.add_argument("--metrics-port", type=int, default=None, help="default: grpc port + 1")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--workspace", type=Path, default=None)
+    parser.add_argument("--call-ms", type=float, default=0.0, help="every call takes at least this long (GPU-like)")
+    parser.add_argument("--hang-ms", type=float, default=3000.0, help="how long a '!hang-once' row hangs its call")
+    parser.add_argument("--fault-file", type=Path, default=None, help="'!flaky' rows fail while this file exists")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO)
     # PyTriton creates the workspace itself and refuses one that already exists.
@@ -95,6 +100,7 @@ def main() -> None:
         metrics_port=args.metrics_port if args.metrics_port is not None else args.grpc_port + 1,
         batch_size=args.batch_size,
         workspace=workspace,
+        model=ReferenceModel(call_s=args.call_ms / 1000, hang_s=args.hang_ms / 1000, fault_file=args.fault_file),
     )
 
 

@@ -4,17 +4,29 @@ Input ``TEXT`` (one UTF-8 string per row); outputs ``SHA256`` (lowercase hex dig
 the row's bytes) and ``LENGTH`` (its byte length, int64). It is served with a fixed
 shape of exactly ``batch_size`` rows, so Triton itself refuses any other call.
 
-Fault hook: a call fails with a model error when any row's TEXT starts with ``!fail``.
+Fault hooks (documented, for fault-injection tests and drills):
+
+- a call fails with a model error when any row's TEXT starts with ``!fail``;
+- a call fails with a model error when a row starts with ``!flaky`` *and* the fault file
+  exists (the model host's ``--fault-file``): a fault that can be switched off;
+- a call hangs for ``hang_s`` the first time it sees a row starting with ``!hang-once``.
+
+``ReferenceModel(call_s=...)`` also makes every call take at least ``call_s``: a
+stand-in for a memory-bound GPU model whose cost does not depend on the real rows.
 """
 
 from __future__ import annotations
 
 import hashlib
+import time
+from pathlib import Path
 
 import numpy as np
 
 MODEL_NAME = "brimful_reference"
 FAIL_PREFIX = b"!fail"
+FLAKY_PREFIX = b"!flaky"
+HANG_ONCE_PREFIX = b"!hang-once"
 
 
 class ReferenceModelFault(RuntimeError):
@@ -30,3 +42,28 @@ def reference_infer(text: np.ndarray) -> dict[str, np.ndarray]:
     digests = np.array([hashlib.sha256(row).hexdigest().encode() for row in rows], dtype=object)
     lengths = np.array([len(row) for row in rows], dtype=np.int64)
     return {"SHA256": digests.reshape(-1, 1), "LENGTH": lengths.reshape(-1, 1)}
+
+
+class ReferenceModel:
+    """The reference model with its run-time hooks, as the model host serves it."""
+
+    def __init__(self, call_s: float = 0.0, hang_s: float = 3.0, fault_file: Path | None = None) -> None:
+        self.call_s = call_s
+        self.hang_s = hang_s
+        self.fault_file = fault_file
+        self._hung_for: set[bytes] = set()
+
+    def __call__(self, text: np.ndarray) -> dict[str, np.ndarray]:
+        started = time.monotonic()
+        rows = [bytes(value) for value in text.reshape(-1)]
+        for row in rows:
+            if row.startswith(HANG_ONCE_PREFIX) and row not in self._hung_for:
+                self._hung_for.add(row)
+                time.sleep(self.hang_s)
+            if row.startswith(FLAKY_PREFIX) and self.fault_file is not None and self.fault_file.exists():
+                raise ReferenceModelFault(f"{FLAKY_PREFIX.decode()!r} row while the fault is switched on")
+        outputs = reference_infer(text)
+        remaining = self.call_s - (time.monotonic() - started)
+        if remaining > 0:
+            time.sleep(remaining)
+        return outputs

@@ -65,6 +65,10 @@ class EmbeddedStack:
     echo_service_logs: bool = False  # API and batcher log to the terminal instead of files
     startup_timeout_s: float = 60.0
     triton_ports: tuple[int, int] | None = None  # (http, metrics); default: gRPC port - 1 and + 1
+    model_host_args: tuple[str, ...] = ()  # extra model-host flags: --call-ms, --fault-file, ...
+    redis_append_only: bool = False  # AOF on, so Redis keeps what it had across a restart
+    broker_storage: str = "memory://tansu/"  # or s3://BUCKET/ with AWS_* in broker_env
+    broker_env: dict[str, str] = field(default_factory=dict)
     processes: dict[str, ManagedProcess] = field(default_factory=dict)
     _scratch_dirs: list[Path] = field(default_factory=list, repr=False)
 
@@ -101,9 +105,14 @@ class EmbeddedStack:
     def _log(self, name: str) -> Path:
         return self.workdir / "logs" / f"{name}.log"
 
-    def _launch(self, name: str, argv: list[str], log_to_file: bool = True) -> ManagedProcess:
+    def _launch(
+        self, name: str, argv: list[str], log_to_file: bool = True, extra_env: dict[str, str] | None = None
+    ) -> ManagedProcess:
         process = ManagedProcess(
-            name=name, argv=argv, env=settings_env(self.settings), log_path=self._log(name) if log_to_file else None
+            name=name,
+            argv=argv,
+            env={**settings_env(self.settings), **(extra_env or {})},
+            log_path=self._log(name) if log_to_file else None,
         )
         process.start()
         self.processes[name] = process
@@ -115,7 +124,8 @@ class EmbeddedStack:
         process = self._launch(
             "broker",
             [str(tansu_binary()), "broker", "--listener-url", url, "--advertised-listener-url", url,
-             "--storage-engine", "memory://tansu/"],
+             "--storage-engine", self.broker_storage],
+            extra_env=self.broker_env,
         )
         wait_until(lambda: port_open(port), self.startup_timeout_s, "broker", process)
 
@@ -128,7 +138,8 @@ class EmbeddedStack:
         data.mkdir(exist_ok=True)
         process = self._launch(
             "redis",
-            [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+            [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "yes" if self.redis_append_only else "no", "--appendfsync", "always",
              "--dir", str(data)],
         )
         wait_until(lambda: redis_answers(port), self.startup_timeout_s, "redis", process)
@@ -144,7 +155,8 @@ class EmbeddedStack:
             "triton",
             [sys.executable, "-m", "workers.model_host", "--grpc-port", str(grpc_port),
              "--http-port", str(self.triton_http_port), "--metrics-port", str(self.triton_metrics_port),
-             "--batch-size", str(self.settings.batch_size), "--workspace", str(workspace)],
+             "--batch-size", str(self.settings.batch_size), "--workspace", str(workspace),
+             *self.model_host_args],
         )
         ready = f"http://127.0.0.1:{self.triton_http_port}/v2/models/{self.settings.model_name}/ready"
         wait_until(lambda: http_ok(ready), self.startup_timeout_s, "triton", process)

@@ -1,0 +1,67 @@
+"""A poison row among good ones: the batch is split until it is alone; the rest complete."""
+
+from __future__ import annotations
+
+import uuid
+
+from aiokafka import AIOKafkaProducer
+from redis.asyncio import Redis
+
+from brimful.redis_keys import RedisKeys
+from brimful.stack import EmbeddedStack
+from brimful.task_store import TaskStore, now_ms
+from brimful.tensor_codec import encode_input
+from schemas import TaskRequest
+from tests.integration.test_pipeline import expected_outputs, read_dead_letters
+from workers.batch_runner import Batch, BatchItem, BatchRunner
+from workers.dead_letters import DeadLetterWriter
+from workers.retry_policy import RetryPolicy
+from workers.triton_model import TritonModel
+
+
+async def test_one_failing_row_among_63_good_ones(stack: EmbeddedStack) -> None:
+    settings = stack.settings
+    model = TritonModel(settings.triton_url, settings.model_name, "", 64, timeout_s=10)
+    redis = Redis.from_url(settings.redis_url)
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all")
+    await producer.start()
+    try:
+        signature = await model.signature()
+        store = TaskStore(redis, RedisKeys(settings.key_prefix), ttl_s=600)
+        texts = [f"good row {i} ✓" for i in range(64)]
+        texts[37] = "!fail the poison row"
+        items = []
+        for offset, text in enumerate(texts):
+            task_id = uuid.uuid4().hex
+            request = TaskRequest(task_id=task_id, model=signature.name, submitted_at_ms=now_ms())
+            request.inputs["TEXT"].CopyFrom(encode_input(signature.input("TEXT"), text))  # type: ignore[arg-type]
+            await store.create_queued(task_id, request.submitted_at_ms)
+            items.append(BatchItem(request, partition=0, offset=offset))
+        runner = BatchRunner(
+            model, signature, store, DeadLetterWriter(producer, settings.dlq_topic),
+            RetryPolicy(max_attempts=3, base_delay=0.01, max_delay=0.02),
+        )
+        outcome = await runner.run(Batch(uuid.uuid4().hex, 0, items, "full"))
+
+        assert outcome.done == 63 and outcome.failed == 1
+        # 1 full call, then two halves at each of 6 levels (32, 16, 8, 4, 2, 1 rows),
+        # then 2 more tries of the poison row alone: 14 calls beyond the first.
+        assert outcome.isolation_calls == 12 + 2
+        assert outcome.calls == 1 + 12 + 2
+        for item, text in zip(items, texts):
+            record = await store.get(item.task_id)
+            assert record is not None
+            if text.startswith("!fail"):
+                assert record.status == "failed" and "!fail" in record.error["message"]  # type: ignore[index]
+            else:
+                assert record.status == "done" and record.outputs == expected_outputs(text)
+        poison = items[37].task_id
+        letters = [letter for letter in await read_dead_letters(stack) if letter.request.task_id == poison]
+        assert len(letters) == 1
+        assert letters[0].error_class == "model_error"
+        assert len(letters[0].attempts) == 1 + 6 + 2  # every call that carried the poison row
+        assert len(letters[0].batch_task_ids) == 64
+    finally:
+        await producer.stop()
+        await model.close()
+        await redis.aclose()
