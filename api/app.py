@@ -20,6 +20,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from api import dlq_routes
 from api.errors import ApiError, api_error_handler, http_error_handler, validation_error_handler
 from api.submission import parse_json, parse_submission
 from batcher.live_status import StatusBoard
@@ -32,6 +33,7 @@ from brimful.settings import Settings
 from brimful.task_store import TaskStore, now_ms
 from brimful.task_status import TaskStatus
 from schemas import TaskRequest
+from workers.dead_letter_admin import DeadLetterAdmin
 from workers.triton_model import TritonModel
 
 log = logging.getLogger("brimful.api")
@@ -55,6 +57,7 @@ class ApiState:
         self.signature: ModelSignature | None = None
         self.tuning = PolicyTuning.from_settings(settings, self.redis)
         self.status_board = StatusBoard(self.redis, RedisKeys(settings.key_prefix))
+        self.dead_letters = DeadLetterAdmin(settings, self.redis, self.producer, self.store)
         self._background: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
@@ -95,6 +98,7 @@ class ApiState:
                 log.info("waiting for the broker", extra={"error": str(error)})
                 await self.producer.stop()
                 self.producer = make_producer(self.settings)
+                self.dead_letters = DeadLetterAdmin(self.settings, self.redis, self.producer, self.store)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
 
@@ -134,6 +138,7 @@ def create_app(settings: Settings) -> FastAPI:
         summary="Submit single inference tasks; Brimful runs them in full fixed-size batches.",
         lifespan=lifespan,
     )
+    app.include_router(dlq_routes.router)
     app.add_exception_handler(ApiError, api_error_handler)
     app.add_exception_handler(StarletteHTTPException, http_error_handler)
     app.add_exception_handler(RequestValidationError, validation_error_handler)

@@ -14,6 +14,8 @@ class RedisKeys:
     - ``{prefix}:policy``: hash of flush-policy parameters changed at run time.
     - ``{prefix}:policy:history``: list of those changes, newest first (JSON).
     - ``{prefix}:batcher:{member}``: one live batcher's status (JSON, short TTL).
+    - ``{prefix}:dlq:resolved``: hash of DLQ entry id -> what on-call did to it (JSON).
+    - ``{prefix}:idempotency:{key}``: the task_id an Idempotency-Key was first used for.
     """
 
     prefix: str = "brimful"
@@ -32,6 +34,13 @@ class RedisKeys:
     @property
     def policy_history(self) -> str:
         return f"{self.prefix}:policy:history"
+
+    @property
+    def dlq_resolved(self) -> str:
+        return f"{self.prefix}:dlq:resolved"
+
+    def idempotency(self, key: str) -> str:
+        return f"{self.prefix}:idempotency:{key}"
 
     def batcher_status(self, member: str) -> str:
         return f"{self.prefix}:batcher:{member}"

@@ -113,6 +113,23 @@ class TaskStore:
             pipe.expire(key, self._ttl_s)
             await pipe.execute()
 
+    async def requeue(self, task_id: str, submitted_at_ms: int) -> None:
+        """Put a failed task back to ``queued`` for a replay (recreating it if it expired).
+        Written before the request is sent again, as for a new task."""
+        key = self._keys.task(task_id)
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.hdel(key, "error", "outputs")
+            pipe.hset(
+                key,
+                mapping={
+                    "status": TaskStatus.QUEUED.value,
+                    "submitted_at_ms": submitted_at_ms,
+                    "updated_at_ms": now_ms(),
+                },
+            )
+            pipe.expire(key, self._ttl_s)
+            await pipe.execute()
+
     async def forget(self, task_id: str) -> None:
         """Remove a task that was never accepted (its enqueue failed)."""
         await self._redis.delete(self._keys.task(task_id))

@@ -25,17 +25,26 @@ def stack_settings(**overrides: object) -> Settings:
     return Settings(**values)  # type: ignore[arg-type]
 
 
-def start_stack(workdir: Path, settings: Settings) -> EmbeddedStack:
-    stack = EmbeddedStack(settings, workdir, triton_ports=(free_port(), free_port()))
+def start_stack(workdir: Path, settings: Settings, **options: object) -> EmbeddedStack:
+    stack = EmbeddedStack(settings, workdir, triton_ports=(free_port(), free_port()), **options)  # type: ignore[arg-type]
     stack.start()
     return stack
+
+
+def fault_file(stack: EmbeddedStack) -> Path:
+    """While this file exists, the stack's model fails rows starting with '!flaky'."""
+    return stack.workdir / "model-fault"
 
 
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedStack]:
     """The whole default pipeline on loopback, shared by the integration tests."""
     workdir = tmp_path_factory.mktemp("stack")
-    running = start_stack(workdir, stack_settings(trace_dir=str(workdir / "traces")))
+    running = start_stack(
+        workdir,
+        stack_settings(trace_dir=str(workdir / "traces")),
+        model_host_args=("--fault-file", str(workdir / "model-fault")),
+    )
     yield running
     running.stop()
 

@@ -1,0 +1,110 @@
+"""``/v1/admin/dlq``: what on-call needs at 3 a.m., over HTTP (``brimful dlq`` calls these)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+
+from api.errors import ApiError
+from api.submission import parse_json
+from workers.dead_letter_admin import DeadLetterAdmin, DeadLetterFilter
+
+router = APIRouter(prefix="/v1/admin/dlq", tags=["dead letters"])
+
+_FILTER_FIELDS = ("since_ms", "until_ms", "error_class", "model", "ids", "all")
+
+
+def _admin(request: Request) -> DeadLetterAdmin:
+    return request.app.state.brimful.dead_letters  # type: ignore[no-any-return]
+
+
+def _actor(request: Request) -> str:
+    return request.headers.get("x-brimful-actor", request.client.host if request.client else "")
+
+
+def parse_filter(values: dict[str, Any]) -> DeadLetterFilter:
+    """A filter from query parameters or a JSON body; 422 naming a bad field."""
+    unknown = sorted(set(values) - set(_FILTER_FIELDS))
+    if unknown:
+        raise ApiError(422, "invalid_request", f"unknown filter(s): {', '.join(unknown)}; allowed: {', '.join(_FILTER_FIELDS)}")
+
+    def whole(name: str) -> int | None:
+        value = values.get(name)
+        if value is None or value == "":
+            return None
+        try:
+            return int(value)
+        except (TypeError, ValueError) as error:
+            raise ApiError(422, "invalid_request", f"{name} must be milliseconds since the epoch") from error
+
+    ids = values.get("ids") or ()
+    if isinstance(ids, str):
+        ids = [part for part in ids.split(",") if part]
+    if not isinstance(ids, (list, tuple)) or not all(isinstance(i, str) for i in ids):
+        raise ApiError(422, "invalid_request", "ids must be a list of entry ids or task ids")
+    include = values.get("all", False)
+    return DeadLetterFilter(
+        since_ms=whole("since_ms"),
+        until_ms=whole("until_ms"),
+        error_class=values.get("error_class") or None,
+        model=values.get("model") or None,
+        ids=tuple(ids),
+        include_resolved=include in (True, "true", "1", "yes"),
+    )
+
+
+async def _body_filter(request: Request) -> DeadLetterFilter:
+    body = await request.body()
+    document = parse_json(body) if body else {}
+    if not isinstance(document, dict):
+        raise ApiError(422, "invalid_request", "body must be a JSON object of filters")
+    selection = parse_filter(document)
+    if not (selection.ids or selection.since_ms or selection.until_ms or selection.error_class or selection.model):
+        raise ApiError(422, "invalid_request", "say which entries: ids, or a since_ms/until_ms/error_class/model filter")
+    return selection
+
+
+@router.get("")
+async def list_dead_letters(request: Request) -> dict[str, Any]:
+    """Matching entries (open ones unless ``all=true``), oldest first, with counts by error class."""
+    entries = await _admin(request).entries(parse_filter(dict(request.query_params)))
+    summaries = [entry.summary() for entry in entries]
+    return {
+        "count": len(summaries),
+        "by_error_class": dict(Counter(s["error_class"] for s in summaries).most_common()),
+        "entries": summaries,
+    }
+
+
+@router.get("/export")
+async def export_dead_letters(request: Request) -> Response:
+    """Matching entries as a Parquet file."""
+    admin = _admin(request)
+    data = admin.export(await admin.entries(parse_filter(dict(request.query_params))))
+    return Response(data, media_type="application/vnd.apache.parquet")
+
+
+@router.get("/{entry}")
+async def show_dead_letter(entry: str, request: Request) -> dict[str, Any]:
+    """One entry in full, by entry id (``partition-offset``) or task id."""
+    found = await _admin(request).entries(DeadLetterFilter(ids=(entry,), include_resolved=True))
+    if not found:
+        raise ApiError(404, "dead_letter_not_found", f"no dead letter {entry[:64]!r}")
+    return found[-1].details()
+
+
+@router.post("/replay")
+async def replay_dead_letters(request: Request) -> dict[str, Any]:
+    """Send matching open entries back to the requests topic under their task ids."""
+    replayed, skipped = await _admin(request).replay(await _body_filter(request), _actor(request))
+    return {"replayed": len(replayed), "task_ids": replayed, "skipped": skipped}
+
+
+@router.post("/purge")
+async def purge_dead_letters(request: Request) -> dict[str, Any]:
+    """Mark matching open entries purged (kept in the topic until its retention ends)."""
+    purged = await _admin(request).purge(await _body_filter(request), _actor(request))
+    return {"purged": len(purged), "ids": purged}
