@@ -21,6 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from api import dlq_routes
+from api.backlog import BacklogMonitor
 from api.errors import ApiError, api_error_handler, http_error_handler, validation_error_handler
 from api.submission import parse_json, parse_submission
 from batcher.live_status import StatusBoard
@@ -39,6 +40,7 @@ from workers.triton_model import TritonModel
 log = logging.getLogger("brimful.api")
 
 TASK_ID_PATTERN = re.compile(r"^[0-9a-f]{32}$")
+IDEMPOTENCY_KEY_PATTERN = re.compile(r"^[\x21-\x7e]{1,255}$")
 _READY_CHECK_TIMEOUT_S = 2.0
 
 
@@ -58,12 +60,14 @@ class ApiState:
         self.tuning = PolicyTuning.from_settings(settings, self.redis)
         self.status_board = StatusBoard(self.redis, RedisKeys(settings.key_prefix))
         self.dead_letters = DeadLetterAdmin(settings, self.redis, self.producer, self.store)
+        self.backlog = BacklogMonitor(self.status_board, self.store)
         self._background: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
         self._background = [
             asyncio.create_task(self._load_signature(), name="load-signature"),
             asyncio.create_task(self._start_producer(), name="start-producer"),
+            asyncio.create_task(self.backlog.run(), name="backlog-monitor"),
         ]
 
     async def stop(self) -> None:
@@ -156,6 +160,28 @@ def create_app(settings: Settings) -> FastAPI:
             raise ApiError(503, "broker_unavailable", "the broker is not reachable yet", {"Retry-After": "1"})
 
         task_id = uuid.uuid4().hex
+        idempotency_key = request.headers.get("idempotency-key")
+        if idempotency_key is not None:
+            if not IDEMPOTENCY_KEY_PATTERN.match(idempotency_key):
+                raise ApiError(400, "invalid_idempotency_key", "Idempotency-Key must be 1-255 visible ASCII characters")
+            original = await state.store.claim_idempotency_key(idempotency_key, task_id)
+            if original is not None:
+                record = await state.store.get(original)
+                status = record.status.value if record else TaskStatus.QUEUED.value
+                return JSONResponse(
+                    {"task_id": original, "status": status}, status_code=200, headers={"Idempotent-Replayed": "true"}
+                )
+        backlog = state.backlog.backlog
+        if backlog > settings.max_backlog:
+            await state.store.release_idempotency_key(idempotency_key, task_id)
+            retry_after = state.backlog.retry_after_s(settings.max_backlog)
+            raise ApiError(
+                503,
+                "overloaded",
+                f"{backlog} accepted tasks are still unfinished (limit {settings.max_backlog}); "
+                f"retry in about {retry_after} s",
+                {"Retry-After": str(retry_after)},
+            )
         submitted_at = now_ms()
         message = TaskRequest(
             task_id=task_id,
@@ -169,15 +195,18 @@ def create_app(settings: Settings) -> FastAPI:
             await state.store.create_queued(task_id, submitted_at)
         except RedisError as error:
             log.error("could not record task", extra={"task_id": task_id, "error": str(error)})
+            await state.store.release_idempotency_key(idempotency_key, task_id)
             raise ApiError(503, "store_unavailable", "the result store is unreachable", {"Retry-After": "1"}) from error
         try:
-            await state.producer.send_and_wait(
+            sent = await state.producer.send_and_wait(
                 settings.requests_topic, value=message.SerializeToString(), key=task_id.encode()
             )
         except KafkaError as error:
             log.error("could not enqueue task", extra={"task_id": task_id, "error": str(error)})
             await state.store.forget(task_id)
+            await state.store.release_idempotency_key(idempotency_key, task_id)
             raise ApiError(503, "broker_unavailable", "the broker did not accept the task", {"Retry-After": "1"}) from error
+        state.backlog.produced(sent.partition, sent.offset)
         metrics.TASKS_SUBMITTED.inc()
         return JSONResponse({"task_id": task_id, "status": TaskStatus.QUEUED.value}, status_code=202)
 

@@ -152,6 +152,7 @@ class BatcherService:
                 "patient": accumulator.patient,
                 "in_flight": len(state.in_flight),
                 "committed": state.committed,
+                "highwater": self._consumer.highwater(state.tp) or 0,
             }
             label = str(number)
             metrics.ARRIVAL_RATE.labels(label).set(rate)

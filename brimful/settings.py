@@ -117,6 +117,12 @@ class Settings(BaseSettings):
     api_host: str = Field("127.0.0.1", description="Address the API listens on.")
     api_port: int = Field(8080, ge=1, le=65535, description="Port the API listens on.")
     max_body_bytes: int = Field(1024 * 1024, ge=1, description="Largest accepted request body.")
+    max_backlog: int = Field(
+        100_000,
+        ge=1,
+        description="Accepted but unfinished tasks (consumer lag: queued, waiting or at the model) above which "
+        "POST answers 503 with Retry-After.",
+    )
 
     @model_validator(mode="after")
     def _check_consistency(self) -> "Settings":

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
 from brimful.redis_keys import RedisKeys
 from brimful.task_status import TaskStatus
@@ -129,6 +130,26 @@ class TaskStore:
             )
             pipe.expire(key, self._ttl_s)
             await pipe.execute()
+
+    async def claim_idempotency_key(self, key: str, task_id: str) -> str | None:
+        """Bind an Idempotency-Key to ``task_id`` for the retention time, unless it is bound
+        already: then return the task_id it was first used for."""
+        redis_key = self._keys.idempotency(key)
+        if await self._redis.set(redis_key, task_id, nx=True, ex=self._ttl_s):
+            return None
+        original = await self._redis.get(redis_key)
+        return original.decode() if original else None
+
+    async def release_idempotency_key(self, key: str | None, task_id: str) -> None:
+        """Free a key whose task was never accepted, so the client's retry can use it."""
+        if key is None:
+            return
+        redis_key = self._keys.idempotency(key)
+        try:
+            if (await self._redis.get(redis_key)) == task_id.encode():
+                await self._redis.delete(redis_key)
+        except RedisError:
+            pass  # it expires with the retention time anyway
 
     async def forget(self, task_id: str) -> None:
         """Remove a task that was never accepted (its enqueue failed)."""

@@ -1,0 +1,76 @@
+"""How far behind the batchers are, and how long a client should wait before retrying.
+
+The backlog is the consumer lag of the requests topic: for each partition, the log end
+(high watermark) less the batchers' committed offset. Both come from the batchers' status
+board; the API also counts what it produced itself, so the backlog keeps growing, and
+admission stops, even when no batcher is alive to report. The completion rate comes from
+the shared counters of finished tasks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+
+from batcher.live_status import StatusBoard
+from brimful.task_store import StatsField, TaskStore
+
+log = logging.getLogger("brimful.api")
+
+
+class BacklogMonitor:
+    """Refreshed in the background; read on every POST without I/O."""
+
+    def __init__(self, board: StatusBoard, store: TaskStore, interval_s: float = 0.5) -> None:
+        self._board = board
+        self._store = store
+        self._interval_s = interval_s
+        self._highwater: dict[int, int] = {}
+        self._committed: dict[int, int] = {}
+        self._produced: dict[int, int] = {}  # next offset after what this API produced
+        self._finished: int | None = None
+        self._finished_at = 0.0
+        self.completion_rate = 0.0  # tasks finished per second, smoothed
+
+    @property
+    def backlog(self) -> int:
+        partitions = set(self._highwater) | set(self._produced)
+        return sum(
+            max(0, max(self._highwater.get(p, 0), self._produced.get(p, 0)) - max(self._committed.get(p, 0), 0))
+            for p in partitions
+        )
+
+    def retry_after_s(self, limit: int) -> int:
+        """Seconds until the backlog should be back under ``limit`` at the measured rate."""
+        excess = max(1, self.backlog - limit // 2)
+        if self.completion_rate < 1.0:
+            return 30  # nothing is draining: ask clients to stay away a while
+        return int(min(120, max(1, math.ceil(excess / self.completion_rate))))
+
+    def produced(self, partition: int, offset: int) -> None:
+        self._produced[partition] = max(self._produced.get(partition, 0), offset + 1)
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self.refresh()
+            except Exception as error:
+                log.warning("could not refresh the backlog", extra={"error": str(error)})
+            await asyncio.sleep(self._interval_s)
+
+    async def refresh(self) -> None:
+        for batcher in await self._board.read_all():
+            for number, state in batcher.get("partitions", {}).items():
+                partition = int(number)
+                self._highwater[partition] = max(self._highwater.get(partition, 0), int(state.get("highwater", 0)))
+                if int(state.get("committed", -1)) >= 0:
+                    self._committed[partition] = max(self._committed.get(partition, 0), int(state["committed"]))
+        stats = await self._store.stats()
+        finished = stats[StatsField.TASKS_DONE] + stats[StatsField.TASKS_FAILED]
+        now = time.monotonic()
+        if self._finished is not None and now > self._finished_at:
+            rate = max(0.0, (finished - self._finished) / (now - self._finished_at))
+            self.completion_rate += 0.3 * (rate - self.completion_rate)
+        self._finished, self._finished_at = finished, now
