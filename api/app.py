@@ -14,7 +14,6 @@ from aiokafka.errors import KafkaError
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from redis.asyncio import Redis
 from redis.exceptions import RedisError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -22,13 +21,20 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from api import dlq_routes
 from api.backlog import BacklogMonitor
-from api.errors import ApiError, api_error_handler, http_error_handler, validation_error_handler
+from api.errors import (
+    ApiError,
+    api_error_handler,
+    dependency_error_handler,
+    http_error_handler,
+    validation_error_handler,
+)
 from api.submission import parse_json, parse_submission
 from batcher.live_status import StatusBoard
 from batcher.tuning import PolicyTuning, TuningError
 from brimful import metrics
 from brimful.kafka import ensure_topics, make_producer
 from brimful.model_signature import ModelSignature
+from brimful.redis_client import make_redis
 from brimful.redis_keys import RedisKeys
 from brimful.settings import Settings
 from brimful.task_store import TaskStore, now_ms
@@ -49,7 +55,7 @@ class ApiState:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.redis = Redis.from_url(settings.redis_url)
+        self.redis = make_redis(settings)
         self.store = TaskStore(self.redis, RedisKeys(settings.key_prefix), settings.result_ttl_s)
         self.producer: AIOKafkaProducer = make_producer(settings)
         self.producer_started = False
@@ -146,6 +152,8 @@ def create_app(settings: Settings) -> FastAPI:
     app.add_exception_handler(ApiError, api_error_handler)
     app.add_exception_handler(StarletteHTTPException, http_error_handler)
     app.add_exception_handler(RequestValidationError, validation_error_handler)
+    app.add_exception_handler(RedisError, dependency_error_handler)
+    app.add_exception_handler(KafkaError, dependency_error_handler)
 
     @app.post("/v1/tasks", status_code=202)
     async def submit_task(request: Request) -> JSONResponse:

@@ -34,6 +34,15 @@ async def http_error_handler(request: Request, error: Exception) -> JSONResponse
     return JSONResponse(error_body(code, str(error.detail)), status_code=error.status_code)
 
 
+async def dependency_error_handler(request: Request, error: Exception) -> JSONResponse:
+    """Redis or the broker failed mid-request: the client may retry, nothing was lost."""
+    return JSONResponse(
+        error_body("dependency_unavailable", f"a backing service is unreachable ({type(error).__name__}); retry shortly"),
+        status_code=503,
+        headers={"Retry-After": "1"},
+    )
+
+
 async def validation_error_handler(request: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, RequestValidationError)
     problems = "; ".join(

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from prometheus_client import start_http_server
 
-from redis.asyncio import Redis
+from brimful.redis_client import make_redis
 
 from batcher.live_status import StatusBoard
 from batcher.service import BatcherLimits, BatcherService
@@ -89,7 +89,7 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
     model = TritonModel(
         settings.triton_url, settings.model_name, settings.model_version, settings.batch_size, settings.infer_timeout_s
     )
-    redis = Redis.from_url(settings.redis_url)
+    redis = make_redis(settings)
     producer = make_producer(settings)
     consumer = make_consumer(settings, settings.consumer_group)
     try:

@@ -51,7 +51,8 @@ class Settings(BaseSettings):
         20,
         ge=0,
         description="Longest a fetch waits on the broker for data. Small, because a broker that holds "
-        "fetches for the full wait (Tansu does) would otherwise deliver arrivals in lumps.",
+        "fetches for the full wait (Tansu in memory mode does) would otherwise deliver arrivals in lumps. "
+        "Tansu on S3 storage needs 500 or more: shorter, its fetches come back empty.",
     )
     kafka_linger_ms: int = Field(2, ge=0, description="Producer linger: how long a send waits to share a request.")
 
@@ -59,6 +60,10 @@ class Settings(BaseSettings):
     redis_url: str = Field("redis://127.0.0.1:6379/0", description="Redis holding task state and results.")
     result_ttl_s: int = Field(3600, ge=1, description="How long task state and results are kept.")
     key_prefix: str = Field("brimful", description="Prefix of every Redis key Brimful writes.")
+    redis_max_connections: int = Field(64, ge=1, description="Redis connections per process; more requests queue.")
+    redis_pool_timeout_s: float = Field(
+        5.0, gt=0, description="How long a request waits for a free Redis connection before failing."
+    )
 
     # --- Triton ----------------------------------------------------------------------
     triton_url: str = Field("127.0.0.1:8001", description="Triton gRPC endpoint (host:port).")

@@ -54,12 +54,18 @@ class TaskClient:
         return dict(body)
 
     async def wait_final(self, task_id: str, timeout_s: float = 30.0, interval_s: float = 0.02) -> dict[str, Any]:
-        """Poll until the task is done or failed; fail the test after ``timeout_s``."""
+        """Poll until the task is done or failed; fail the test after ``timeout_s``.
+        A 503 (a backing service restarting) is retried, as a client would."""
         deadline = time.monotonic() + timeout_s
+        status = "unknown"
         while True:
-            task = await self.get(task_id)
-            if task["status"] in FINAL:
-                return task
+            code, body = await self.request("GET", f"/v1/tasks/{task_id}")
+            if code == 200:
+                status = body["status"]
+                if status in FINAL:
+                    return dict(body)
+            else:
+                assert code == 503, body
             if time.monotonic() > deadline:
-                raise AssertionError(f"task {task_id} still {task['status']} after {timeout_s} s")
+                raise AssertionError(f"task {task_id} still {status} after {timeout_s} s")
             await asyncio.sleep(interval_s)

@@ -49,7 +49,8 @@ async def test_dlq_list_show_export_replay_purge(stack: EmbeddedStack, client: T
     rows = {row["task_id"]: row for row in table.to_pylist()}
     assert {replay_id, purge_id} <= set(rows)
     assert rows[replay_id]["error_class"] == "model_error"
-    assert rows[replay_id]["attempts"] == stack.settings.max_attempts
+    # every call that carried the row: its own tries, plus a shared call if both landed in one batch
+    assert rows[replay_id]["attempts"] >= stack.settings.max_attempts
 
     replayed = brimful("dlq", "replay", *api, replay_id)
     assert replayed.returncode == 0, replayed.stderr
