@@ -1,0 +1,56 @@
+"""The circuit breaker on a virtual clock."""
+
+from __future__ import annotations
+
+import random
+
+from workers.circuit_breaker import BreakerState, CircuitBreaker
+
+
+def breaker() -> CircuitBreaker:
+    return CircuitBreaker(failure_threshold=3, base_open_s=1.0, max_open_s=4.0, rng=random.Random(1))
+
+
+def test_opens_after_the_threshold_of_consecutive_failures() -> None:
+    b = breaker()
+    for _ in range(2):
+        b.record_failure(0.0)
+        assert b.allow(0.0)
+    b.record_failure(0.0)
+    assert b.state(0.0) is BreakerState.OPEN
+    assert not b.allow(0.0)
+    assert 0.5 <= b.seconds_until_allowed(0.0) <= 1.0
+
+
+def test_a_success_resets_the_count() -> None:
+    b = breaker()
+    b.record_failure(0.0)
+    b.record_failure(0.0)
+    b.record_success()
+    b.record_failure(0.0)
+    assert b.state(0.0) is BreakerState.CLOSED
+
+
+def test_half_open_lets_exactly_one_probe_through() -> None:
+    b = breaker()
+    for _ in range(3):
+        b.record_failure(0.0)
+    assert b.state(1.0) is BreakerState.HALF_OPEN
+    assert b.allow(1.0)
+    assert not b.allow(1.0)  # a second caller waits for the probe's outcome
+    b.record_success()
+    assert b.state(1.0) is BreakerState.CLOSED and b.allow(1.0)
+
+
+def test_a_failed_probe_reopens_for_longer_up_to_the_cap() -> None:
+    b = breaker()
+    for _ in range(3):
+        b.record_failure(0.0)
+    now, waits = 0.0, []
+    for _ in range(5):
+        now += b.seconds_until_allowed(now)
+        assert b.allow(now)
+        b.record_failure(now)
+        waits.append(b.seconds_until_allowed(now))
+    assert waits[0] >= 1.0 and max(waits) <= 4.0
+    assert waits[-1] >= 2.0  # grew, then stayed under the cap
