@@ -22,6 +22,7 @@ class Pending(Generic[T]):
     item: T
     arrived_at: float
     flush_by: float | None = None  # latest moment it may leave to meet its own deadline
+    stamp: float | None = None  # when it was submitted (seconds, the producer's clock), if known
 
 
 class Accumulator(Generic[T]):
@@ -47,11 +48,34 @@ class Accumulator(Generic[T]):
         if params.rate_halflife != self.rate.halflife:
             self.rate.set_halflife(params.rate_halflife)
 
-    def add(self, item: T, now: float, flush_by: float | None = None) -> None:
-        """A row arrived."""
+    def add(self, item: T, now: float, flush_by: float | None = None, stamp: float | None = None) -> None:
+        """A row arrived. ``stamp`` is when it was submitted: rows read from Kafka arrive
+        here in chunks, so their submission times are the truer spacing."""
         self.rate.observe(now)
-        self.patient = self.policy.is_patient(self.rate.rate(now), self.patient)
-        self._pending.append(Pending(item, now, flush_by))
+        self._pending.append(Pending(item, now, flush_by, stamp))
+        self.patient = self.policy.is_patient(self.effective_rate(now), self.patient)
+
+    def effective_rate(self, now: float) -> float:
+        """The rate the policy plans with: the smoothed estimate, or the current batch's
+        own arrival rate once it holds a few rows, whichever is higher. The smoothed rate
+        learns a burst slowly; the rows of the burst already waiting are direct evidence.
+        Both are capped by the silence since the last arrival."""
+        smoothed = self.rate.rate(now)
+        rows = len(self._pending)
+        if rows < max(2.0, self.policy.params.min_worthwhile_rows):
+            return smoothed
+        oldest, newest = self._pending[0], self._pending[-1]
+        if oldest.stamp is not None and newest.stamp is not None:
+            span = newest.stamp - oldest.stamp
+        else:
+            span = newest.arrived_at - oldest.arrived_at
+        if span <= 0:
+            return smoothed
+        in_batch = (rows - 1) / span
+        silence = now - newest.arrived_at
+        if silence > 0:
+            in_batch = min(in_batch, ArrivalRate.gap_factor / silence)
+        return max(smoothed, in_batch)
 
     def plan(self, now: float) -> FlushPlan | None:
         """When the current batch should leave; None when nothing waits."""
@@ -62,7 +86,7 @@ class Accumulator(Generic[T]):
             now=now,
             pending=len(self._pending),
             oldest_arrival=self._pending[0].arrived_at,
-            rate=self.rate.rate(now),
+            rate=self.effective_rate(now),
             earliest_request_deadline=min(deadlines) if deadlines else None,
             patient=self.patient,
         )

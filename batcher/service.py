@@ -141,7 +141,7 @@ class BatcherService:
         partitions: dict[str, dict[str, float | int]] = {}
         for number, state in sorted(self._partitions.items()):
             accumulator = state.accumulator
-            rate = accumulator.rate.rate(now)
+            rate = accumulator.effective_rate(now)
             oldest = accumulator.oldest_arrival
             waited = 0.0 if oldest is None else now - oldest
             budget = accumulator.policy.wait_budget(max(1, len(accumulator)), rate, waited, accumulator.patient)
@@ -242,7 +242,8 @@ class BatcherService:
                 flush_by = None
                 if request.deadline_at_ms:
                     flush_by = now + (request.deadline_at_ms - wall_ms) / 1000 - self._service_estimate
-                state.accumulator.add(BatchItem(request, tp.partition, record.offset), now, flush_by)
+                stamp = record.timestamp / 1000 if record.timestamp and record.timestamp > 0 else None
+                state.accumulator.add(BatchItem(request, tp.partition, record.offset), now, flush_by, stamp)
                 if self._on_arrival is not None:
                     self._on_arrival(tp.partition, wall_ms / 1000)
             if len(state.accumulator) >= self._limits.max_pending_per_partition and not state.paused:

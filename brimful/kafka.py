@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+import time
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
@@ -72,3 +74,32 @@ async def ensure_topics(settings: Settings, attempts: int = 30) -> None:
             await asyncio.sleep(min(1.0, 0.1 * attempt))
         finally:
             await admin.close()
+
+
+async def read_whole_topic(settings: Settings, topic: str, timeout_s: float = 30.0) -> list[tuple[int, int, bytes]]:
+    """Every record of ``topic`` as (partition, offset, value), read from the start to the
+    end. The end is the high watermark from fetch responses: a broker's "latest offset"
+    answer is not trusted (Tansu's is wrong)."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=settings.kafka_bootstrap,
+        enable_auto_commit=False,
+        max_partition_fetch_bytes=4 * 1024 * 1024,
+    )
+    await consumer.start()
+    try:
+        partitions = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or {0})]
+        consumer.assign(partitions)
+        await consumer.seek_to_beginning(*partitions)
+        records: list[tuple[int, int, bytes]] = []
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            fetched = await consumer.getmany(timeout_ms=200)
+            for batch in fetched.values():
+                records.extend((r.partition, r.offset, r.value) for r in batch)
+            ends = [consumer.highwater(tp) for tp in partitions]
+            positions = [await consumer.position(tp) for tp in partitions]
+            if all(end is not None and position >= end for position, end in zip(positions, ends)):
+                return records
+        raise TimeoutError(f"could not read {topic} to its end within {timeout_s:g} s")
+    finally:
+        await consumer.stop()

@@ -10,16 +10,16 @@ from __future__ import annotations
 
 import io
 import json
-import time
 from dataclasses import dataclass
 from typing import Any, Iterable
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaProducer
 from google.protobuf.json_format import MessageToDict
 from redis.asyncio import Redis
 
+from brimful.kafka import read_whole_topic
 from brimful.redis_keys import RedisKeys
 from brimful.settings import Settings
 from brimful.task_store import TaskStore, now_ms
@@ -95,7 +95,7 @@ class DeadLetterAdmin:
             key.decode(): json.loads(value) for key, value in (await self._redis.hgetall(self._keys.dlq_resolved)).items()
         }
         found = []
-        for partition, offset, value in await self._read_topic():
+        for partition, offset, value in await read_whole_topic(self._settings, self._settings.dlq_topic):
             entry_id = f"{partition}-{offset}"
             entry = DeadLetterEntry(entry_id, DeadLetter.FromString(value), resolutions.get(entry_id))
             if selection.matches(entry):
@@ -156,31 +156,3 @@ class DeadLetterAdmin:
             return
         record = json.dumps({"action": action, "at_ms": now_ms(), "actor": actor})
         await self._redis.hset(self._keys.dlq_resolved, mapping={entry.entry_id: record for entry in entries})
-
-    async def _read_topic(self) -> list[tuple[int, int, bytes]]:
-        topic = self._settings.dlq_topic
-        consumer = AIOKafkaConsumer(
-            bootstrap_servers=self._settings.kafka_bootstrap,
-            enable_auto_commit=False,
-            max_partition_fetch_bytes=4 * 1024 * 1024,
-        )
-        await consumer.start()
-        try:
-            partitions = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or {0})]
-            consumer.assign(partitions)
-            await consumer.seek_to_beginning(*partitions)
-            records: list[tuple[int, int, bytes]] = []
-            deadline = time.monotonic() + 30
-            # The high watermark (from fetch responses) says where the topic ends; the
-            # broker's "latest offset" answer is not trusted (Tansu's is wrong).
-            while time.monotonic() < deadline:
-                fetched = await consumer.getmany(timeout_ms=200)
-                for batch in fetched.values():
-                    records.extend((r.partition, r.offset, r.value) for r in batch)
-                ends = [consumer.highwater(tp) for tp in partitions]
-                positions = [await consumer.position(tp) for tp in partitions]
-                if all(end is not None and position >= end for position, end in zip(positions, ends)):
-                    return records
-            raise TimeoutError(f"could not read {topic} to its end within 30 s")
-        finally:
-            await consumer.stop()

@@ -12,6 +12,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 import aiohttp
 
+from brimful.kafka import read_whole_topic
 from brimful.stack import EmbeddedStack
 from schemas import DeadLetter, TaskRequest
 from tests.task_client import TaskClient
@@ -79,6 +80,7 @@ async def test_burst_of_2000_all_done_with_their_own_results_in_full_batches(
     success_after, fail_after = await triton_counts(stack)
     assert success_after - success_before == batches
     assert fail_after - fail_before == 0
+    print(f"\nburst: {rows} rows in {batches} batches, {rows / batches:.1f} rows per batch")
     assert rows / batches >= 56, f"{rows} rows in {batches} batches"
 
 
@@ -101,25 +103,8 @@ async def test_trickle_is_never_held_for_a_batch_that_will_not_fill(stack: Embed
 
 async def read_dead_letters(stack: EmbeddedStack) -> list[DeadLetter]:
     """Every message on the DLQ topic, read from the beginning."""
-    settings = stack.settings
-    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False)
-    await consumer.start()
-    try:
-        partitions = [TopicPartition(settings.dlq_topic, p) for p in consumer.partitions_for_topic(settings.dlq_topic) or {0}]
-        consumer.assign(partitions)
-        await consumer.seek_to_beginning(*partitions)
-        letters: list[DeadLetter] = []
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            batch = await consumer.getmany(timeout_ms=200)
-            for records in batch.values():
-                letters.extend(DeadLetter.FromString(record.value) for record in records)
-            positions = [await consumer.position(tp) for tp in partitions]
-            if not batch and all(pos >= (consumer.highwater(tp) or 0) for pos, tp in zip(positions, partitions)):
-                break
-        return letters
-    finally:
-        await consumer.stop()
+    records = await read_whole_topic(stack.settings, stack.settings.dlq_topic)
+    return [DeadLetter.FromString(value) for _, _, value in records]
 
 
 async def test_failing_request_ends_failed_with_its_error_and_in_the_dlq(
