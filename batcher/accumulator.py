@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Callable, Generic, TypeVar
 
 from batcher.policy import ArrivalRate, FlushPlan, FlushReason, PolicyParams, WaitOrFullPolicy
 
@@ -102,6 +102,15 @@ class Accumulator(Generic[T]):
         """Remove and return the next batch: the oldest rows, at most batch_size."""
         count = min(len(self._pending), self.policy.params.batch_size)
         return [self._pending.popleft() for _ in range(count)]
+
+    def remove(self, matches: Callable[[T], bool]) -> list[Pending[T]]:
+        """Take out the waiting rows whose item ``matches`` (a cancelled task), keeping order."""
+        kept: deque[Pending[T]] = deque()
+        removed = []
+        for row in self._pending:
+            (removed if matches(row.item) else kept).append(row)
+        self._pending = kept
+        return removed
 
     def drain(self) -> list[Pending[T]]:
         """Remove and return everything waiting (partition revoked or shutting down)."""

@@ -11,8 +11,7 @@ import time
 from pathlib import Path
 
 from prometheus_client import start_http_server
-
-from brimful.redis_client import make_redis
+from redis.asyncio import Redis
 
 from batcher.live_status import StatusBoard
 from batcher.service import BatcherLimits, BatcherService
@@ -21,6 +20,7 @@ from batcher.tuning import PolicyTuning
 from brimful.kafka import ensure_topics, make_consumer, make_producer
 from brimful.logs import configure_logging
 from brimful.model_signature import ModelSignature
+from brimful.redis_client import make_redis
 from brimful.redis_keys import RedisKeys
 from brimful.settings import Settings, get_settings
 from brimful.task_store import TaskStore
@@ -138,13 +138,34 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
             supervise(service, tuning, StatusBoard(redis, RedisKeys(settings.key_prefix)), recorder, member,
                       settings.tuning_poll_ms / 1000, stop)
         )
+        cancellations = asyncio.create_task(
+            follow_cancellations(service, redis, RedisKeys(settings.key_prefix), stop)
+        )
         await service.run(stop)
         await supervisor
+        await cancellations
     finally:
         await consumer.stop()
         await producer.stop()
         await model.close()
         await redis.aclose()
+
+
+async def follow_cancellations(service: BatcherService, redis: Redis, keys: RedisKeys, stop: asyncio.Event) -> None:
+    """Drop tasks cancelled while they wait in this batcher's accumulators."""
+    while not stop.is_set():
+        pubsub = redis.pubsub()
+        try:
+            await pubsub.subscribe(keys.cancelled_channel)
+            while not stop.is_set():
+                message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=0.5)
+                if message is not None:
+                    service.cancel(message["data"].decode())
+        except Exception as error:  # Redis restarting: subscribe again
+            log.warning("cancellation feed lost; resubscribing", extra={"error": str(error)})
+            await asyncio.sleep(0.5)
+        finally:
+            await pubsub.aclose()
 
 
 def main() -> None:

@@ -165,6 +165,20 @@ class BatcherService:
             "service_estimate_s": round(self._service_estimate, 4),
         }
 
+    def cancel(self, task_id: str) -> bool:
+        """Drop a task cancelled while it waits here, so its slot goes to the next row.
+        (A task cancelled after its batch left is kept from the model by the store.)"""
+        for state in self._partitions.values():
+            removed = state.accumulator.remove(lambda item: item.task_id == task_id)
+            if removed:
+                if state.tracker is not None:
+                    for row in removed:
+                        state.tracker.finish(row.item.offset)
+                self._commit_wanted.set()
+                log.info("cancelled task left its batch", extra={"task_id": task_id, "partition": state.tp.partition})
+                return True
+        return False
+
     # --- main loop ---------------------------------------------------------------------
 
     async def run(self, stop: asyncio.Event) -> None:

@@ -16,6 +16,8 @@ class RedisKeys:
     - ``{prefix}:batcher:{member}``: one live batcher's status (JSON, short TTL).
     - ``{prefix}:dlq:resolved``: hash of DLQ entry id -> what on-call did to it (JSON).
     - ``{prefix}:idempotency:{key}``: the task_id an Idempotency-Key was first used for.
+    - ``{prefix}:finished`` (pub/sub channel): task ids, as each reaches a final state.
+    - ``{prefix}:cancelled`` (pub/sub channel): task ids cancelled while queued.
     """
 
     prefix: str = "brimful"
@@ -34,6 +36,14 @@ class RedisKeys:
     @property
     def policy_history(self) -> str:
         return f"{self.prefix}:policy:history"
+
+    @property
+    def finished_channel(self) -> str:
+        return f"{self.prefix}:finished"
+
+    @property
+    def cancelled_channel(self) -> str:
+        return f"{self.prefix}:cancelled"
 
     @property
     def dlq_resolved(self) -> str:

@@ -122,6 +122,8 @@ class Settings(BaseSettings):
     api_host: str = Field("127.0.0.1", description="Address the API listens on.")
     api_port: int = Field(8080, ge=1, le=65535, description="Port the API listens on.")
     max_body_bytes: int = Field(1024 * 1024, ge=1, description="Largest accepted request body.")
+    long_poll_max_s: float = Field(30.0, gt=0, description="Longest `?wait=` a client may ask a request to be held.")
+    max_bulk_tasks: int = Field(1000, ge=1, description="Most tasks one POST /v1/tasks:batch may carry.")
     max_backlog: int = Field(
         100_000,
         ge=1,

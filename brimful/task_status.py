@@ -6,16 +6,17 @@ from enum import StrEnum
 
 
 class TaskStatus(StrEnum):
-    """Where a task stands. ``done`` and ``failed`` are final."""
+    """Where a task stands. ``done``, ``failed`` and ``cancelled`` are final."""
 
     QUEUED = "queued"    # accepted and on the requests topic
     RUNNING = "running"  # in a batch at the model
     DONE = "done"        # outputs stored
     FAILED = "failed"    # retries exhausted; the request is on the DLQ
+    CANCELLED = "cancelled"  # cancelled before it reached the model
 
     @property
     def is_final(self) -> bool:
-        return self in (TaskStatus.DONE, TaskStatus.FAILED)
+        return self in (TaskStatus.DONE, TaskStatus.FAILED, TaskStatus.CANCELLED)
 
 
 FINAL_STATUSES: frozenset[TaskStatus] = frozenset(s for s in TaskStatus if s.is_final)

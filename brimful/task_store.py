@@ -20,11 +20,12 @@ from brimful.redis_keys import RedisKeys
 from brimful.task_status import TaskStatus
 
 # KEYS: task hashes. ARGV: ttl_s, now_ms, new status, allowed-from statuses
-# (comma-separated; "*" also admits a missing hash), field name, then one field
-# value per key ("" writes no field). Returns how many tasks moved.
+# (comma-separated; "*" also admits a missing hash), field name, channel to publish
+# the task id of every moved task on ("" for none), then one field value per key
+# ("" writes no field). Returns the 1-based positions of the tasks that moved.
 _TRANSITION_LUA = """
-local ttl, now, new_status, allowed, field = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
-local moved = 0
+local ttl, now, new_status, allowed, field, channel = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local moved = {}
 for i, key in ipairs(KEYS) do
   local current = redis.call('HGET', key, 'status')
   local ok
@@ -35,18 +36,22 @@ for i, key in ipairs(KEYS) do
   end
   if ok then
     redis.call('HSET', key, 'status', new_status, 'updated_at_ms', now)
-    local value = ARGV[5 + i]
+    local value = ARGV[6 + i]
     if field ~= '' and value ~= '' then
       redis.call('HSET', key, field, value)
     end
     redis.call('EXPIRE', key, ttl)
-    moved = moved + 1
+    if channel ~= '' then
+      redis.call('PUBLISH', channel, string.match(key, '[^:]+$'))
+    end
+    moved[#moved + 1] = i
   end
 end
 return moved
 """
 
 _NOT_FINAL = f"{TaskStatus.QUEUED},{TaskStatus.RUNNING},*"
+_QUEUED = f"{TaskStatus.QUEUED}"
 
 
 class StatsField:
@@ -185,8 +190,10 @@ class TaskStore:
             if status is not None and TaskStatus(status.decode()).is_final
         }
 
-    async def mark_running(self, task_ids: Iterable[str]) -> int:
-        """Move queued tasks to running; final ones are left alone."""
+    async def mark_running(self, task_ids: Iterable[str]) -> list[str]:
+        """Move tasks to running; returns those that moved. Final ones (a task cancelled a
+        moment ago among them) stay as they are and must not be sent to the model: this
+        atomic move is what decides between a cancel and a dispatch."""
         ids = list(task_ids)
         return await self._move(ids, TaskStatus.RUNNING, _NOT_FINAL, "", ["" for _ in ids])
 
@@ -194,22 +201,37 @@ class TaskStore:
         """Store outputs and move tasks to done, unless they already reached a final state."""
         ids = list(outputs_by_task)
         values = [json.dumps(outputs_by_task[t], separators=(",", ":")) for t in ids]
-        return await self._move(ids, TaskStatus.DONE, _NOT_FINAL, "outputs", values)
+        return len(await self._move(ids, TaskStatus.DONE, _NOT_FINAL, "outputs", values, publish=True))
 
     async def mark_failed(self, task_ids: Iterable[str], error: Mapping[str, Any]) -> int:
         """Record the error and move tasks to failed, unless they already reached a final state."""
         ids = list(task_ids)
         value = json.dumps(error, separators=(",", ":"))
-        return await self._move(ids, TaskStatus.FAILED, _NOT_FINAL, "error", [value for _ in ids])
+        return len(await self._move(ids, TaskStatus.FAILED, _NOT_FINAL, "error", [value for _ in ids], publish=True))
+
+    async def cancel(self, task_id: str) -> bool:
+        """Cancel a task that is still queued; False if it already left the queue."""
+        moved = await self._move([task_id], TaskStatus.CANCELLED, _QUEUED, "", [""], publish=True)
+        if moved:
+            await self._redis.publish(self._keys.cancelled_channel, task_id)
+        return bool(moved)
 
     async def _move(
-        self, task_ids: list[str], status: TaskStatus, allowed_from: str, field: str, values: list[str]
-    ) -> int:
+        self,
+        task_ids: list[str],
+        status: TaskStatus,
+        allowed_from: str,
+        field: str,
+        values: list[str],
+        publish: bool = False,
+    ) -> list[str]:
         if not task_ids:
-            return 0
+            return []
         keys = [self._keys.task(t) for t in task_ids]
-        args = [self._ttl_s, now_ms(), status.value, allowed_from, field, *values]
-        return int(await self._transition(keys=keys, args=args))
+        channel = self._keys.finished_channel if publish else ""
+        args = [self._ttl_s, now_ms(), status.value, allowed_from, field, channel, *values]
+        positions = await self._transition(keys=keys, args=args)
+        return [task_ids[int(position) - 1] for position in positions]
 
     async def add_stats(self, increments: Mapping[str, int]) -> None:
         """Add to the shared counters (one round trip)."""

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import AsyncIterator, Iterator
+import asyncio
+import time
+from typing import Any, AsyncIterator, Iterator
 
 import pytest
 
@@ -31,6 +33,12 @@ def start_stack(workdir: Path, settings: Settings, **options: object) -> Embedde
     return stack
 
 
+def rows_seen_by_model(stack: EmbeddedStack) -> list[str]:
+    """Every real row the stack's model has been given so far."""
+    path = stack.workdir / "model-seen.log"
+    return path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+
+
 def fault_file(stack: EmbeddedStack) -> Path:
     """While this file exists, the stack's model fails rows starting with '!flaky'."""
     return stack.workdir / "model-fault"
@@ -43,7 +51,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedStack]:
     running = start_stack(
         workdir,
         stack_settings(trace_dir=str(workdir / "traces")),
-        model_host_args=("--fault-file", str(workdir / "model-fault")),
+        model_host_args=("--fault-file", str(workdir / "model-fault"), "--seen-log", str(workdir / "model-seen.log")),
     )
     yield running
     running.stop()
@@ -53,3 +61,27 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedStack]:
 async def client(stack: EmbeddedStack) -> AsyncIterator[TaskClient]:
     async with TaskClient(stack.api_url) as task_client:
         yield task_client
+
+
+async def policy_seen_by_batchers(client: TaskClient) -> list[dict[str, Any]]:
+    return [batcher["params"] for batcher in (await client.stats())["batchers"]]
+
+
+async def tune(client: TaskClient, **changes: float) -> tuple[int, Any]:
+    return await client.request("PATCH", "/v1/admin/policy", json=changes)
+
+
+@pytest.fixture
+async def restore_policy(stack: EmbeddedStack, client: TaskClient) -> AsyncIterator[None]:
+    """Put the defaults back after a test that tunes, so other tests see them."""
+    yield
+    s = stack.settings
+    status, body = await tune(
+        client, max_wait_ms=s.max_wait_ms, min_wait_ms=s.min_wait_ms, rate_halflife_ms=s.rate_halflife_ms,
+        fill_slack=s.fill_slack, min_worthwhile_rows=s.min_worthwhile_rows,
+    )
+    assert status == 200, body
+    deadline = time.monotonic() + 5
+    while any(p["max_wait"] != s.max_wait_ms / 1000 for p in await policy_seen_by_batchers(client)):
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.05)

@@ -132,11 +132,12 @@ class BatchRunner:
         """Run the batch to a final state for every task in it; raises only on store or
         broker errors, after which running it again is safe."""
         outcome = BatchOutcome()
-        already_final = await self.store.final_among(item.task_id for item in batch.items)
-        items = [item for item in batch.items if item.task_id not in already_final]
+        # Only tasks that this atomic move takes from queued to running reach the model:
+        # tasks already final (redelivered) or cancelled are left out.
+        running = set(await self.store.mark_running(item.task_id for item in batch.items))
+        items = [item for item in batch.items if item.task_id in running]
         outcome.skipped = len(batch.items) - len(items)
         if items:
-            await self.store.mark_running(item.task_id for item in items)
             await self._resolve(batch, items, _Attempts(), outcome, isolating=False)
         await self.store.add_stats({StatsField.flushes(batch.reason): 1})
         log.info(

@@ -90,6 +90,7 @@ def main() -> None:
     parser.add_argument("--call-ms", type=float, default=0.0, help="every call takes at least this long (GPU-like)")
     parser.add_argument("--hang-ms", type=float, default=3000.0, help="how long a '!hang-once' row hangs its call")
     parser.add_argument("--fault-file", type=Path, default=None, help="'!flaky' rows fail while this file exists")
+    parser.add_argument("--seen-log", type=Path, default=None, help="append every real row the model is given here")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO)
     # PyTriton creates the workspace itself and refuses one that already exists.
@@ -100,7 +101,9 @@ def main() -> None:
         metrics_port=args.metrics_port if args.metrics_port is not None else args.grpc_port + 1,
         batch_size=args.batch_size,
         workspace=workspace,
-        model=ReferenceModel(call_s=args.call_ms / 1000, hang_s=args.hang_ms / 1000, fault_file=args.fault_file),
+        model=ReferenceModel(
+            call_s=args.call_ms / 1000, hang_s=args.hang_ms / 1000, fault_file=args.fault_file, seen_log=args.seen_log
+        ),
     )
 
 

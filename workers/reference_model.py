@@ -13,6 +13,8 @@ Fault hooks (documented, for fault-injection tests and drills):
 
 ``ReferenceModel(call_s=...)`` also makes every call take at least ``call_s``: a
 stand-in for a memory-bound GPU model whose cost does not depend on the real rows.
+With ``seen_log``, it appends every non-empty row it is given to that file, one per
+line, so a test can check what reached the model.
 """
 
 from __future__ import annotations
@@ -47,15 +49,21 @@ def reference_infer(text: np.ndarray) -> dict[str, np.ndarray]:
 class ReferenceModel:
     """The reference model with its run-time hooks, as the model host serves it."""
 
-    def __init__(self, call_s: float = 0.0, hang_s: float = 3.0, fault_file: Path | None = None) -> None:
+    def __init__(
+        self, call_s: float = 0.0, hang_s: float = 3.0, fault_file: Path | None = None, seen_log: Path | None = None
+    ) -> None:
         self.call_s = call_s
         self.hang_s = hang_s
         self.fault_file = fault_file
+        self.seen_log = seen_log
         self._hung_for: set[bytes] = set()
 
     def __call__(self, text: np.ndarray) -> dict[str, np.ndarray]:
         started = time.monotonic()
         rows = [bytes(value) for value in text.reshape(-1)]
+        if self.seen_log is not None:
+            with self.seen_log.open("ab") as log:
+                log.writelines(row.replace(b"\n", b" ") + b"\n" for row in rows if row)
         for row in rows:
             if row.startswith(HANG_ONCE_PREFIX) and row not in self._hung_for:
                 self._hung_for.add(row)

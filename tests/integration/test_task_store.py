@@ -26,7 +26,7 @@ async def test_queued_task_moves_to_running_then_done(store: TaskStore) -> None:
     task_id = uuid.uuid4().hex
     await store.create_queued(task_id, now_ms())
     assert (await store.get(task_id)).status is TaskStatus.QUEUED  # type: ignore[union-attr]
-    assert await store.mark_running([task_id]) == 1
+    assert await store.mark_running([task_id]) == [task_id]
     assert (await store.get(task_id)).status is TaskStatus.RUNNING  # type: ignore[union-attr]
     assert await store.mark_done({task_id: {"Y": 1}}) == 1
     record = await store.get(task_id)
@@ -38,7 +38,7 @@ async def test_first_result_wins_and_done_is_never_reopened(store: TaskStore) ->
     await store.create_queued(task_id, now_ms())
     assert await store.mark_done({task_id: {"Y": "first"}}) == 1
     assert await store.mark_done({task_id: {"Y": "second"}}) == 0
-    assert await store.mark_running([task_id]) == 0
+    assert await store.mark_running([task_id]) == []
     assert await store.mark_failed([task_id], {"class": "x"}) == 0
     record = await store.get(task_id)
     assert record is not None and record.status is TaskStatus.DONE and record.outputs == {"Y": "first"}
@@ -81,3 +81,36 @@ async def test_forget_removes_a_task(store: TaskStore) -> None:
     await store.create_queued(task_id, now_ms())
     await store.forget(task_id)
     assert await store.get(task_id) is None
+
+
+async def test_cancel_wins_only_while_queued_and_keeps_the_task_from_running(store: TaskStore) -> None:
+    queued, running = uuid.uuid4().hex, uuid.uuid4().hex
+    for task_id in (queued, running):
+        await store.create_queued(task_id, now_ms())
+    assert await store.mark_running([running]) == [running]
+    assert await store.cancel(queued)
+    assert not await store.cancel(running)
+    assert await store.mark_running([queued, running]) == [running]  # a cancelled task never runs
+    assert (await store.get(queued)).status is TaskStatus.CANCELLED  # type: ignore[union-attr]
+    assert await store.mark_done({queued: {"Y": 1}}) == 0
+
+
+async def test_final_states_are_published_as_they_happen(stack: EmbeddedStack, store: TaskStore) -> None:
+    redis = Redis.from_url(stack.settings.redis_url)
+    pubsub = redis.pubsub()
+    await pubsub.subscribe(store.keys.finished_channel)
+    try:
+        assert (await pubsub.get_message(timeout=2))["type"] == "subscribe"  # type: ignore[index]
+        done, failed = uuid.uuid4().hex, uuid.uuid4().hex
+        for task_id in (done, failed):
+            await store.create_queued(task_id, now_ms())
+        await store.mark_done({done: {"Y": 1}})
+        await store.mark_failed([failed], {"class": "x"})
+        await store.mark_done({done: {"Y": 2}})  # not a change: not published again
+        published = []
+        while (message := await pubsub.get_message(timeout=1)) is not None:
+            published.append(message["data"].decode())
+        assert published == [done, failed]
+    finally:
+        await pubsub.aclose()
+        await redis.aclose()

@@ -5,38 +5,15 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from typing import Any, AsyncIterator
+from typing import Any
 
 import aiohttp
 import pytest
 
 from batcher.traces import read_trace
 from brimful.stack import EmbeddedStack
+from tests.conftest import policy_seen_by_batchers, tune
 from tests.task_client import TaskClient
-
-
-async def policy_seen_by_batchers(client: TaskClient) -> list[dict[str, Any]]:
-    return [batcher["params"] for batcher in (await client.stats())["batchers"]]
-
-
-async def tune(client: TaskClient, **changes: float) -> tuple[int, Any]:
-    return await client.request("PATCH", "/v1/admin/policy", json=changes)
-
-
-@pytest.fixture
-async def restore_policy(stack: EmbeddedStack, client: TaskClient) -> AsyncIterator[None]:
-    """Put the defaults back after a test that tunes, so other tests see them."""
-    yield
-    s = stack.settings
-    status, body = await tune(
-        client, max_wait_ms=s.max_wait_ms, min_wait_ms=s.min_wait_ms, rate_halflife_ms=s.rate_halflife_ms,
-        fill_slack=s.fill_slack, min_worthwhile_rows=s.min_worthwhile_rows,
-    )
-    assert status == 200, body
-    deadline = time.monotonic() + 5
-    while any(p["max_wait"] != s.max_wait_ms / 1000 for p in await policy_seen_by_batchers(client)):
-        assert time.monotonic() < deadline
-        await asyncio.sleep(0.05)
 
 
 async def latency_ms(client: TaskClient, text: str, **extra: Any) -> float:

@@ -1,0 +1,96 @@
+"""Long-poll (GET and POST ?wait=), cancel before dispatch, and bulk submission."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+from brimful.stack import EmbeddedStack
+from tests.conftest import policy_seen_by_batchers, rows_seen_by_model, tune
+from tests.integration.test_pipeline import expected_outputs
+from tests.task_client import TaskClient
+
+
+async def test_get_with_wait_answers_when_the_result_is_stored(client: TaskClient) -> None:
+    task_id = await client.submit({"TEXT": "long poll"})
+    started = time.monotonic()
+    status, body = await client.request("GET", f"/v1/tasks/{task_id}", params={"wait": "10"})
+    assert status == 200 and body["status"] == "done"
+    assert body["outputs"] == expected_outputs("long poll")
+    assert time.monotonic() - started < 5  # woken by the result, not held for the full wait
+
+
+async def test_get_with_wait_gives_up_after_the_wait(
+    stack: EmbeddedStack, client: TaskClient, restore_policy: None
+) -> None:
+    await tune(client, min_wait_ms=3000, max_wait_ms=3000)
+    deadline = time.monotonic() + 5
+    while any(p["max_wait"] != 3.0 for p in await policy_seen_by_batchers(client)):
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.05)
+    task_id = await client.submit({"TEXT": "slow to come"})
+    started = time.monotonic()
+    status, body = await client.request("GET", f"/v1/tasks/{task_id}", params={"wait": "0.5"})
+    held = time.monotonic() - started
+    assert status == 200 and body["status"] in ("queued", "running")
+    assert 0.4 <= held < 2.5
+
+
+async def test_post_with_wait_returns_the_result_inline(client: TaskClient) -> None:
+    status, body = await client.request("POST", "/v1/tasks", params={"wait": "10"}, json={"inputs": {"TEXT": "inline"}})
+    assert status == 200 and body["status"] == "done"
+    assert body["outputs"] == expected_outputs("inline")
+
+
+async def test_wait_out_of_range_is_400(client: TaskClient) -> None:
+    for value in ("-1", "31", "soon", "nan"):
+        status, body = await client.request("GET", f"/v1/tasks/{'0' * 32}", params={"wait": value})
+        assert status == 400 and "wait" in body["error"]["message"], (value, body)
+
+
+async def test_cancelled_task_never_reaches_the_model_and_leaves_its_slot(
+    stack: EmbeddedStack, client: TaskClient, restore_policy: None
+) -> None:
+    await tune(client, min_wait_ms=2000, max_wait_ms=2000)
+    deadline = time.monotonic() + 5
+    while any(p["max_wait"] != 2.0 for p in await policy_seen_by_batchers(client)):
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.05)
+    marker = f"cancel me {uuid.uuid4().hex}"
+    before = await client.stats()
+    doomed = await client.submit({"TEXT": marker})
+    others = [await client.submit({"TEXT": f"keep {i} {marker}"}) for i in range(10)]
+    status, body = await client.request("DELETE", f"/v1/tasks/{doomed}")
+    assert status == 200 and body == {"task_id": doomed, "status": "cancelled"}
+    results = await asyncio.gather(*(client.wait_final(t, timeout_s=20) for t in others))
+    assert all(r["status"] == "done" for r in results)
+    assert (await client.get(doomed))["status"] == "cancelled"
+    seen = rows_seen_by_model(stack)
+    assert marker not in seen, "the cancelled task reached the model"
+    assert sum(1 for row in seen if row.startswith("keep ") and row.endswith(marker)) == 10
+    after = await client.stats()
+    assert after["rows_dispatched"] - before["rows_dispatched"] == 10  # the cancelled task took no slot
+    status, body = await client.request("DELETE", f"/v1/tasks/{others[0]}")
+    assert status == 409 and "done" in body["error"]["message"]
+    status, _ = await client.request("DELETE", f"/v1/tasks/{'0' * 32}")
+    assert status == 404
+
+
+async def test_bulk_returns_ids_in_order_with_per_item_errors(client: TaskClient) -> None:
+    items = [{"inputs": {"TEXT": "bulk a"}}, {"inputs": {"TEXT": 5}}, {"inputs": {"TEXT": "bulk c"}}, {"nope": 1}]
+    status, body = await client.request("POST", "/v1/tasks:batch", json={"tasks": items})
+    assert status == 200 and body["accepted"] == 2
+    first, second, third, fourth = body["results"]
+    assert second["error"]["code"] == "invalid_input" and "TEXT" in second["error"]["message"]
+    assert fourth["error"]["code"] == "invalid_request"
+    done = await asyncio.gather(client.wait_final(first["task_id"]), client.wait_final(third["task_id"]))
+    assert [d["outputs"] for d in done] == [expected_outputs("bulk a"), expected_outputs("bulk c")]
+
+
+async def test_bulk_over_the_limit_is_413(stack: EmbeddedStack, client: TaskClient) -> None:
+    items = [{"inputs": {"TEXT": "x"}}] * (stack.settings.max_bulk_tasks + 1)
+    status, body = await client.request("POST", "/v1/tasks:batch", json={"tasks": items})
+    assert status == 413 and str(stack.settings.max_bulk_tasks) in body["error"]["message"]
+    status, body = await client.request("POST", "/v1/tasks:batch", json={"tasks": []})
+    assert status == 422
