@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator
 
 from aiokafka.errors import KafkaError
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -16,6 +16,7 @@ from redis.exceptions import RedisError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api import dlq_routes, task_routes
+from api.auth import requires
 from api.errors import (
     ApiError,
     api_error_handler,
@@ -26,6 +27,7 @@ from api.errors import (
 from api.state import ApiState, api_state, read_body
 from api.submission import parse_json
 from batcher.tuning import TuningError
+from brimful.api_keys import Scope
 from brimful.settings import Settings
 
 log = logging.getLogger("brimful.api")
@@ -60,7 +62,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.add_exception_handler(RedisError, dependency_error_handler)
     app.add_exception_handler(KafkaError, dependency_error_handler)
 
-    @app.get("/v1/stats")
+    @app.get("/v1/stats", dependencies=[Depends(requires(Scope.READ))])
     async def stats(request: Request) -> dict[str, Any]:
         """Totals across every batcher: batches sent to the model, real rows in them, padding."""
         state = api_state(request)
@@ -71,13 +73,13 @@ def create_app(settings: Settings) -> FastAPI:
         answer["batchers"] = await state.status_board.read_all()
         return answer
 
-    @app.get("/v1/admin/policy")
+    @app.get("/v1/admin/policy", dependencies=[Depends(requires(Scope.ADMIN))])
     async def get_policy(request: Request) -> dict[str, Any]:
         """The flush-policy parameters every batcher uses now, their defaults, recent changes."""
         tuning = api_state(request).tuning
         return {"params": await tuning.values(), "defaults": tuning.defaults, "history": await tuning.history()}
 
-    @app.patch("/v1/admin/policy")
+    @app.patch("/v1/admin/policy", dependencies=[Depends(requires(Scope.ADMIN))])
     async def change_policy(request: Request) -> dict[str, Any]:
         """Change flush-policy parameters of every running batcher (applied within ~1 s)."""
         document = parse_json(await read_body(request, 64 * 1024))

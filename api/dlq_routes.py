@@ -5,14 +5,16 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 
+from api.auth import requires
 from api.errors import ApiError
 from api.submission import parse_json
+from brimful.api_keys import Scope
 from workers.dead_letter_admin import DeadLetterAdmin, DeadLetterFilter
 
-router = APIRouter(prefix="/v1/admin/dlq", tags=["dead letters"])
+router = APIRouter(prefix="/v1/admin/dlq", tags=["dead letters"], dependencies=[Depends(requires(Scope.ADMIN))])
 
 _FILTER_FIELDS = ("since_ms", "until_ms", "error_class", "model", "ids", "all")
 

@@ -12,6 +12,7 @@ from api.backlog import BacklogMonitor
 from api.errors import ApiError
 from api.task_waiters import TaskWaiters
 from batcher.live_status import StatusBoard
+from brimful.api_keys import ApiKeys
 from batcher.tuning import PolicyTuning
 from brimful.kafka import ensure_topics, make_producer
 from brimful.model_signature import ModelSignature
@@ -43,6 +44,7 @@ class ApiState:
         self.dead_letters = DeadLetterAdmin(settings, self.redis, self.producer, self.store)
         self.backlog = BacklogMonitor(self.status_board, self.store)
         self.waiters = TaskWaiters(self.redis, RedisKeys(settings.key_prefix))
+        self.api_keys = ApiKeys(self.redis, RedisKeys(settings.key_prefix))
         self._background: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:

@@ -11,14 +11,16 @@ import uuid
 from typing import Any
 
 from aiokafka.errors import KafkaError
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 from redis.exceptions import RedisError
 
+from api.auth import Principal, requires
 from api.errors import ApiError
 from api.state import ApiState, api_state, read_body
 from api.submission import Submission, parse_json, parse_submission
 from brimful import metrics
+from brimful.api_keys import Scope
 from brimful.task_status import TaskStatus
 from brimful.task_store import TaskRecord, now_ms
 from schemas import TaskRequest
@@ -63,19 +65,26 @@ def task_answer(task_id: str, record: TaskRecord) -> dict[str, Any]:
     return answer
 
 
-async def read_when_final(state: ApiState, task_id: str, wait_s: float) -> TaskRecord | None:
-    """The task's record, held up to ``wait_s`` until it is final; woken by the push."""
+async def read_own_task(state: ApiState, task_id: str, principal: Principal) -> TaskRecord | None:
+    """The task's record if it belongs to the caller's tenant; another tenant's task
+    reads as unknown (404), so ids cannot be probed."""
+    record = await state.store.get(task_id)
+    return record if record is not None and record.tenant == principal.tenant else None
+
+
+async def read_when_final(state: ApiState, task_id: str, principal: Principal, wait_s: float) -> TaskRecord | None:
+    """The caller's task, held up to ``wait_s`` until it is final; woken by the push."""
     deadline = time.monotonic() + wait_s
     while True:
         async with state.waiters.watch(task_id) as finished:
-            record = await state.store.get(task_id)  # read after registering: nothing slips by
+            record = await read_own_task(state, task_id, principal)  # after registering: nothing slips by
             remaining = deadline - time.monotonic()
             if record is None or record.status.is_final or remaining <= 0:
                 return record
             try:
                 await asyncio.wait_for(finished, timeout=remaining)
             except asyncio.TimeoutError:
-                return await state.store.get(task_id)
+                return await read_own_task(state, task_id, principal)
 
 
 def check_admission(state: ApiState) -> None:
@@ -96,7 +105,7 @@ def check_admission(state: ApiState) -> None:
         )
 
 
-async def enqueue(state: ApiState, submission: Submission, task_id: str) -> None:
+async def enqueue(state: ApiState, submission: Submission, task_id: str, tenant: str) -> None:
     """Record the task as queued, then put it on the requests topic (acks=all)."""
     assert state.signature is not None
     submitted_at = now_ms()
@@ -105,12 +114,13 @@ async def enqueue(state: ApiState, submission: Submission, task_id: str) -> None
         model=state.signature.name,
         submitted_at_ms=submitted_at,
         deadline_at_ms=submitted_at + submission.deadline_ms if submission.deadline_ms else 0,
+        tenant=tenant,
     )
     for name, tensor in submission.inputs.items():
         message.inputs[name].CopyFrom(tensor)
     try:
         # Redis first: a fast batcher must never find the task missing.
-        await state.store.create_queued(task_id, submitted_at)
+        await state.store.create_queued(task_id, submitted_at, tenant)
     except RedisError as error:
         log.error("could not record task", extra={"task_id": task_id, "error": str(error)})
         raise ApiError(503, "store_unavailable", "the result store is unreachable", {"Retry-After": "1"}) from error
@@ -127,7 +137,7 @@ async def enqueue(state: ApiState, submission: Submission, task_id: str) -> None
 
 
 @router.post("/v1/tasks", status_code=202)
-async def submit_task(request: Request) -> JSONResponse:
+async def submit_task(request: Request, principal: Principal = Depends(requires(Scope.SUBMIT))) -> JSONResponse:
     """Accept one task; 202 with its task_id once durably queued. With ``?wait=S``, hold
     the answer up to S seconds and return the result inline (200) if it is ready."""
     state = api_state(request)
@@ -143,6 +153,7 @@ async def submit_task(request: Request) -> JSONResponse:
     if key is not None:
         if not IDEMPOTENCY_KEY_PATTERN.match(key):
             raise ApiError(400, "invalid_idempotency_key", "Idempotency-Key must be 1-255 visible ASCII characters")
+        key = f"{principal.tenant}/{key}"  # one tenant's keys never meet another's
         original = await state.store.claim_idempotency_key(key, task_id)
         if original is not None:
             record = await state.store.get(original)
@@ -152,19 +163,19 @@ async def submit_task(request: Request) -> JSONResponse:
             )
     try:
         check_admission(state)
-        await enqueue(state, submission, task_id)
+        await enqueue(state, submission, task_id, principal.tenant)
     except ApiError:
         await state.store.release_idempotency_key(key, task_id)
         raise
     if wait_s > 0:
-        record = await read_when_final(state, task_id, wait_s)
+        record = await read_when_final(state, task_id, principal, wait_s)
         if record is not None and record.status.is_final:
             return JSONResponse(task_answer(task_id, record), status_code=200)
     return JSONResponse({"task_id": task_id, "status": TaskStatus.QUEUED.value}, status_code=202)
 
 
 @router.post("/v1/tasks:batch")
-async def submit_tasks(request: Request) -> dict[str, Any]:
+async def submit_tasks(request: Request, principal: Principal = Depends(requires(Scope.SUBMIT))) -> dict[str, Any]:
     """Accept up to ``max_bulk_tasks`` tasks in one call. Answers their ids in order; an
     invalid item gets its own error and does not stop the others."""
     state = api_state(request)
@@ -181,7 +192,7 @@ async def submit_tasks(request: Request) -> dict[str, Any]:
         try:
             submission = parse_submission(item, state.signature)  # type: ignore[arg-type]
             task_id = uuid.uuid4().hex
-            await enqueue(state, submission, task_id)
+            await enqueue(state, submission, task_id, principal.tenant)
         except ApiError as error:
             return {"error": {"code": error.code, "message": error.message}}
         return {"task_id": task_id, "status": TaskStatus.QUEUED.value}
@@ -191,26 +202,30 @@ async def submit_tasks(request: Request) -> dict[str, Any]:
 
 
 @router.get("/v1/tasks/{task_id}")
-async def get_task(task_id: str, request: Request) -> dict[str, Any]:
+async def get_task(
+    task_id: str, request: Request, principal: Principal = Depends(requires(Scope.READ))
+) -> dict[str, Any]:
     """The task's status, with outputs once done or the error once failed. With
     ``?wait=S``, answer as soon as it is final, or after S seconds."""
     check_task_id(task_id)
     state = api_state(request)
     wait_s = parse_wait(request, state.settings.long_poll_max_s)
-    record = await read_when_final(state, task_id, wait_s)
+    record = await read_when_final(state, task_id, principal, wait_s)
     if record is None:
         raise ApiError(404, "task_not_found", f"no task {task_id} (unknown, or expired after the retention time)")
     return task_answer(task_id, record)
 
 
 @router.delete("/v1/tasks/{task_id}")
-async def cancel_task(task_id: str, request: Request) -> dict[str, Any]:
+async def cancel_task(
+    task_id: str, request: Request, principal: Principal = Depends(requires(Scope.SUBMIT))
+) -> dict[str, Any]:
     """Cancel a task that has not been sent to the model; 409 once it has."""
     check_task_id(task_id)
     state = api_state(request)
+    if await read_own_task(state, task_id, principal) is None:
+        raise ApiError(404, "task_not_found", f"no task {task_id} (unknown, or expired after the retention time)")
     if await state.store.cancel(task_id):
         return {"task_id": task_id, "status": TaskStatus.CANCELLED.value}
     record = await state.store.get(task_id)
-    if record is None:
-        raise ApiError(404, "task_not_found", f"no task {task_id} (unknown, or expired after the retention time)")
-    raise ApiError(409, "not_cancellable", f"task {task_id} is already {record.status.value}")
+    raise ApiError(409, "not_cancellable", f"task {task_id} is already {record.status.value if record else 'gone'}")

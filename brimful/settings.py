@@ -30,7 +30,7 @@ class Settings(BaseSettings):
     requests_topic: str = Field("brimful.requests", description="Topic the API writes accepted tasks to.")
     dlq_topic: str = Field("brimful.dlq", description="Dead-letter topic for tasks that exhausted their retries.")
     topic_partitions: int = Field(
-        2,
+        1,
         ge=1,
         description="Partitions of the requests topic when Brimful creates it. Each has its own accumulator, "
         "so each fills from its share of the traffic: use about as many as there are batchers.",
@@ -122,6 +122,10 @@ class Settings(BaseSettings):
     api_host: str = Field("127.0.0.1", description="Address the API listens on.")
     api_port: int = Field(8080, ge=1, le=65535, description="Port the API listens on.")
     max_body_bytes: int = Field(1024 * 1024, ge=1, description="Largest accepted request body.")
+    auth_enabled: bool = Field(
+        True, description="Require `Authorization: Bearer <key>` (keys from `brimful keys`). `brimful up` turns it off."
+    )
+    api_key: str = Field("", description="Key the `brimful` operator commands present to the API.")
     long_poll_max_s: float = Field(30.0, gt=0, description="Longest `?wait=` a client may ask a request to be held.")
     max_bulk_tasks: int = Field(1000, ge=1, description="Most tasks one POST /v1/tasks:batch may carry.")
     max_backlog: int = Field(

@@ -82,6 +82,7 @@ class TaskRecord:
     updated_at_ms: int
     outputs: dict[str, Any] | None
     error: dict[str, Any] | None
+    tenant: str = ""
 
 
 def now_ms() -> int:
@@ -103,7 +104,7 @@ class TaskStore:
         """The key layout this store writes under."""
         return self._keys
 
-    async def create_queued(self, task_id: str, submitted_at_ms: int) -> None:
+    async def create_queued(self, task_id: str, submitted_at_ms: int, tenant: str = "") -> None:
         """Record a newly accepted task. Written before the request reaches Kafka, so a
         fast batcher can never find the task missing or have its result overwritten."""
         key = self._keys.task(task_id)
@@ -114,12 +115,13 @@ class TaskStore:
                     "status": TaskStatus.QUEUED.value,
                     "submitted_at_ms": submitted_at_ms,
                     "updated_at_ms": submitted_at_ms,
+                    "tenant": tenant,
                 },
             )
             pipe.expire(key, self._ttl_s)
             await pipe.execute()
 
-    async def requeue(self, task_id: str, submitted_at_ms: int) -> None:
+    async def requeue(self, task_id: str, submitted_at_ms: int, tenant: str = "") -> None:
         """Put a failed task back to ``queued`` for a replay (recreating it if it expired).
         Written before the request is sent again, as for a new task."""
         key = self._keys.task(task_id)
@@ -131,6 +133,7 @@ class TaskStore:
                     "status": TaskStatus.QUEUED.value,
                     "submitted_at_ms": submitted_at_ms,
                     "updated_at_ms": now_ms(),
+                    "tenant": tenant,
                 },
             )
             pipe.expire(key, self._ttl_s)
@@ -173,6 +176,7 @@ class TaskStore:
             updated_at_ms=int(fields.get("updated_at_ms", 0)),
             outputs=json.loads(fields["outputs"]) if "outputs" in fields else None,
             error=json.loads(fields["error"]) if "error" in fields else None,
+            tenant=fields.get("tenant", ""),
         )
 
     async def final_among(self, task_ids: Iterable[str]) -> set[str]:

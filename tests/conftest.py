@@ -22,6 +22,7 @@ def stack_settings(**overrides: object) -> Settings:
         "triton_url": f"127.0.0.1:{free_port()}",
         "api_port": free_port(),
         "batcher_metrics_port": free_port(),
+        "auth_enabled": False,  # as the embedded stack runs; tests/integration/test_auth.py turns it on
     }
     values.update(overrides)
     return Settings(**values)  # type: ignore[arg-type]

@@ -111,7 +111,7 @@ class DeadLetterAdmin:
             if not request.inputs:  # an undecodable record: nothing to send again
                 skipped.append(entry.entry_id)
                 continue
-            await self._store.requeue(request.task_id, request.submitted_at_ms)
+            await self._store.requeue(request.task_id, request.submitted_at_ms, request.tenant)
             await self._producer.send_and_wait(
                 self._settings.requests_topic, request.SerializeToString(), key=request.task_id.encode()
             )

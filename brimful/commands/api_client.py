@@ -21,12 +21,20 @@ def add_api_argument(parser: argparse.ArgumentParser) -> None:
         default=f"http://{settings.api_host}:{settings.api_port}",
         help="base URL of a Brimful API (default: from BRIMFUL_API_HOST/PORT)",
     )
+    parser.add_argument(
+        "--api-key", default=settings.api_key, help="API key with the scope needed (default: BRIMFUL_API_KEY)"
+    )
 
 
-def call(method: str, url: str, **kwargs: Any) -> Any:
+def auth_headers(api_key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+def call(method: str, url: str, api_key: str = "", **kwargs: Any) -> Any:
     """One JSON call; CommandError with the server's own message on a 4xx/5xx."""
+    headers = {**auth_headers(api_key), **kwargs.pop("headers", {})}
     try:
-        response = httpx.request(method, url, timeout=10, **kwargs)
+        response = httpx.request(method, url, timeout=10, headers=headers, **kwargs)
     except httpx.HTTPError as error:
         raise CommandError(f"cannot reach {url}: {error}") from error
     body = response.json() if response.content else None

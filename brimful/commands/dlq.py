@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 
-from brimful.commands.api_client import CommandError, add_api_argument, call
+from brimful.commands.api_client import CommandError, add_api_argument, auth_headers, call
 
 _RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -139,11 +139,11 @@ def run(args: argparse.Namespace) -> int:
     actor = {"X-Brimful-Actor": getpass.getuser()}
     try:
         if args.action == "list":
-            print(render_list(call("GET", base, params=_filters(args))))
+            print(render_list(call("GET", base, args.api_key, params=_filters(args))))
         elif args.action == "show":
-            print(render_entry(call("GET", f"{base}/{args.id}")))
+            print(render_entry(call("GET", f"{base}/{args.id}", args.api_key)))
         elif args.action == "replay":
-            result = call("POST", f"{base}/replay", json=_filters(args), headers=actor)
+            result = call("POST", f"{base}/replay", args.api_key, json=_filters(args), headers=actor)
             print(f"replayed {result['replayed']} task(s); they read 'queued' again")
             for task_id in result["task_ids"]:
                 print(f"  {task_id}")
@@ -152,10 +152,10 @@ def run(args: argparse.Namespace) -> int:
         elif args.action == "purge":
             if not args.yes:
                 raise CommandError("purge cannot be undone: add --yes")
-            result = call("POST", f"{base}/purge", json=_filters(args), headers=actor)
+            result = call("POST", f"{base}/purge", args.api_key, json=_filters(args), headers=actor)
             print(f"purged {result['purged']} entr(ies)")
         else:
-            response = httpx.get(f"{base}/export", params=_filters(args), timeout=60)
+            response = httpx.get(f"{base}/export", params=_filters(args), headers=auth_headers(args.api_key), timeout=60)
             if response.status_code >= 400:
                 raise CommandError(f"{response.status_code}: {response.text}")
             args.out.write_bytes(response.content)

@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     previous = None
     try:
         while True:
-            stats = call("GET", url)
+            stats = call("GET", url, args.api_key)
             screen = render(stats, previous, args.interval)
             if args.once:
                 print(screen)

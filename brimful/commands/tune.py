@@ -39,14 +39,14 @@ def run(args: argparse.Namespace) -> int:
     url = f"{args.api.rstrip('/')}/v1/admin/policy"
     try:
         if args.changes:
-            entry = call("PATCH", url, json=_parse(args.changes), headers={"X-Brimful-Actor": getpass.getuser()})
+            entry = call("PATCH", url, args.api_key, json=_parse(args.changes), headers={"X-Brimful-Actor": getpass.getuser()})
             print(f"changed at {_when(entry['at_ms'])}:")
             for name, new in entry["new"].items():
                 old = entry["old"][name]
                 marker = f"{old:g} -> {new:g}" if old != new else f"{new:g} (unchanged)"
                 print(f"  {name:<22} {marker}")
             return 0
-        state = call("GET", url)
+        state = call("GET", url, args.api_key)
     except CommandError as error:
         print(f"brimful tune: {error}", file=sys.stderr)
         return 1

@@ -18,11 +18,19 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser("up", help="run the embedded stack on loopback until Ctrl-C")
     parser.add_argument("--workdir", default=".brimful", help="where logs and scratch data go (default: .brimful)")
     parser.add_argument("--echo-logs", action="store_true", help="print API and batcher logs here instead of to files")
+    parser.add_argument("--auth", action="store_true", help="require API keys (made with `brimful keys create`)")
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     settings = get_settings()
+    if not args.auth:
+        settings = settings.model_copy(update={"auth_enabled": False})
+        print(
+            "brimful: WARNING: running OPEN: no API key is needed and every caller sees every task. "
+            "For a local machine only; pass --auth to require keys.",
+            file=sys.stderr,
+        )
     stack = EmbeddedStack(settings, Path(args.workdir), echo_service_logs=args.echo_logs)
     stop = threading.Event()
 

@@ -1,0 +1,52 @@
+"""Who is calling: ``Authorization: Bearer <key>`` checked on every request.
+
+Routes declare the scope they need with ``Depends(requires(Scope.X))`` and receive the
+caller's ``Principal``. With ``auth_enabled`` off (the embedded local stack) every
+caller is the open principal: tenant "", every scope.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Awaitable, Callable
+
+from fastapi import Request
+
+from api.errors import ApiError
+from api.state import api_state
+from brimful.api_keys import Scope
+
+
+@dataclass(frozen=True)
+class Principal:
+    """The caller: its tenant, what it may do, and its key id (safe to log)."""
+
+    tenant: str
+    scopes: frozenset[str]
+    key_id: str
+
+
+OPEN = Principal(tenant="", scopes=frozenset(s.value for s in Scope), key_id="open")
+_CHALLENGE = {"WWW-Authenticate": "Bearer"}
+
+
+def requires(scope: Scope) -> Callable[[Request], Awaitable[Principal]]:
+    """A dependency that admits callers whose key holds ``scope``: 401 without a valid
+    key, 403 with a key that lacks the scope."""
+
+    async def authenticate(request: Request) -> Principal:
+        state = api_state(request)
+        if not state.settings.auth_enabled:
+            return OPEN
+        header = request.headers.get("authorization", "")
+        scheme, _, key = header.partition(" ")
+        if scheme.lower() != "bearer" or not key.strip():
+            raise ApiError(401, "unauthenticated", "send Authorization: Bearer <API key>", _CHALLENGE)
+        record = await state.api_keys.find(key.strip())
+        if record is None or not record.active:
+            raise ApiError(401, "unauthenticated", "unknown or revoked API key", _CHALLENGE)
+        if not record.allows(scope):
+            raise ApiError(403, "forbidden", f"this key lacks the {scope.value!r} scope")
+        return Principal(tenant=record.tenant, scopes=frozenset(record.scopes), key_id=record.key_id)
+
+    return authenticate

@@ -1,0 +1,101 @@
+"""API keys: who may call, for which tenant, with which scopes.
+
+A key is shown once, when created; Redis keeps only its SHA-256 (``RedisKeys.api_keys``,
+a hash of digest -> JSON record), so a leaked database leaks no usable key. Every
+request looks its key up afresh: a revoked key is refused on its next call.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+from dataclasses import asdict, dataclass
+from enum import StrEnum
+from typing import Iterable
+
+from redis.asyncio import Redis
+
+from brimful.redis_keys import RedisKeys
+from brimful.task_store import now_ms
+
+KEY_PREFIX = "bf_"
+
+
+class Scope(StrEnum):
+    SUBMIT = "submit"  # POST and DELETE tasks
+    READ = "read"      # GET tasks and stats
+    ADMIN = "admin"    # tuning, the DLQ
+
+
+@dataclass(frozen=True)
+class KeyRecord:
+    """What is stored for a key (never the key itself)."""
+
+    key_id: str  # the first 12 characters of the digest: safe to show and to log
+    name: str
+    tenant: str
+    scopes: tuple[str, ...]
+    created_at_ms: int
+    revoked_at_ms: int = 0
+
+    @property
+    def active(self) -> bool:
+        return not self.revoked_at_ms
+
+    def allows(self, scope: Scope) -> bool:
+        return self.active and scope.value in self.scopes
+
+
+def digest(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+class ApiKeys:
+    """Create, find, list and revoke keys."""
+
+    def __init__(self, redis: Redis, keys: RedisKeys) -> None:
+        self._redis = redis
+        self._keys = keys
+
+    async def create(self, tenant: str, scopes: Iterable[Scope], name: str = "") -> tuple[str, KeyRecord]:
+        """A new key and its record; the key is returned this once and stored nowhere."""
+        if not tenant:
+            raise ValueError("a key needs a tenant")
+        key = KEY_PREFIX + secrets.token_urlsafe(32)
+        hashed = digest(key)
+        record = KeyRecord(
+            key_id=hashed[:12],
+            name=name,
+            tenant=tenant,
+            scopes=tuple(sorted({Scope(s).value for s in scopes})),
+            created_at_ms=now_ms(),
+        )
+        await self._redis.hset(self._keys.api_keys, hashed, json.dumps(asdict(record)))
+        return key, record
+
+    async def find(self, key: str) -> KeyRecord | None:
+        """The record of a presented key, or None when unknown."""
+        raw = await self._redis.hget(self._keys.api_keys, digest(key))
+        return _record(raw) if raw else None
+
+    async def list(self) -> list[KeyRecord]:
+        raw = await self._redis.hgetall(self._keys.api_keys)
+        return sorted((_record(value) for value in raw.values()), key=lambda r: r.created_at_ms)
+
+    async def revoke(self, key_id: str) -> KeyRecord | None:
+        """Revoke the key whose id (digest prefix) is ``key_id``; None when there is none."""
+        raw = await self._redis.hgetall(self._keys.api_keys)
+        for hashed, value in raw.items():
+            if hashed.decode().startswith(key_id) and len(key_id) >= 8:
+                record = _record(value)
+                revoked = KeyRecord(**{**asdict(record), "revoked_at_ms": now_ms()})
+                await self._redis.hset(self._keys.api_keys, hashed, json.dumps(asdict(revoked)))
+                return revoked
+        return None
+
+
+def _record(raw: bytes) -> KeyRecord:
+    data = json.loads(raw)
+    data["scopes"] = tuple(data["scopes"])
+    return KeyRecord(**data)

@@ -1,0 +1,128 @@
+"""Keys, tenants and scopes on a stack with auth on (as docker-compose runs)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Iterator
+
+import aiohttp
+import pytest
+from redis import Redis
+
+from brimful.stack import EmbeddedStack, settings_env
+from tests.conftest import stack_settings
+
+
+@pytest.fixture(scope="module")
+def auth_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedStack]:
+    running = EmbeddedStack(stack_settings(auth_enabled=True), tmp_path_factory.mktemp("auth-stack"))
+    # The readiness wait reads /v1/stats, which needs a key here: start, then check by hand.
+    running.start(with_batcher=True, with_api=False)
+    running.start_api()
+    yield running
+    running.stop()
+
+
+def keys_cli(stack: EmbeddedStack, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "brimful.cli", "keys", *args],
+        env=settings_env(stack.settings), capture_output=True, text=True, timeout=60,
+    )
+
+
+def create_key(stack: EmbeddedStack, tenant: str, scopes: str) -> tuple[str, str]:
+    """(key, key id) from `brimful keys create`: the key on stdout, its id on stderr."""
+    made = keys_cli(stack, "create", "--tenant", tenant, "--scopes", scopes, "--name", f"test {tenant}")
+    assert made.returncode == 0, made.stderr
+    return made.stdout.strip(), made.stderr.split()[1]
+
+
+def new_key(stack: EmbeddedStack, tenant: str, scopes: str) -> str:
+    return create_key(stack, tenant, scopes)[0]
+
+
+async def call(stack: EmbeddedStack, method: str, path: str, key: str | None = None, **kwargs: object) -> tuple[int, dict]:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    async with aiohttp.ClientSession() as session:
+        async with session.request(method, f"{stack.api_url}{path}", headers=headers, **kwargs) as response:  # type: ignore[arg-type]
+            body = await response.json(content_type=None)
+            if response.status == 401:
+                assert response.headers.get("WWW-Authenticate") == "Bearer"
+            return response.status, body
+
+
+async def test_no_key_or_a_wrong_key_is_401(auth_stack: EmbeddedStack) -> None:
+    for key in (None, "bf_not-a-real-key"):
+        status, body = await call(auth_stack, "POST", "/v1/tasks", key, json={"inputs": {"TEXT": "x"}})
+        assert status == 401 and body["error"]["code"] == "unauthenticated"
+        status, _ = await call(auth_stack, "GET", f"/v1/tasks/{'0' * 32}", key)
+        assert status == 401
+    status, _ = await call(auth_stack, "GET", "/readyz")
+    assert status == 200  # probes stay open
+
+
+async def test_a_task_is_visible_only_to_its_own_tenant(auth_stack: EmbeddedStack) -> None:
+    acme, globex = new_key(auth_stack, "acme", "submit,read"), new_key(auth_stack, "globex", "submit,read")
+    status, body = await call(auth_stack, "POST", "/v1/tasks", acme, params={"wait": "10"}, json={"inputs": {"TEXT": "mine"}})
+    assert status == 200 and body["status"] == "done"
+    task_id = body["task_id"]
+    assert (await call(auth_stack, "GET", f"/v1/tasks/{task_id}", acme))[0] == 200
+    for method, params in (("GET", {}), ("GET", {"wait": "1"}), ("DELETE", {})):
+        status, body = await call(auth_stack, method, f"/v1/tasks/{task_id}", globex, params=params)
+        assert status == 404 and body["error"]["code"] == "task_not_found"
+
+
+async def test_scopes_are_enforced(auth_stack: EmbeddedStack) -> None:
+    reader = new_key(auth_stack, "acme", "read")
+    submitter = new_key(auth_stack, "acme", "submit")
+    admin = new_key(auth_stack, "ops", "admin")
+    status, body = await call(auth_stack, "POST", "/v1/tasks", reader, json={"inputs": {"TEXT": "x"}})
+    assert status == 403 and "submit" in body["error"]["message"]
+    for path in ("/v1/admin/policy", "/v1/admin/dlq"):
+        for key in (reader, submitter):
+            status, body = await call(auth_stack, "GET", path, key)
+            assert status == 403 and body["error"]["code"] == "forbidden"
+        assert (await call(auth_stack, "GET", path, admin))[0] == 200
+    status, _ = await call(auth_stack, "PATCH", "/v1/admin/policy", submitter, json={"max_wait_ms": 100})
+    assert status == 403
+
+
+async def test_a_revoked_key_is_refused_within_a_second(auth_stack: EmbeddedStack) -> None:
+    key, key_id = create_key(auth_stack, "acme", "submit,read")
+    assert (await call(auth_stack, "POST", "/v1/tasks", key, json={"inputs": {"TEXT": "before"}}))[0] == 202
+    revoked = keys_cli(auth_stack, "revoke", key_id)
+    assert revoked.returncode == 0, revoked.stderr
+    revoked_at = time.monotonic()
+    status, _ = await call(auth_stack, "POST", "/v1/tasks", key, json={"inputs": {"TEXT": "after"}})
+    assert status == 401
+    assert time.monotonic() - revoked_at < 1.0
+    assert any(key_id in line and "revoked" in line for line in keys_cli(auth_stack, "list").stdout.splitlines())
+
+
+def test_keys_are_never_stored_or_logged_in_clear(auth_stack: EmbeddedStack) -> None:
+    key = new_key(auth_stack, "acme", "submit,read")
+    request = urllib.request.Request(  # use it, so it would be logged if anything logged keys
+        f"{auth_stack.api_url}/v1/tasks/{'0' * 32}", headers={"Authorization": f"Bearer {key}"}
+    )
+    with pytest.raises(urllib.error.HTTPError):  # 404: no such task
+        urllib.request.urlopen(request, timeout=10)
+    redis = Redis.from_url(auth_stack.settings.redis_url)
+    try:
+        for name in redis.scan_iter(count=1000):
+            assert key.encode() not in name
+            kind = redis.type(name)
+            if kind == b"hash":
+                assert all(key.encode() not in k + v for k, v in redis.hgetall(name).items())
+            elif kind == b"string":
+                assert key.encode() not in (redis.get(name) or b"")
+    finally:
+        redis.close()
+    for log in Path(auth_stack.workdir, "logs").glob("*.log"):
+        assert key not in log.read_text(errors="replace"), f"{log.name} holds a key in clear"
+    listing = keys_cli(auth_stack, "list").stdout
+    assert key not in listing and "acme" in listing
