@@ -10,6 +10,7 @@ from fastapi import Request
 
 from api.backlog import BacklogMonitor
 from api.errors import ApiError
+from api.rate_limit import RateLimiter
 from api.task_waiters import TaskWaiters
 from batcher.live_status import StatusBoard
 from brimful.api_keys import ApiKeys
@@ -45,6 +46,9 @@ class ApiState:
         self.backlog = BacklogMonitor(self.status_board, self.store)
         self.waiters = TaskWaiters(self.redis, RedisKeys(settings.key_prefix))
         self.api_keys = ApiKeys(self.redis, RedisKeys(settings.key_prefix))
+        self.rate_limiter = RateLimiter(
+            self.redis, RedisKeys(settings.key_prefix), settings.rate_limit_per_s, settings.rate_limit_burst
+        )
         self._background: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:

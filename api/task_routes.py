@@ -87,6 +87,19 @@ async def read_when_final(state: ApiState, task_id: str, principal: Principal, w
                 return await read_own_task(state, task_id, principal)
 
 
+async def take_tokens(state: ApiState, principal: Principal, count: int) -> None:
+    """429 with Retry-After when the tenant is over its rate."""
+    verdict = await state.rate_limiter.take(principal.tenant, count)
+    if not verdict.allowed:
+        raise ApiError(
+            429,
+            "rate_limited",
+            f"over the rate of {state.rate_limiter.rate_per_s:g} tasks/s (burst {state.rate_limiter.burst}); "
+            f"retry in {verdict.retry_after_s} s",
+            {"Retry-After": str(verdict.retry_after_s)},
+        )
+
+
 def check_admission(state: ApiState) -> None:
     """503 while the model's metadata, the broker or the backlog says no."""
     if state.signature is None:
@@ -163,6 +176,7 @@ async def submit_task(request: Request, principal: Principal = Depends(requires(
             )
     try:
         check_admission(state)
+        await take_tokens(state, principal, 1)
         await enqueue(state, submission, task_id, principal.tenant)
     except ApiError:
         await state.store.release_idempotency_key(key, task_id)
@@ -187,6 +201,7 @@ async def submit_tasks(request: Request, principal: Principal = Depends(requires
     if len(tasks) > settings.max_bulk_tasks:
         raise ApiError(413, "too_many_tasks", f"{len(tasks)} tasks exceed the limit of {settings.max_bulk_tasks} per call")
     check_admission(state)
+    await take_tokens(state, principal, len(tasks))
 
     async def one(item: Any) -> dict[str, Any]:
         try:

@@ -16,6 +16,7 @@ class RedisKeys:
     - ``{prefix}:batcher:{member}``: one live batcher's status (JSON, short TTL).
     - ``{prefix}:dlq:resolved``: hash of DLQ entry id -> what on-call did to it (JSON).
     - ``{prefix}:idempotency:{key}``: the task_id an Idempotency-Key was first used for.
+    - ``{prefix}:ratelimit:{tenant}``: the tenant's token bucket (tokens, time).
     - ``{prefix}:apikeys``: hash of SHA-256(API key) -> its record (JSON); never a key.
     - ``{prefix}:finished`` (pub/sub channel): task ids, as each reaches a final state.
     - ``{prefix}:cancelled`` (pub/sub channel): task ids cancelled while queued.
@@ -37,6 +38,9 @@ class RedisKeys:
     @property
     def policy_history(self) -> str:
         return f"{self.prefix}:policy:history"
+
+    def rate_bucket(self, tenant: str) -> str:
+        return f"{self.prefix}:ratelimit:{tenant}"
 
     @property
     def api_keys(self) -> str:

@@ -125,6 +125,10 @@ class Settings(BaseSettings):
     auth_enabled: bool = Field(
         True, description="Require `Authorization: Bearer <key>` (keys from `brimful keys`). `brimful up` turns it off."
     )
+    rate_limit_per_s: float = Field(
+        1000.0, ge=0, description="Tasks per second each tenant may submit (token bucket); 0: no limit."
+    )
+    rate_limit_burst: int = Field(5000, ge=1, description="How many tasks a tenant may submit at once, above the rate.")
     api_key: str = Field("", description="Key the `brimful` operator commands present to the API.")
     long_poll_max_s: float = Field(30.0, gt=0, description="Longest `?wait=` a client may ask a request to be held.")
     max_bulk_tasks: int = Field(1000, ge=1, description="Most tasks one POST /v1/tasks:batch may carry.")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import time
@@ -18,9 +19,13 @@ from brimful.stack import EmbeddedStack, settings_env
 from tests.conftest import stack_settings
 
 
+RATE, BURST = 5.0, 10
+
+
 @pytest.fixture(scope="module")
 def auth_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedStack]:
-    running = EmbeddedStack(stack_settings(auth_enabled=True), tmp_path_factory.mktemp("auth-stack"))
+    settings = stack_settings(auth_enabled=True, rate_limit_per_s=RATE, rate_limit_burst=BURST)
+    running = EmbeddedStack(settings, tmp_path_factory.mktemp("auth-stack"))
     # The readiness wait reads /v1/stats, which needs a key here: start, then check by hand.
     running.start(with_batcher=True, with_api=False)
     running.start_api()
@@ -126,3 +131,26 @@ def test_keys_are_never_stored_or_logged_in_clear(auth_stack: EmbeddedStack) -> 
         assert key not in log.read_text(errors="replace"), f"{log.name} holds a key in clear"
     listing = keys_cli(auth_stack, "list").stdout
     assert key not in listing and "acme" in listing
+
+
+async def test_rate_limit_answers_429_with_retry_after_and_never_over_admits(auth_stack: EmbeddedStack) -> None:
+    key = new_key(auth_stack, "limited", "submit,read")
+    headers = {"Authorization": f"Bearer {key}"}
+    answers: list[tuple[int, str | None]] = []
+
+    async with aiohttp.ClientSession() as session:
+        async def one() -> None:
+            async with session.post(f"{auth_stack.api_url}/v1/tasks", headers=headers, json={"inputs": {"TEXT": "r"}}) as r:
+                answers.append((r.status, r.headers.get("Retry-After")))
+
+        started = time.monotonic()
+        await asyncio.gather(*(one() for _ in range(40)))
+        elapsed = time.monotonic() - started
+        accepted = sum(1 for status, _ in answers if status == 202)
+        limited = [retry for status, retry in answers if status == 429]
+        assert BURST <= accepted <= BURST + RATE * elapsed + 1, (accepted, elapsed)
+        assert accepted + len(limited) == 40
+        assert limited and all(retry is not None and 1 <= int(retry) <= 2 for retry in limited)
+        await asyncio.sleep(int(limited[0]))  # the bucket refills meanwhile: that is the behaviour under test
+        await one()
+        assert answers[-1][0] == 202
