@@ -15,7 +15,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from redis.exceptions import RedisError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from api import dlq_routes, task_routes
+from api import dlq_routes, openapi, task_routes
 from api.auth import requires
 from api.errors import (
     ApiError,
@@ -54,6 +54,7 @@ def create_app(settings: Settings) -> FastAPI:
         summary="Submit single inference tasks; Brimful runs them in full fixed-size batches.",
         lifespan=lifespan,
     )
+    openapi.install(app, settings, lambda: getattr(getattr(app.state, "brimful", None), "signature", None))
     app.include_router(task_routes.router)
     app.include_router(dlq_routes.router)
     app.add_exception_handler(ApiError, api_error_handler)

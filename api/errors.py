@@ -31,7 +31,7 @@ async def api_error_handler(request: Request, error: Exception) -> JSONResponse:
 async def http_error_handler(request: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, StarletteHTTPException)
     code = {404: "not_found", 405: "method_not_allowed"}.get(error.status_code, "http_error")
-    return JSONResponse(error_body(code, str(error.detail)), status_code=error.status_code)
+    return JSONResponse(error_body(code, str(error.detail)), status_code=error.status_code, headers=error.headers)
 
 
 async def dependency_error_handler(request: Request, error: Exception) -> JSONResponse:

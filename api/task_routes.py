@@ -170,10 +170,8 @@ async def submit_task(request: Request, principal: Principal = Depends(requires(
         original = await state.store.claim_idempotency_key(key, task_id)
         if original is not None:
             record = await state.store.get(original)
-            status = record.status.value if record else TaskStatus.QUEUED.value
-            return JSONResponse(
-                {"task_id": original, "status": status}, status_code=200, headers={"Idempotent-Replayed": "true"}
-            )
+            answer = task_answer(original, record) if record else {"task_id": original, "status": TaskStatus.QUEUED.value}
+            return JSONResponse(answer, status_code=200, headers={"Idempotent-Replayed": "true"})
     try:
         check_admission(state)
         await take_tokens(state, principal, 1)

@@ -56,7 +56,10 @@ def _check_element(spec: TensorSpec, value: Any, where: str) -> Any:
     if spec.datatype == "BYTES":
         if not isinstance(value, str):
             raise fail
-        return value.encode("utf-8")
+        try:
+            return value.encode("utf-8")
+        except UnicodeEncodeError as error:  # JSON allows lone surrogates ("\ud800"); UTF-8 does not
+            raise InputValidationError(f"input {where} is not valid Unicode text: {error.reason}") from error
     if spec.datatype == "BOOL":
         if not isinstance(value, bool):
             raise fail

@@ -11,6 +11,7 @@ Each runs in a process group of its own; ``stop()`` takes them down in reverse o
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -19,11 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
+import redis
+
+from brimful.redis_keys import RedisKeys
 from brimful.settings import Settings
 from brimful.stack.processes import (
     ManagedProcess,
     StackError,
-    http_json,
     http_ok,
     port_open,
     redis_answers,
@@ -170,13 +173,17 @@ class EmbeddedStack:
         wait_until(lambda: http_ok(f"{self.api_url}/readyz"), self.startup_timeout_s, "api", process)
 
     def wait_for_batchers(self) -> float:
-        """Until the running batchers own every partition between them (group joined)."""
+        """Until the running batchers own every partition between them (group joined),
+        read from their status board in Redis (the API may require a key)."""
+        keys = RedisKeys(self.settings.key_prefix)
 
         def assigned() -> bool:
-            stats = http_json(f"{self.api_url}/v1/stats")
-            if not stats:
-                return False
-            owned = {p for batcher in stats.get("batchers", []) for p in batcher.get("partitions", {})}
+            with redis.Redis.from_url(self.settings.redis_url, socket_timeout=2) as client:
+                owned = set()
+                for name in client.scan_iter(match=keys.batcher_status_pattern):
+                    raw = client.get(name)
+                    if raw:
+                        owned.update(json.loads(raw).get("partitions", {}))
             return len(owned) >= self.settings.topic_partitions
 
         return wait_until(assigned, self.startup_timeout_s, "batcher partition assignment")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -12,7 +11,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 
 class StackError(RuntimeError):
@@ -114,15 +113,6 @@ def http_ok(url: str) -> bool:
             return bool(response.status == 200)
     except (urllib.error.URLError, OSError):
         return False
-
-
-def http_json(url: str) -> Any:
-    """The JSON body of a 200 answer, or None."""
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return json.loads(response.read()) if response.status == 200 else None
-    except (urllib.error.URLError, OSError, ValueError):
-        return None
 
 
 def wait_until(check: Callable[[], bool], timeout_s: float, what: str, process: ManagedProcess | None = None) -> float:

@@ -26,9 +26,7 @@ RATE, BURST = 5.0, 10
 def auth_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedStack]:
     settings = stack_settings(auth_enabled=True, rate_limit_per_s=RATE, rate_limit_burst=BURST)
     running = EmbeddedStack(settings, tmp_path_factory.mktemp("auth-stack"))
-    # The readiness wait reads /v1/stats, which needs a key here: start, then check by hand.
-    running.start(with_batcher=True, with_api=False)
-    running.start_api()
+    running.start()
     yield running
     running.stop()
 

@@ -33,6 +33,11 @@ async def test_body_that_is_not_utf8_is_400(client: TaskClient) -> None:
     assert_error(status, body, 400, "invalid_json", "UTF-8")
 
 
+async def test_text_with_a_lone_surrogate_is_422(client: TaskClient) -> None:
+    status, body = await post_raw(client, b'{"inputs": {"TEXT": "\\ud800"}}')
+    assert_error(status, body, 422, "invalid_input", "TEXT", "not valid Unicode")
+
+
 async def test_empty_body_is_400(client: TaskClient) -> None:
     status, body = await post_raw(client, b"")
     assert_error(status, body, 400, "invalid_json")
@@ -120,9 +125,11 @@ async def test_unknown_task_id_is_404(client: TaskClient) -> None:
     assert_error(status, body, 404, "task_not_found", "0" * 32)
 
 
-async def test_wrong_method_is_405(client: TaskClient) -> None:
-    status, body = await client.request("PUT", "/v1/tasks")
-    assert_error(status, body, 405, "method_not_allowed")
+async def test_wrong_method_is_405_and_says_what_is_allowed(client: TaskClient) -> None:
+    async with client.session.request("PUT", "/v1/tasks") as response:
+        assert response.status == 405
+        assert response.headers["Allow"] == "POST"
+        assert (await response.json())["error"]["code"] == "method_not_allowed"
 
 
 async def test_bad_input_harms_nothing_already_accepted(client: TaskClient) -> None:

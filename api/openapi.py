@@ -1,0 +1,229 @@
+"""The OpenAPI document: every operation's body, parameters and responses, errors included.
+
+The routes parse their bodies themselves (to answer bad input with precise 4xx), so
+FastAPI cannot see what they take; this module states it, in one table, and fills the
+submit body's ``inputs`` from the model's live signature, so the document describes the
+model actually served.
+"""
+
+from __future__ import annotations
+
+from copy import deepcopy
+from typing import Any, Callable
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+
+from batcher.tuning import TUNABLE
+from brimful.model_signature import ModelSignature, TensorSpec
+from brimful.settings import Settings
+
+_ERROR = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["code", "message"],
+            "properties": {
+                "code": {"type": "string", "description": "machine-readable, e.g. invalid_input, overloaded"},
+                "message": {"type": "string", "description": "what is wrong, naming the field or limit"},
+            },
+        }
+    },
+    "example": {"error": {"code": "invalid_input", "message": "input TEXT must be a string (BYTES), got an integer"}},
+}
+_WHY = {
+    400: "Malformed request: not JSON, not UTF-8, a bad task id, wait or Idempotency-Key.",
+    401: "No API key, or an unknown or revoked one.",
+    403: "The key lacks the scope this operation needs.",
+    404: "No such task or entry for this tenant (unknown, another tenant's, or expired).",
+    409: "The task already left the queue.",
+    413: "The body or the number of tasks is over the limit.",
+    422: "The body is JSON but does not fit: unknown, missing or invalid fields or inputs.",
+    429: "The tenant is over its rate limit; see Retry-After.",
+    503: "Overloaded, or the broker, Redis or the model is unavailable; see Retry-After.",
+}
+_RETRY_AFTER = {"Retry-After": {"description": "seconds to wait before retrying", "schema": {"type": "string"}}}
+
+_TASK_STATE = {
+    "type": "object",
+    "required": ["task_id", "status", "submitted_at_ms", "updated_at_ms"],
+    "properties": {
+        "task_id": {"type": "string", "pattern": "^[0-9a-f]{32}$"},
+        "status": {"type": "string", "enum": ["queued", "running", "done", "failed", "cancelled"]},
+        "submitted_at_ms": {"type": "integer"},
+        "updated_at_ms": {"type": "integer"},
+        "outputs": {"type": "object", "description": "the model's outputs for this row, when done"},
+        "error": {"type": "object", "description": "class, message, attempts, batch_id, when failed"},
+    },
+}
+_ACCEPTED = {
+    "type": "object",
+    "required": ["task_id", "status"],
+    "properties": {"task_id": {"type": "string"}, "status": {"type": "string"}},
+    "example": {"task_id": "9c1e0d5e7a7b4a21b3f0c2d4e6f80912", "status": "queued"},
+}
+_OBJECT = {"type": "object"}
+_FILTERS = {
+    "since_ms": {"type": "integer"},
+    "until_ms": {"type": "integer"},
+    "error_class": {"type": "string"},
+    "model": {"type": "string"},
+    "ids": {"type": "string", "description": "comma-separated entry or task ids"},
+    "all": {"type": "boolean"},
+}
+
+
+def _json(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"content": {"application/json": {"schema": schema}}}
+
+
+def _responses(ok: dict[int, tuple[str, dict[str, Any]]], errors: tuple[int, ...]) -> dict[str, Any]:
+    answers: dict[str, Any] = {str(code): {"description": text, **_json(schema)} for code, (text, schema) in ok.items()}
+    for code in errors:
+        answer: dict[str, Any] = {"description": _WHY[code], **_json({"$ref": "#/components/schemas/Error"})}
+        if code in (429, 503):
+            answer["headers"] = _RETRY_AFTER
+        answers[str(code)] = answer
+    return answers
+
+
+def _query(name: str, schema: dict[str, Any], description: str = "") -> dict[str, Any]:
+    return {"name": name, "in": "query", "required": False, "schema": schema, "description": description}
+
+
+def input_schema(spec: TensorSpec) -> dict[str, Any]:
+    """The JSON a client sends for one input: a bare value for a row of one element."""
+    element: dict[str, Any]
+    if spec.datatype == "BYTES":
+        element = {"type": "string"}
+    elif spec.datatype == "BOOL":
+        element = {"type": "boolean"}
+    elif spec.datatype.startswith(("INT", "UINT")):
+        element = {"type": "integer"}
+    else:
+        element = {"type": "number"}
+    if spec.row_shape in ((1,), ()):
+        return element
+    schema = element
+    for size in reversed(spec.row_shape):
+        schema = {"type": "array", "items": schema, "minItems": size, "maxItems": size}
+    return schema
+
+
+def submit_schema(signature: ModelSignature | None, settings: Settings) -> dict[str, Any]:
+    inputs: dict[str, Any] = {"type": "object", "description": "one value per model input"}
+    if signature is not None:
+        inputs.update(
+            properties={spec.name: input_schema(spec) for spec in signature.inputs},
+            required=list(signature.input_names),
+            additionalProperties=False,
+        )
+    return {
+        "type": "object",
+        "required": ["inputs"],
+        "additionalProperties": False,
+        "properties": {
+            "inputs": inputs,
+            "deadline_ms": {"type": "integer", "minimum": 1, "maximum": 3_600_000,
+                            "description": "finish within this many ms if possible"},
+        },
+        "example": {"inputs": {"TEXT": "hello"}},
+    }
+
+
+def operations(signature: ModelSignature | None, settings: Settings) -> dict[tuple[str, str], dict[str, Any]]:
+    """(path, method) -> the parts of the operation FastAPI cannot infer."""
+    submit = submit_schema(signature, settings)
+    wait = _query("wait", {"type": "number", "minimum": 0, "maximum": settings.long_poll_max_s},
+                  "hold the answer up to this many seconds for the task to finish")
+    bulk = {"type": "object", "required": ["tasks"], "additionalProperties": False,
+            "properties": {"tasks": {"type": "array", "minItems": 1, "maxItems": settings.max_bulk_tasks, "items": submit}}}
+    policy_change = {"type": "object", "minProperties": 1, "additionalProperties": False,
+                     "properties": {name: {"type": "number", "exclusiveMinimum": 0} for name in TUNABLE},
+                     "example": {"max_wait_ms": 150}}
+    selection = {"type": "object", "properties": {**_FILTERS, "ids": {"type": "array", "items": {"type": "string"}}},
+                 "additionalProperties": False}
+    filters = [_query(name, schema) for name, schema in _FILTERS.items()]
+    return {
+        ("/v1/tasks", "post"): {
+            "requestBody": {"required": True, **_json(submit)},
+            "parameters": [wait, {"name": "Idempotency-Key", "in": "header", "required": False,
+                                  "schema": {"type": "string", "minLength": 1, "maxLength": 255}}],
+            "responses": _responses(
+                {202: ("Accepted and durably queued.", _ACCEPTED),
+                 200: ("Finished within ?wait, or the earlier task of this Idempotency-Key.",
+                       {**_TASK_STATE, "required": ["task_id", "status"]})},
+                (400, 401, 403, 413, 422, 429, 503)),
+        },
+        ("/v1/tasks:batch", "post"): {
+            "requestBody": {"required": True, **_json(bulk)},
+            "responses": _responses({200: ("Ids in order; per-item errors.", _OBJECT)}, (400, 401, 403, 413, 422, 429, 503)),
+        },
+        ("/v1/tasks/{task_id}", "get"): {
+            "parameters": [wait],
+            "responses": _responses({200: ("The task.", _TASK_STATE)}, (400, 401, 403, 404, 503)),
+        },
+        ("/v1/tasks/{task_id}", "delete"): {
+            "responses": _responses({200: ("Cancelled.", _ACCEPTED)}, (400, 401, 403, 404, 409, 503)),
+        },
+        ("/v1/stats", "get"): {"responses": _responses({200: ("Totals and live batchers.", _OBJECT)}, (401, 403, 503))},
+        ("/v1/admin/policy", "get"): {"responses": _responses({200: ("Values, defaults, history.", _OBJECT)}, (401, 403, 503))},
+        ("/v1/admin/policy", "patch"): {
+            "requestBody": {"required": True, **_json(policy_change)},
+            "responses": _responses({200: ("Old and new values.", _OBJECT)}, (400, 401, 403, 413, 422, 503)),
+        },
+        ("/healthz", "get"): {"responses": _responses({200: ("Alive.", _OBJECT)}, ())},
+        ("/readyz", "get"): {"responses": _responses({200: ("Ready.", _OBJECT), 503: ("Not ready.", _OBJECT)}, ())},
+        ("/v1/admin/dlq", "get"): {
+            "parameters": filters,
+            "responses": _responses({200: ("Entries, counted by error class.", _OBJECT)}, (401, 403, 422, 503)),
+        },
+        ("/v1/admin/dlq/export", "get"): {
+            "parameters": filters,
+            "responses": {
+                "200": {"description": "A Parquet file.",
+                        "content": {"application/vnd.apache.parquet": {"schema": {"type": "string", "format": "binary"}}}},
+                **_responses({}, (401, 403, 422, 503)),
+            },
+        },
+        ("/v1/admin/dlq/{entry}", "get"): {
+            "responses": _responses({200: ("The entry in full.", _OBJECT)}, (401, 403, 404, 503)),
+        },
+        ("/v1/admin/dlq/replay", "post"): {
+            "requestBody": {"required": True, **_json(selection)},
+            "responses": _responses({200: ("Replayed task ids.", _OBJECT)}, (400, 401, 403, 422, 503)),
+        },
+        ("/v1/admin/dlq/purge", "post"): {
+            "requestBody": {"required": True, **_json(selection)},
+            "responses": _responses({200: ("Purged entry ids.", _OBJECT)}, (400, 401, 403, 422, 503)),
+        },
+    }
+
+
+def install(app: FastAPI, settings: Settings, signature: Callable[[], ModelSignature | None]) -> None:
+    """Make ``app.openapi()`` return the full document (rebuilt once the signature is known)."""
+    cache: dict[str, Any] = {}
+
+    def document() -> dict[str, Any]:
+        current = signature()
+        if cache.get("signature") is current and "document" in cache:
+            return cache["document"]  # type: ignore[no-any-return]
+        base = get_openapi(title=app.title, version=app.version, summary=app.summary, routes=app.routes)
+        base.setdefault("components", {}).setdefault("schemas", {})["Error"] = _ERROR
+        base["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
+        for (path, method), parts in operations(current, settings).items():
+            operation = base["paths"].get(path, {}).get(method)
+            if operation is None:
+                continue
+            parts = deepcopy(parts)
+            # Keep the path parameters FastAPI found; add the ones stated here.
+            parts["parameters"] = operation.get("parameters", []) + parts.get("parameters", [])
+            operation.update(parts)
+            if not path.startswith(("/healthz", "/readyz")):
+                operation["security"] = [{"bearer": []}]
+        cache.update(signature=current, document=base)
+        return base
+
+    app.openapi = document  # type: ignore[method-assign]
