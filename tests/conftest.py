@@ -72,6 +72,21 @@ async def tune(client: TaskClient, **changes: float) -> tuple[int, Any]:
     return await client.request("PATCH", "/v1/admin/policy", json=changes)
 
 
+async def tune_live(client: TaskClient, **changes: float) -> None:
+    """Change the live policy and wait (up to 5 s) until every batcher applies it."""
+    status, body = await tune(client, **changes)
+    assert status == 200, body
+    expected = {name: value / 1000 for name, value in changes.items() if name.endswith("_ms")}
+    deadline = time.monotonic() + 5
+    while any(
+        abs(params[name.removesuffix("_ms")] - value) > 1e-9
+        for params in await policy_seen_by_batchers(client)
+        for name, value in expected.items()
+    ):
+        assert time.monotonic() < deadline, f"batchers did not apply {changes}"
+        await asyncio.sleep(0.05)
+
+
 @pytest.fixture
 async def restore_policy(stack: EmbeddedStack, client: TaskClient) -> AsyncIterator[None]:
     """Put the defaults back after a test that tunes, so other tests see them."""

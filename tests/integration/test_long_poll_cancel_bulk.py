@@ -7,7 +7,7 @@ import time
 import uuid
 
 from brimful.stack import EmbeddedStack
-from tests.conftest import policy_seen_by_batchers, rows_seen_by_model, tune
+from tests.conftest import rows_seen_by_model, tune_live
 from tests.integration.test_pipeline import expected_outputs
 from tests.task_client import TaskClient
 
@@ -24,11 +24,7 @@ async def test_get_with_wait_answers_when_the_result_is_stored(client: TaskClien
 async def test_get_with_wait_gives_up_after_the_wait(
     stack: EmbeddedStack, client: TaskClient, restore_policy: None
 ) -> None:
-    await tune(client, min_wait_ms=3000, max_wait_ms=3000)
-    deadline = time.monotonic() + 5
-    while any(p["max_wait"] != 3.0 for p in await policy_seen_by_batchers(client)):
-        assert time.monotonic() < deadline
-        await asyncio.sleep(0.05)
+    await tune_live(client, min_wait_ms=3000, max_wait_ms=3000)
     task_id = await client.submit({"TEXT": "slow to come"})
     started = time.monotonic()
     status, body = await client.request("GET", f"/v1/tasks/{task_id}", params={"wait": "0.5"})
@@ -52,11 +48,7 @@ async def test_wait_out_of_range_is_400(client: TaskClient) -> None:
 async def test_cancelled_task_never_reaches_the_model_and_leaves_its_slot(
     stack: EmbeddedStack, client: TaskClient, restore_policy: None
 ) -> None:
-    await tune(client, min_wait_ms=2000, max_wait_ms=2000)
-    deadline = time.monotonic() + 5
-    while any(p["max_wait"] != 2.0 for p in await policy_seen_by_batchers(client)):
-        assert time.monotonic() < deadline
-        await asyncio.sleep(0.05)
+    await tune_live(client, min_wait_ms=2000, max_wait_ms=2000)
     marker = f"cancel me {uuid.uuid4().hex}"
     before = await client.stats()
     doomed = await client.submit({"TEXT": marker})

@@ -8,11 +8,10 @@ import time
 from typing import Any
 
 import aiohttp
-import pytest
 
 from batcher.traces import read_trace
 from brimful.stack import EmbeddedStack
-from tests.conftest import policy_seen_by_batchers, tune
+from tests.conftest import policy_seen_by_batchers, tune, tune_live
 from tests.task_client import TaskClient
 
 
@@ -93,12 +92,7 @@ async def test_tuned_values_survive_a_batcher_restart_and_are_logged(
 async def test_request_deadline_flushes_before_the_policy_would(
     stack: EmbeddedStack, client: TaskClient, restore_policy: None
 ) -> None:
-    status, _ = await tune(client, min_wait_ms=3000, max_wait_ms=3000)
-    assert status == 200
-    deadline = time.monotonic() + 5
-    while any(p["max_wait"] != 3.0 for p in await policy_seen_by_batchers(client)):
-        assert time.monotonic() < deadline
-        await asyncio.sleep(0.05)
+    await tune_live(client, min_wait_ms=3000, max_wait_ms=3000)
     before = (await client.stats()).get("flushes_request_deadline", 0)
     assert await latency_ms(client, "in a hurry", deadline_ms=400) < 1000
     assert (await client.stats())["flushes_request_deadline"] == before + 1
