@@ -67,6 +67,12 @@ class Settings(BaseSettings):
 
     # --- Triton ----------------------------------------------------------------------
     triton_url: str = Field("127.0.0.1:8001", description="Triton gRPC endpoint (host:port).")
+    triton_http_port: int = Field(
+        8000, ge=1, le=65535, description="HTTP port of the Triton server the embedded stack starts."
+    )
+    triton_metrics_port: int = Field(
+        8002, ge=1, le=65535, description="Metrics port of the Triton server the embedded stack starts."
+    )
     model_name: str = Field("brimful_reference", description="Model the batches are sent to.")
     model_version: str = Field("", description="Model version; empty means the server's default.")
     batch_size: int = Field(64, ge=1, description="Rows the model takes in every call; batches are padded to it.")

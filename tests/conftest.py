@@ -20,6 +20,8 @@ def stack_settings(**overrides: object) -> Settings:
         "kafka_bootstrap": f"127.0.0.1:{free_port()}",
         "redis_url": f"redis://127.0.0.1:{free_port()}/0",
         "triton_url": f"127.0.0.1:{free_port()}",
+        "triton_http_port": free_port(),
+        "triton_metrics_port": free_port(),
         "api_port": free_port(),
         "batcher_metrics_port": free_port(),
         "auth_enabled": False,  # as the embedded stack runs; tests/integration/test_auth.py turns it on
@@ -29,7 +31,7 @@ def stack_settings(**overrides: object) -> Settings:
 
 
 def start_stack(workdir: Path, settings: Settings, **options: object) -> EmbeddedStack:
-    stack = EmbeddedStack(settings, workdir, triton_ports=(free_port(), free_port()), **options)  # type: ignore[arg-type]
+    stack = EmbeddedStack(settings, workdir, **options)  # type: ignore[arg-type]
     stack.start()
     return stack
 

@@ -83,8 +83,8 @@ def serve(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--grpc-port", type=int, default=8001)
-    parser.add_argument("--http-port", type=int, default=None, help="default: grpc port - 1")
-    parser.add_argument("--metrics-port", type=int, default=None, help="default: grpc port + 1")
+    parser.add_argument("--http-port", type=int, default=8000)
+    parser.add_argument("--metrics-port", type=int, default=8002)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--workspace", type=Path, default=None)
     parser.add_argument("--call-ms", type=float, default=0.0, help="every call takes at least this long (GPU-like)")
@@ -97,8 +97,8 @@ def main() -> None:
     workspace = args.workspace or Path(tempfile.mkdtemp(prefix="brimful-triton-")) / "workspace"
     serve(
         grpc_port=args.grpc_port,
-        http_port=args.http_port if args.http_port is not None else args.grpc_port - 1,
-        metrics_port=args.metrics_port if args.metrics_port is not None else args.grpc_port + 1,
+        http_port=args.http_port,
+        metrics_port=args.metrics_port,
         batch_size=args.batch_size,
         workspace=workspace,
         model=ReferenceModel(

@@ -67,7 +67,6 @@ class EmbeddedStack:
     workdir: Path
     echo_service_logs: bool = False  # API and batcher log to the terminal instead of files
     startup_timeout_s: float = 60.0
-    triton_ports: tuple[int, int] | None = None  # (http, metrics); default: gRPC port - 1 and + 1
     model_host_args: tuple[str, ...] = ()  # extra model-host flags: --call-ms, --fault-file, ...
     redis_append_only: bool = False  # AOF on, so Redis keeps what it had across a restart
     broker_storage: str = "memory://tansu/"  # or s3://BUCKET/ with AWS_* in broker_env
@@ -81,11 +80,11 @@ class EmbeddedStack:
 
     @property
     def triton_http_port(self) -> int:
-        return self.triton_ports[0] if self.triton_ports else _port_of(self.settings.triton_url) - 1
+        return self.settings.triton_http_port
 
     @property
     def triton_metrics_port(self) -> int:
-        return self.triton_ports[1] if self.triton_ports else _port_of(self.settings.triton_url) + 1
+        return self.settings.triton_metrics_port
 
     def start(self, with_api: bool = True, with_batcher: bool = True) -> None:
         """Start every component and wait until each is ready (raises StackError)."""

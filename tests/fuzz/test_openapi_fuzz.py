@@ -11,7 +11,7 @@ from typing import Iterator
 import pytest
 
 from brimful.stack import EmbeddedStack, settings_env
-from tests.conftest import stack_settings
+from tests.conftest import stack_settings, start_stack
 
 CHECKS = ",".join([
     "not_a_server_error",
@@ -26,8 +26,7 @@ CHECKS = ",".join([
 
 @pytest.fixture(scope="module")
 def secured_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedStack]:
-    running = EmbeddedStack(stack_settings(auth_enabled=True), tmp_path_factory.mktemp("fuzz-stack"))
-    running.start()
+    running = start_stack(tmp_path_factory.mktemp("fuzz-stack"), stack_settings(auth_enabled=True))
     yield running
     running.stop()
 

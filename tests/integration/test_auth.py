@@ -16,7 +16,7 @@ import pytest
 from redis import Redis
 
 from brimful.stack import EmbeddedStack, settings_env
-from tests.conftest import stack_settings
+from tests.conftest import stack_settings, start_stack
 
 
 RATE, BURST = 5.0, 10
@@ -25,8 +25,7 @@ RATE, BURST = 5.0, 10
 @pytest.fixture(scope="module")
 def auth_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedStack]:
     settings = stack_settings(auth_enabled=True, rate_limit_per_s=RATE, rate_limit_burst=BURST)
-    running = EmbeddedStack(settings, tmp_path_factory.mktemp("auth-stack"))
-    running.start()
+    running = start_stack(tmp_path_factory.mktemp("auth-stack"), settings)
     yield running
     running.stop()
 
