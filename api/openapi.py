@@ -14,7 +14,7 @@ from typing import Any, Callable
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from batcher.tuning import TUNABLE
+from batcher.tuning import TUNABLE, UPPER_BOUNDS
 from brimful.model_signature import ModelSignature, TensorSpec
 from brimful.settings import Settings
 
@@ -141,7 +141,8 @@ def operations(signature: ModelSignature | None, settings: Settings) -> dict[tup
     bulk = {"type": "object", "required": ["tasks"], "additionalProperties": False,
             "properties": {"tasks": {"type": "array", "minItems": 1, "maxItems": settings.max_bulk_tasks, "items": submit}}}
     policy_change = {"type": "object", "minProperties": 1, "additionalProperties": False,
-                     "properties": {name: {"type": "number", "exclusiveMinimum": 0} for name in TUNABLE},
+                     "properties": {name: {"type": "number", "exclusiveMinimum": 0, "maximum": UPPER_BOUNDS[name]}
+                                    for name in TUNABLE},
                      "example": {"max_wait_ms": 150}}
     selection = {"type": "object", "properties": {**_FILTERS, "ids": {"type": "array", "items": {"type": "string"}}},
                  "additionalProperties": False}

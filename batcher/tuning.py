@@ -32,6 +32,14 @@ TUNABLE: dict[str, str] = {
     "fill_slack": "deadline = slack x expected time to fill the empty slots",
     "min_worthwhile_rows": "wait past min_wait only if max_wait is expected to add this many rows",
 }
+# Highest sane value of each parameter: a typo must not park every batch for a day.
+UPPER_BOUNDS: dict[str, float] = {
+    "max_wait_ms": 60_000.0,
+    "min_wait_ms": 60_000.0,
+    "rate_halflife_ms": 600_000.0,
+    "fill_slack": 10.0,
+    "min_worthwhile_rows": 1_000_000.0,
+}
 _HISTORY_LENGTH = 200
 
 
@@ -72,6 +80,8 @@ def apply_changes(current: Mapping[str, float], changes: Mapping[str, Any], batc
             raise TuningError(f"{name} must be a number, got {raw!r}") from error
         if not math.isfinite(value):
             raise TuningError(f"{name} must be finite")
+        if value > UPPER_BOUNDS[name]:
+            raise TuningError(f"{name} = {value:g} is above its limit of {UPPER_BOUNDS[name]:g}")
         updated[name] = value
     try:
         params_from_values(updated, batch_size)

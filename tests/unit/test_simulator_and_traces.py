@@ -89,5 +89,7 @@ def test_policy_changes_are_validated_as_a_whole() -> None:
         apply_changes(current, {"max_wait_ms": "soon"}, 64)
     with pytest.raises(TuningError, match="finite"):
         apply_changes(current, {"max_wait_ms": "inf"}, 64)
+    with pytest.raises(TuningError, match="above its limit"):
+        apply_changes(current, {"max_wait_ms": 6.9e16}, 64)
     with pytest.raises(TuningError, match="no parameters"):
         apply_changes(current, {}, 64)
