@@ -39,9 +39,9 @@ _WHY = {
     403: "The key lacks the scope this operation needs.",
     404: "No such task or entry for this tenant (unknown, another tenant's, or expired).",
     409: "The task already left the queue.",
-    413: "The body or the number of tasks is over the limit.",
+    413: "The body, a task's payload (this tenant's limit) or the number of tasks is over the limit.",
     422: "The body is JSON but does not fit: unknown, missing or invalid fields or inputs.",
-    429: "The tenant is over its rate limit; see Retry-After.",
+    429: "The tenant is over its rate limit or its limit of tasks in flight; see Retry-After.",
     503: "Overloaded, or the broker, Redis or the model is unavailable; see Retry-After.",
 }
 _RETRY_AFTER = {"Retry-After": {"description": "seconds to wait before retrying", "schema": {"type": "string"}}}

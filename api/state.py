@@ -21,6 +21,7 @@ from brimful.redis_client import make_redis
 from brimful.redis_keys import RedisKeys
 from brimful.settings import Settings
 from brimful.task_store import TaskStore
+from brimful.tenant_limits import TenantLimits, TenantLimitStore
 from workers.dead_letter_admin import DeadLetterAdmin
 from workers.triton_model import TritonModel
 
@@ -48,6 +49,12 @@ class ApiState:
         self.api_keys = ApiKeys(self.redis, RedisKeys(settings.key_prefix))
         self.rate_limiter = RateLimiter(
             self.redis, RedisKeys(settings.key_prefix), settings.rate_limit_per_s, settings.rate_limit_burst
+        )
+        self.tenant_limits = TenantLimitStore(
+            self.redis,
+            RedisKeys(settings.key_prefix),
+            TenantLimits(settings.tenant_max_payload_bytes, settings.tenant_max_in_flight),
+            settings.result_ttl_s,
         )
         self._background: list[asyncio.Task[None]] = []
 

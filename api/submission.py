@@ -22,6 +22,11 @@ class Submission:
     inputs: dict[str, InputTensor]
     deadline_ms: int | None = None  # the client wants the result within this many ms
 
+    @property
+    def payload_bytes(self) -> int:
+        """Size of the encoded inputs: what the tenant's payload limit is measured on."""
+        return sum(tensor.ByteSize() for tensor in self.inputs.values())
+
 
 def parse_json(body: bytes) -> Any:
     """Decode the body as JSON or raise a 400 saying where it breaks."""

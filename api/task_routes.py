@@ -23,6 +23,7 @@ from brimful import metrics
 from brimful.api_keys import Scope
 from brimful.task_status import TaskStatus
 from brimful.task_store import TaskRecord, now_ms
+from brimful.tenant_limits import TenantLimits
 from schemas import TaskRequest
 
 log = logging.getLogger("brimful.api")
@@ -100,6 +101,30 @@ async def take_tokens(state: ApiState, principal: Principal, count: int) -> None
         )
 
 
+def check_payload(submission: Submission, limits: TenantLimits) -> None:
+    """413 when the task's encoded inputs exceed the tenant's payload limit."""
+    size = submission.payload_bytes
+    if limits.max_payload_bytes and size > limits.max_payload_bytes:
+        raise ApiError(
+            413,
+            "payload_too_large",
+            f"the task's inputs take {size} bytes; this tenant's limit is {limits.max_payload_bytes} bytes per task",
+        )
+
+
+async def admit_in_flight(state: ApiState, principal: Principal, task_ids: list[str], limits: TenantLimits) -> None:
+    """Count the tasks as the tenant's in flight, or 429 when that would pass its limit."""
+    admission = await state.tenant_limits.admit(principal.tenant, task_ids, limits.max_in_flight, now_ms())
+    if not admission.admitted:
+        raise ApiError(
+            429,
+            "too_many_in_flight",
+            f"this tenant has {admission.in_flight} unfinished tasks; {len(task_ids)} more would pass its limit of "
+            f"{limits.max_in_flight}; retry once some finish",
+            {"Retry-After": "1"},
+        )
+
+
 def check_admission(state: ApiState) -> None:
     """503 while the model's metadata, the broker or the backlog says no."""
     if state.signature is None:
@@ -172,11 +197,17 @@ async def submit_task(request: Request, principal: Principal = Depends(requires(
             record = await state.store.get(original)
             answer = task_answer(original, record) if record else {"task_id": original, "status": TaskStatus.QUEUED.value}
             return JSONResponse(answer, status_code=200, headers={"Idempotent-Replayed": "true"})
+    admitted: list[str] = []
     try:
         check_admission(state)
+        limits = await state.tenant_limits.get(principal.tenant)
+        check_payload(submission, limits)
+        await admit_in_flight(state, principal, [task_id], limits)
+        admitted = [task_id]
         await take_tokens(state, principal, 1)
         await enqueue(state, submission, task_id, principal.tenant)
     except ApiError:
+        await state.tenant_limits.release(principal.tenant, admitted)
         await state.store.release_idempotency_key(key, task_id)
         raise
     if wait_s > 0:
@@ -199,18 +230,40 @@ async def submit_tasks(request: Request, principal: Principal = Depends(requires
     if len(tasks) > settings.max_bulk_tasks:
         raise ApiError(413, "too_many_tasks", f"{len(tasks)} tasks exceed the limit of {settings.max_bulk_tasks} per call")
     check_admission(state)
-    await take_tokens(state, principal, len(tasks))
+    limits = await state.tenant_limits.get(principal.tenant)
 
-    async def one(item: Any) -> dict[str, Any]:
+    # Every item is checked first; only the valid ones count against the tenant's limits.
+    results: list[dict[str, Any]] = []
+    valid: dict[int, tuple[str, Submission]] = {}
+    for position, item in enumerate(tasks):
         try:
             submission = parse_submission(item, state.signature)  # type: ignore[arg-type]
-            task_id = uuid.uuid4().hex
+            check_payload(submission, limits)
+        except ApiError as error:
+            results.append({"error": {"code": error.code, "message": error.message}})
+            continue
+        valid[position] = (uuid.uuid4().hex, submission)
+        results.append({})
+    task_ids = [task_id for task_id, _ in valid.values()]
+    if task_ids:
+        await admit_in_flight(state, principal, task_ids, limits)
+        try:
+            await take_tokens(state, principal, len(task_ids))
+        except ApiError:
+            await state.tenant_limits.release(principal.tenant, task_ids)
+            raise
+
+    async def one(task_id: str, submission: Submission) -> dict[str, Any]:
+        try:
             await enqueue(state, submission, task_id, principal.tenant)
         except ApiError as error:
+            await state.tenant_limits.release(principal.tenant, [task_id])
             return {"error": {"code": error.code, "message": error.message}}
         return {"task_id": task_id, "status": TaskStatus.QUEUED.value}
 
-    results = await asyncio.gather(*(one(item) for item in tasks))
+    answers = await asyncio.gather(*(one(task_id, submission) for task_id, submission in valid.values()))
+    for position, answer in zip(valid, answers):
+        results[position] = answer
     return {"accepted": sum(1 for r in results if "task_id" in r), "results": results}
 
 

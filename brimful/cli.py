@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from brimful.commands import dlq, keys, simulate, stats, tune, up
+from brimful.commands import dlq, keys, simulate, stats, tenants, tune, up
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="brimful", description="Fill fixed-size inference batches from single requests.")
     commands = parser.add_subparsers(dest="command", required=True)
-    for command in (up, tune, stats, simulate, dlq, keys):
+    for command in (up, tune, stats, simulate, dlq, keys, tenants):
         command.register(commands)
     return parser
 

@@ -5,22 +5,43 @@ from __future__ import annotations
 
 import asyncio
 import logging
-
 import time
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
+from aiokafka.helpers import create_ssl_context
 
 from brimful.settings import Settings
 
 log = logging.getLogger("brimful.kafka")
 
 
+def connection_options(settings: Settings) -> dict[str, Any]:
+    """Where the broker is and how to reach it (TLS, SASL): shared by every Kafka client
+    Brimful makes, so producer, consumers and admin can never disagree."""
+    options: dict[str, Any] = {
+        "bootstrap_servers": settings.kafka_bootstrap,
+        "security_protocol": settings.kafka_security_protocol,
+    }
+    if settings.kafka_security_protocol in ("SSL", "SASL_SSL"):
+        options["ssl_context"] = create_ssl_context(
+            cafile=settings.kafka_ssl_cafile or None,
+            certfile=settings.kafka_ssl_certfile or None,
+            keyfile=settings.kafka_ssl_keyfile or None,
+        )
+    if settings.kafka_security_protocol.startswith("SASL_"):
+        options["sasl_mechanism"] = settings.kafka_sasl_mechanism
+        options["sasl_plain_username"] = settings.kafka_sasl_username
+        options["sasl_plain_password"] = settings.kafka_sasl_password.get_secret_value()
+    return options
+
+
 def make_producer(settings: Settings) -> AIOKafkaProducer:
     """A producer that waits for every in-sync replica: an accepted task is on disk."""
     return AIOKafkaProducer(
-        bootstrap_servers=settings.kafka_bootstrap,
+        **connection_options(settings),
         acks="all",
         enable_idempotence=settings.kafka_idempotence,
         linger_ms=settings.kafka_linger_ms,
@@ -34,7 +55,7 @@ def make_consumer(settings: Settings, group_id: str | None, topic: str | None = 
     topics = (topic,) if topic else ()
     return AIOKafkaConsumer(
         *topics,
-        bootstrap_servers=settings.kafka_bootstrap,
+        **connection_options(settings),
         group_id=group_id,
         enable_auto_commit=False,
         auto_offset_reset="earliest",
@@ -54,7 +75,7 @@ async def ensure_topics(settings: Settings, attempts: int = 30) -> None:
     ]
     for attempt in range(1, attempts + 1):
         admin = AIOKafkaAdminClient(
-            bootstrap_servers=settings.kafka_bootstrap, request_timeout_ms=settings.kafka_request_timeout_ms
+            **connection_options(settings), request_timeout_ms=settings.kafka_request_timeout_ms
         )
         try:
             await admin.start()
@@ -81,7 +102,7 @@ async def read_whole_topic(settings: Settings, topic: str, timeout_s: float = 30
     end. The end is the high watermark from fetch responses: a broker's "latest offset"
     answer is not trusted (Tansu's is wrong)."""
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=settings.kafka_bootstrap,
+        **connection_options(settings),
         enable_auto_commit=False,
         max_partition_fetch_bytes=4 * 1024 * 1024,
     )

@@ -18,6 +18,9 @@ class RedisKeys:
     - ``{prefix}:idempotency:{key}``: the task_id an Idempotency-Key was first used for.
     - ``{prefix}:ratelimit:{tenant}``: the tenant's token bucket (tokens, time).
     - ``{prefix}:apikeys``: hash of SHA-256(API key) -> its record (JSON); never a key.
+    - ``{prefix}:tenantlimits``: hash of tenant -> its own limits (JSON), where set.
+    - ``{prefix}:inflight:{tenant}``: sorted set of the tenant's unfinished task ids,
+      scored by submission time (ms).
     - ``{prefix}:finished`` (pub/sub channel): task ids, as each reaches a final state.
     - ``{prefix}:cancelled`` (pub/sub channel): task ids cancelled while queued.
     """
@@ -45,6 +48,18 @@ class RedisKeys:
     @property
     def api_keys(self) -> str:
         return f"{self.prefix}:apikeys"
+
+    @property
+    def tenant_limits(self) -> str:
+        return f"{self.prefix}:tenantlimits"
+
+    def in_flight(self, tenant: str) -> str:
+        return f"{self.in_flight_prefix}{tenant}"
+
+    @property
+    def in_flight_prefix(self) -> str:
+        """What ``in_flight(tenant)`` puts before the tenant (the transition script needs it)."""
+        return f"{self.prefix}:inflight:"
 
     @property
     def finished_channel(self) -> str:

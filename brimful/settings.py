@@ -9,8 +9,9 @@ enables the broker features Tansu lacks.
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -27,6 +28,19 @@ class Settings(BaseSettings):
         False,
         description="Idempotent producer. Turn on against Apache Kafka; Tansu cannot start one.",
     )
+    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        "PLAINTEXT", description="How clients reach the broker: PLAINTEXT, SSL (TLS), SASL_PLAINTEXT or SASL_SSL."
+    )
+    kafka_sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = Field(
+        "SCRAM-SHA-512", description="SASL mechanism with the SASL_* protocols."
+    )
+    kafka_sasl_username: str = Field("", description="SASL user (needed by the SASL_* protocols).")
+    kafka_sasl_password: SecretStr = Field(SecretStr(""), description="SASL password; never logged.")
+    kafka_ssl_cafile: str = Field(
+        "", description="CA bundle (PEM) that signs the broker's certificate; empty: the system's trust store."
+    )
+    kafka_ssl_certfile: str = Field("", description="Client certificate (PEM) for brokers that require mutual TLS.")
+    kafka_ssl_keyfile: str = Field("", description="Private key (PEM) of the client certificate.")
     requests_topic: str = Field("brimful.requests", description="Topic the API writes accepted tasks to.")
     dlq_topic: str = Field("brimful.dlq", description="Dead-letter topic for tasks that exhausted their retries.")
     topic_partitions: int = Field(
@@ -138,6 +152,18 @@ class Settings(BaseSettings):
     api_key: str = Field("", description="Key the `brimful` operator commands present to the API.")
     long_poll_max_s: float = Field(30.0, gt=0, description="Longest `?wait=` a client may ask a request to be held.")
     max_bulk_tasks: int = Field(1000, ge=1, description="Most tasks one POST /v1/tasks:batch may carry.")
+    tenant_max_payload_bytes: int = Field(
+        1024 * 1024,
+        ge=0,
+        description="Default largest task payload (its encoded inputs) a tenant may submit; "
+        "`brimful tenants set` overrides it per tenant. 0: only max_body_bytes applies.",
+    )
+    tenant_max_in_flight: int = Field(
+        10_000,
+        ge=0,
+        description="Default most tasks a tenant may have accepted and unfinished at once (429 beyond); "
+        "`brimful tenants set` overrides it per tenant. 0: no limit.",
+    )
     max_backlog: int = Field(
         100_000,
         ge=1,
@@ -151,6 +177,12 @@ class Settings(BaseSettings):
             raise ValueError("min_wait_ms must not exceed max_wait_ms")
         if self.kafka_request_timeout_ms <= self.kafka_session_timeout_ms // 2:
             raise ValueError("kafka_request_timeout_ms must exceed kafka_session_timeout_ms / 2")
+        if self.kafka_security_protocol.startswith("SASL_") and not (
+            self.kafka_sasl_username and self.kafka_sasl_password.get_secret_value()
+        ):
+            raise ValueError(f"kafka_security_protocol {self.kafka_security_protocol} needs kafka_sasl_username and kafka_sasl_password")
+        if bool(self.kafka_ssl_certfile) != bool(self.kafka_ssl_keyfile):
+            raise ValueError("kafka_ssl_certfile and kafka_ssl_keyfile go together")
         if self.max_in_flight_per_partition > self.max_in_flight:
             raise ValueError("max_in_flight_per_partition must not exceed max_in_flight")
         return self

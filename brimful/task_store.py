@@ -21,10 +21,13 @@ from brimful.task_status import TaskStatus
 
 # KEYS: task hashes. ARGV: ttl_s, now_ms, new status, allowed-from statuses
 # (comma-separated; "*" also admits a missing hash), field name, channel to publish
-# the task id of every moved task on ("" for none), then one field value per key
-# ("" writes no field). Returns the 1-based positions of the tasks that moved.
+# the task id of every moved task on ("" for none), the prefix of the tenants'
+# in-flight sets to remove a moved task from ("" when the new status is not final),
+# then one field value per key ("" writes no field). Returns the 1-based positions of
+# the tasks that moved.
 _TRANSITION_LUA = """
 local ttl, now, new_status, allowed, field, channel = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local in_flight_prefix = ARGV[7]
 local moved = {}
 for i, key in ipairs(KEYS) do
   local current = redis.call('HGET', key, 'status')
@@ -36,13 +39,18 @@ for i, key in ipairs(KEYS) do
   end
   if ok then
     redis.call('HSET', key, 'status', new_status, 'updated_at_ms', now)
-    local value = ARGV[6 + i]
+    local value = ARGV[7 + i]
     if field ~= '' and value ~= '' then
       redis.call('HSET', key, field, value)
     end
     redis.call('EXPIRE', key, ttl)
+    local task_id = string.match(key, '[^:]+$')
+    if in_flight_prefix ~= '' then
+      local tenant = redis.call('HGET', key, 'tenant') or ''
+      redis.call('ZREM', in_flight_prefix .. tenant, task_id)
+    end
     if channel ~= '' then
-      redis.call('PUBLISH', channel, string.match(key, '[^:]+$'))
+      redis.call('PUBLISH', channel, task_id)
     end
     moved[#moved + 1] = i
   end
@@ -123,10 +131,12 @@ class TaskStore:
 
     async def requeue(self, task_id: str, submitted_at_ms: int, tenant: str = "") -> None:
         """Put a failed task back to ``queued`` for a replay (recreating it if it expired).
-        Written before the request is sent again, as for a new task."""
+        Written before the request is sent again, as for a new task; it counts as in
+        flight for its tenant again (an operator's replay is never refused for it)."""
         key = self._keys.task(task_id)
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.hdel(key, "error", "outputs")
+            pipe.zadd(self._keys.in_flight(tenant), {task_id: now_ms()})
             pipe.hset(
                 key,
                 mapping={
@@ -233,7 +243,8 @@ class TaskStore:
             return []
         keys = [self._keys.task(t) for t in task_ids]
         channel = self._keys.finished_channel if publish else ""
-        args = [self._ttl_s, now_ms(), status.value, allowed_from, field, channel, *values]
+        in_flight_prefix = self._keys.in_flight_prefix if status.is_final else ""
+        args = [self._ttl_s, now_ms(), status.value, allowed_from, field, channel, in_flight_prefix, *values]
         positions = await self._transition(keys=keys, args=args)
         return [task_ids[int(position) - 1] for position in positions]
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import redis
+from pydantic import SecretStr
 
 from brimful.redis_keys import RedisKeys
 from brimful.settings import Settings
@@ -54,6 +55,8 @@ def settings_env(settings: Settings) -> dict[str, str]:
     """The environment that gives a child process exactly these settings."""
     env = {key: value for key, value in os.environ.items() if not key.startswith("BRIMFUL_")}
     for name, value in settings.model_dump().items():
+        if isinstance(value, SecretStr):
+            value = value.get_secret_value()
         env[f"BRIMFUL_{name.upper()}"] = str(value).lower() if isinstance(value, bool) else str(value)
     env["PYTHONUNBUFFERED"] = "1"
     return env

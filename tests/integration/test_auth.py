@@ -151,3 +151,84 @@ async def test_rate_limit_answers_429_with_retry_after_and_never_over_admits(aut
         await asyncio.sleep(int(limited[0]))  # the bucket refills meanwhile: that is the behaviour under test
         await one()
         assert answers[-1][0] == 202
+
+
+def tenants_cli(stack: EmbeddedStack, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "brimful.cli", "tenants", *args],
+        env=settings_env(stack.settings), capture_output=True, text=True, timeout=60,
+    )
+
+
+async def test_a_tenant_payload_limit_refuses_larger_tasks_with_413(auth_stack: EmbeddedStack) -> None:
+    made = tenants_cli(auth_stack, "set", "small", "--max-payload-bytes", "64")
+    assert made.returncode == 0, made.stderr
+    small, other = new_key(auth_stack, "small", "submit,read"), new_key(auth_stack, "roomy", "submit,read")
+
+    status, body = await call(auth_stack, "POST", "/v1/tasks", small, json={"inputs": {"TEXT": "x" * 200}})
+    assert status == 413 and body["error"]["code"] == "payload_too_large"
+    assert "64 bytes" in body["error"]["message"]
+    status, body = await call(auth_stack, "POST", "/v1/tasks", small, params={"wait": "10"}, json={"inputs": {"TEXT": "tiny"}})
+    assert status == 200 and body["status"] == "done"
+    status, body = await call(
+        auth_stack, "POST", "/v1/tasks:batch", small, json={"tasks": [{"inputs": {"TEXT": "ok"}}, {"inputs": {"TEXT": "y" * 200}}]}
+    )
+    assert status == 200 and body["accepted"] == 1
+    assert "task_id" in body["results"][0] and body["results"][1]["error"]["code"] == "payload_too_large"
+    # The limit is the tenant's own: the default admits the same task for another tenant.
+    assert (await call(auth_stack, "POST", "/v1/tasks", other, json={"inputs": {"TEXT": "x" * 200}}))[0] == 202
+    listing = tenants_cli(auth_stack, "list").stdout
+    assert any(line.split()[:2] == ["small", "64"] for line in listing.splitlines()), listing
+
+
+async def test_a_tenant_in_flight_limit_admits_exactly_that_many_and_frees_slots_as_tasks_finish(
+    auth_stack: EmbeddedStack,
+) -> None:
+    assert tenants_cli(auth_stack, "set", "busy", "--max-in-flight", "5").returncode == 0
+    busy, admin = new_key(auth_stack, "busy", "submit,read"), new_key(auth_stack, "ops", "admin,read")
+    redis = Redis.from_url(auth_stack.settings.redis_url)
+    in_flight_key = f"{auth_stack.settings.key_prefix}:inflight:busy"
+    # Batches of a few rows wait 4 s: the accepted tasks stay in flight while the test looks.
+    await set_policy(auth_stack, admin, max_wait_ms=4000, min_wait_ms=4000)
+    try:
+        answers = await asyncio.gather(
+            *(call(auth_stack, "POST", "/v1/tasks", busy, json={"inputs": {"TEXT": f"f{i}"}}) for i in range(8))
+        )
+        accepted = [body["task_id"] for status, body in answers if status == 202]
+        refused = [body for status, body in answers if status == 429]
+        assert len(accepted) == 5 and len(refused) == 3, answers
+        assert all(body["error"]["code"] == "too_many_in_flight" for body in refused)
+        assert redis.zcard(in_flight_key) == 5
+        payload_limit = str(auth_stack.settings.tenant_max_payload_bytes)
+        listing = tenants_cli(auth_stack, "list").stdout.splitlines()
+        assert any(line.split()[:4] == ["busy", payload_limit, "5", "5"] for line in listing), listing
+
+        # A cancel frees its slot at once.
+        assert (await call(auth_stack, "DELETE", f"/v1/tasks/{accepted[0]}", busy))[0] == 200
+        status, body = await call(auth_stack, "POST", "/v1/tasks", busy, json={"inputs": {"TEXT": "after cancel"}})
+        assert status == 202, body
+        accepted = accepted[1:] + [body["task_id"]]
+        assert (await call(auth_stack, "POST", "/v1/tasks", busy, json={"inputs": {"TEXT": "one too many"}}))[0] == 429
+    finally:
+        await set_policy(auth_stack, admin, max_wait_ms=auth_stack.settings.max_wait_ms, min_wait_ms=auth_stack.settings.min_wait_ms)
+
+    for task_id in accepted:
+        status, body = await call(auth_stack, "GET", f"/v1/tasks/{task_id}", busy, params={"wait": "10"})
+        assert status == 200 and body["status"] == "done", body
+    assert redis.zcard(in_flight_key) == 0  # finished tasks no longer count
+    redis.close()
+    status, body = await call(auth_stack, "POST", "/v1/tasks", busy, params={"wait": "10"}, json={"inputs": {"TEXT": "again"}})
+    assert status == 200 and body["status"] == "done"
+
+
+async def set_policy(stack: EmbeddedStack, admin_key: str, **changes: float) -> None:
+    """Tune the live policy with an admin key and wait until every batcher applies it."""
+    status, body = await call(stack, "PATCH", "/v1/admin/policy", admin_key, json=changes)
+    assert status == 200, body
+    deadline = time.monotonic() + 5
+    while True:
+        _, stats = await call(stack, "GET", "/v1/stats", admin_key)
+        if all(b["params"]["max_wait"] == changes["max_wait_ms"] / 1000 for b in stats["batchers"]):
+            return
+        assert time.monotonic() < deadline, "batchers did not apply the policy"
+        await asyncio.sleep(0.05)

@@ -12,6 +12,7 @@ from brimful.redis_keys import RedisKeys
 from brimful.stack import EmbeddedStack
 from brimful.task_status import TaskStatus
 from brimful.task_store import StatsField, TaskStore, now_ms
+from brimful.tenant_limits import TenantLimitStore, TenantLimits
 
 
 @pytest.fixture
@@ -114,3 +115,27 @@ async def test_final_states_are_published_as_they_happen(stack: EmbeddedStack, s
     finally:
         await pubsub.aclose()
         await redis.aclose()
+
+
+async def test_a_task_counts_in_flight_for_its_tenant_until_final_and_again_when_replayed(
+    stack: EmbeddedStack, store: TaskStore
+) -> None:
+    redis = Redis.from_url(stack.settings.redis_url)
+    limits = TenantLimitStore(redis, store.keys, TenantLimits(0, 3), retention_s=60)
+    done, failed, cancelled, refused = (uuid.uuid4().hex for _ in range(4))
+    assert (await limits.admit("t1", [done, failed, cancelled], 3, now_ms())).admitted
+    assert not (await limits.admit("t1", [refused], 3, now_ms())).admitted  # all three slots taken
+    assert (await limits.admit("t2", [refused], 3, now_ms())).admitted  # another tenant's count is its own
+    for task_id in (done, failed, cancelled):
+        await store.create_queued(task_id, now_ms(), "t1")
+    await store.mark_running([done])
+    assert await limits.in_flight("t1") == 3  # running is still in flight
+    await store.mark_done({done: {"Y": 1}})
+    await store.mark_failed([failed], {"class": "model_error"})
+    assert await store.cancel(cancelled)
+    assert await limits.in_flight("t1") == 0
+    await store.requeue(failed, now_ms(), "t1")  # an on-call replay counts again
+    assert await limits.in_flight("t1") == 1
+    # Entries older than the retention time are dropped, so a lost task cannot hold a slot forever.
+    assert (await limits.admit("t1", [uuid.uuid4().hex] * 1, 3, now_ms() + 120_000)).in_flight == 1
+    await redis.aclose()

@@ -1,0 +1,128 @@
+"""Per-tenant limits: the largest task payload and the most tasks in flight.
+
+Defaults come from settings; an operator overrides them per tenant with
+``brimful tenants set``, stored in Redis (``RedisKeys.tenant_limits``) so every API
+replica sees the change within ``CACHE_S``.
+
+Tasks in flight are counted exactly, not estimated: each tenant has a sorted set of
+its unfinished task ids (scored by submission time). The API adds ids when it admits
+tasks (atomically with the limit check, in one Lua script) and the task store's
+transition script removes an id when its task reaches a final state. Ids are a set,
+so a replayed or redelivered task can never be counted twice; entries older than the
+retention time are dropped, so a task that somehow expired unfinished cannot hold a
+slot forever.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, replace
+from typing import Sequence
+
+from redis.asyncio import Redis
+
+from brimful.redis_keys import RedisKeys
+
+CACHE_S = 1.0  # how stale an API replica's copy of a tenant's limits may be
+
+# KEYS[1]: the tenant's in-flight set. ARGV: limit (0: none), now_ms, stale_before_ms,
+# then the task ids to admit. Admits all or none: returns {1, count after} or {0, count now}.
+_ADMIT_LUA = """
+local limit, now, stale_before = tonumber(ARGV[1]), ARGV[2], ARGV[3]
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. stale_before)
+local count = redis.call('ZCARD', KEYS[1])
+local wanted = #ARGV - 3
+if limit > 0 and count + wanted > limit then
+  return {0, count}
+end
+for i = 4, #ARGV do
+  redis.call('ZADD', KEYS[1], now, ARGV[i])
+end
+return {1, count + wanted}
+"""
+
+
+@dataclass(frozen=True)
+class TenantLimits:
+    """What one tenant may send. 0 means no limit."""
+
+    max_payload_bytes: int
+    max_in_flight: int
+
+
+@dataclass(frozen=True)
+class Admission:
+    admitted: bool
+    in_flight: int  # the tenant's unfinished tasks, after admitting (or as they stand, when refused)
+
+
+class TenantLimitStore:
+    """Reads and sets per-tenant limits, and admits tasks against the in-flight limit."""
+
+    def __init__(self, redis: Redis, keys: RedisKeys, defaults: TenantLimits, retention_s: int) -> None:
+        self._redis = redis
+        self._keys = keys
+        self.defaults = defaults
+        self._retention_ms = retention_s * 1000
+        self._admit = redis.register_script(_ADMIT_LUA)
+        self._cache: dict[str, tuple[float, TenantLimits]] = {}
+
+    async def get(self, tenant: str) -> TenantLimits:
+        """The tenant's limits: its override if one is set, else the defaults (cached briefly)."""
+        cached = self._cache.get(tenant)
+        now = time.monotonic()
+        if cached is not None and now - cached[0] < CACHE_S:
+            return cached[1]
+        raw = await self._redis.hget(self._keys.tenant_limits, tenant)
+        limits = self._parse(raw)
+        self._cache[tenant] = (now, limits)
+        return limits
+
+    async def set(self, tenant: str, max_payload_bytes: int | None = None, max_in_flight: int | None = None) -> TenantLimits:
+        """Override some of a tenant's limits (None keeps the current value)."""
+        current = self._parse(await self._redis.hget(self._keys.tenant_limits, tenant))
+        if max_payload_bytes is not None:
+            current = replace(current, max_payload_bytes=max_payload_bytes)
+        if max_in_flight is not None:
+            current = replace(current, max_in_flight=max_in_flight)
+        if current.max_payload_bytes < 0 or current.max_in_flight < 0:
+            raise ValueError("limits are 0 (none) or more")
+        await self._redis.hset(self._keys.tenant_limits, tenant, json.dumps(asdict(current)))
+        self._cache.pop(tenant, None)
+        return current
+
+    async def reset(self, tenant: str) -> bool:
+        """Drop a tenant's override; it falls back to the defaults. False if it had none."""
+        self._cache.pop(tenant, None)
+        return bool(await self._redis.hdel(self._keys.tenant_limits, tenant))
+
+    async def overrides(self) -> dict[str, TenantLimits]:
+        """Every tenant with its own limits."""
+        raw = await self._redis.hgetall(self._keys.tenant_limits)
+        return {tenant.decode(): self._parse(value) for tenant, value in sorted(raw.items())}
+
+    async def in_flight(self, tenant: str) -> int:
+        """The tenant's tasks accepted and not yet final."""
+        return int(await self._redis.zcard(self._keys.in_flight(tenant)))
+
+    async def admit(self, tenant: str, task_ids: Sequence[str], limit: int, now_ms: int) -> Admission:
+        """Count ``task_ids`` as in flight if the tenant stays within ``limit``; all or none."""
+        admitted, count = await self._admit(
+            keys=[self._keys.in_flight(tenant)], args=[limit, now_ms, now_ms - self._retention_ms, *task_ids]
+        )
+        return Admission(bool(int(admitted)), int(count))
+
+    async def release(self, tenant: str, task_ids: Sequence[str]) -> None:
+        """Stop counting tasks that were admitted but never accepted (their enqueue failed)."""
+        if task_ids:
+            await self._redis.zrem(self._keys.in_flight(tenant), *task_ids)
+
+    def _parse(self, raw: bytes | None) -> TenantLimits:
+        if not raw:
+            return self.defaults
+        data = json.loads(raw)
+        return TenantLimits(
+            max_payload_bytes=int(data.get("max_payload_bytes", self.defaults.max_payload_bytes)),
+            max_in_flight=int(data.get("max_in_flight", self.defaults.max_in_flight)),
+        )
