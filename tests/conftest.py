@@ -10,24 +10,13 @@ from typing import Any, AsyncIterator, Iterator
 import pytest
 
 from brimful.settings import Settings
-from brimful.stack import EmbeddedStack, free_port
+from brimful.stack import EmbeddedStack, settings_on_free_ports
 from tests.task_client import TaskClient
 
 
 def stack_settings(**overrides: object) -> Settings:
-    """Settings for a stack of its own, on free loopback ports."""
-    values: dict[str, object] = {
-        "kafka_bootstrap": f"127.0.0.1:{free_port()}",
-        "redis_url": f"redis://127.0.0.1:{free_port()}/0",
-        "triton_url": f"127.0.0.1:{free_port()}",
-        "triton_http_port": free_port(),
-        "triton_metrics_port": free_port(),
-        "api_port": free_port(),
-        "batcher_metrics_port": free_port(),
-        "auth_enabled": False,  # as the embedded stack runs; tests/integration/test_auth.py turns it on
-    }
-    values.update(overrides)
-    return Settings(**values)  # type: ignore[arg-type]
+    """Settings for a stack of its own, on free loopback ports (auth off unless overridden)."""
+    return settings_on_free_ports(**overrides)
 
 
 def start_stack(workdir: Path, settings: Settings, **options: object) -> EmbeddedStack:
