@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import re
@@ -79,13 +80,25 @@ async def read_when_final(state: ApiState, task_id: str, principal: Principal, w
     while True:
         async with state.waiters.watch(task_id) as finished:
             record = await read_own_task(state, task_id, principal)  # after registering: nothing slips by
-            remaining = deadline - time.monotonic()
-            if record is None or record.status.is_final or remaining <= 0:
+            if record is None or record.status.is_final or time.monotonic() >= deadline:
                 return record
-            try:
-                await asyncio.wait_for(finished, timeout=remaining)
-            except asyncio.TimeoutError:
-                return await read_own_task(state, task_id, principal)
+            record = await wait_final(state, task_id, principal, finished, deadline)
+            if record is None or record.status.is_final or time.monotonic() >= deadline:
+                return record
+
+
+async def wait_final(
+    state: ApiState, task_id: str, principal: Principal, finished: asyncio.Future[TaskRecord | None], deadline: float
+) -> TaskRecord | None:
+    """Wait on a registered watch until the deadline. The push carries the final record,
+    so no read is needed; on a timeout or a lost feed, the store says where the task is."""
+    try:
+        record = await asyncio.wait_for(finished, timeout=max(0.0, deadline - time.monotonic()))
+    except asyncio.TimeoutError:
+        record = None
+    if record is None:
+        return await read_own_task(state, task_id, principal)
+    return record if record.tenant == principal.tenant else None
 
 
 async def take_tokens(state: ApiState, principal: Principal, count: int) -> None:
@@ -197,23 +210,30 @@ async def submit_task(request: Request, principal: Principal = Depends(requires(
             record = await state.store.get(original)
             answer = task_answer(original, record) if record else {"task_id": original, "status": TaskStatus.QUEUED.value}
             return JSONResponse(answer, status_code=200, headers={"Idempotent-Replayed": "true"})
-    admitted: list[str] = []
-    try:
-        check_admission(state)
-        limits = await state.tenant_limits.get(principal.tenant)
-        check_payload(submission, limits)
-        await admit_in_flight(state, principal, [task_id], limits)
-        admitted = [task_id]
-        await take_tokens(state, principal, 1)
-        await enqueue(state, submission, task_id, principal.tenant)
-    except ApiError:
-        await state.tenant_limits.release(principal.tenant, admitted)
-        await state.store.release_idempotency_key(key, task_id)
-        raise
-    if wait_s > 0:
-        record = await read_when_final(state, task_id, principal, wait_s)
-        if record is not None and record.status.is_final:
-            return JSONResponse(task_answer(task_id, record), status_code=200)
+    async with contextlib.AsyncExitStack() as waiting:
+        # Watch before the task exists: its result cannot be published unseen, and no
+        # read of the store is needed to start waiting.
+        finished = await waiting.enter_async_context(state.waiters.watch(task_id)) if wait_s > 0 else None
+        deadline = time.monotonic() + wait_s
+        admitted: list[str] = []
+        try:
+            check_admission(state)
+            limits = await state.tenant_limits.get(principal.tenant)
+            check_payload(submission, limits)
+            await admit_in_flight(state, principal, [task_id], limits)
+            admitted = [task_id]
+            await take_tokens(state, principal, 1)
+            await enqueue(state, submission, task_id, principal.tenant)
+        except ApiError:
+            await state.tenant_limits.release(principal.tenant, admitted)
+            await state.store.release_idempotency_key(key, task_id)
+            raise
+        if finished is not None:
+            record = await wait_final(state, task_id, principal, finished, deadline)
+            if record is not None and not record.status.is_final and time.monotonic() < deadline:
+                record = await read_when_final(state, task_id, principal, deadline - time.monotonic())  # feed lost
+            if record is not None and record.status.is_final:
+                return JSONResponse(task_answer(task_id, record), status_code=200)
     return JSONResponse({"task_id": task_id, "status": TaskStatus.QUEUED.value}, status_code=202)
 
 

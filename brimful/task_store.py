@@ -21,10 +21,10 @@ from brimful.task_status import TaskStatus
 
 # KEYS: task hashes. ARGV: ttl_s, now_ms, new status, allowed-from statuses
 # (comma-separated; "*" also admits a missing hash), field name, channel to publish
-# the task id of every moved task on ("" for none), the prefix of the tenants'
-# in-flight sets to remove a moved task from ("" when the new status is not final),
-# then one field value per key ("" writes no field). Returns the 1-based positions of
-# the tasks that moved.
+# every moved task on ("" for none; see FinishedMessage for the format), the prefix of
+# the tenants' in-flight sets to remove a moved task from ("" when the new status is
+# not final), then one field value per key ("" writes no field). Returns the 1-based
+# positions of the tasks that moved.
 _TRANSITION_LUA = """
 local ttl, now, new_status, allowed, field, channel = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local in_flight_prefix = ARGV[7]
@@ -45,12 +45,13 @@ for i, key in ipairs(KEYS) do
     end
     redis.call('EXPIRE', key, ttl)
     local task_id = string.match(key, '[^:]+$')
+    local kept = redis.call('HMGET', key, 'tenant', 'submitted_at_ms')
+    local tenant, submitted = kept[1] or '', kept[2] or '0'
     if in_flight_prefix ~= '' then
-      local tenant = redis.call('HGET', key, 'tenant') or ''
       redis.call('ZREM', in_flight_prefix .. tenant, task_id)
     end
     if channel ~= '' then
-      redis.call('PUBLISH', channel, task_id)
+      redis.call('PUBLISH', channel, table.concat({task_id, new_status, submitted, now, tenant, field, value}, '\\n'))
     end
     moved[#moved + 1] = i
   end
@@ -91,6 +92,33 @@ class TaskRecord:
     outputs: dict[str, Any] | None
     error: dict[str, Any] | None
     tenant: str = ""
+
+
+class FinishedMessage:
+    """What the store publishes on ``RedisKeys.finished_channel`` when a task reaches a
+    final state: the whole final record, so a waiting request can answer without reading
+    the task back. Seven newline-separated fields: task id, status, submitted_at_ms,
+    updated_at_ms, tenant, then the name of the stored field ("outputs", "error" or
+    empty) and its JSON value. Task ids and tenants hold no newline."""
+
+    @staticmethod
+    def task_id(payload: bytes) -> str:
+        """Just the id: cheap, for the many messages nobody waits on."""
+        return payload.split(b"\n", 1)[0].decode()
+
+    @staticmethod
+    def record(payload: bytes) -> TaskRecord:
+        task_id, status, submitted, updated, tenant, field, value = payload.decode().split("\n", 6)
+        decoded = json.loads(value) if field and value else None
+        return TaskRecord(
+            task_id=task_id,
+            status=TaskStatus(status),
+            submitted_at_ms=int(submitted),
+            updated_at_ms=int(updated),
+            outputs=decoded if field == "outputs" else None,
+            error=decoded if field == "error" else None,
+            tenant=tenant,
+        )
 
 
 def now_ms() -> int:

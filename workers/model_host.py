@@ -40,12 +40,25 @@ def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
+DYNAMIC_MODEL_NAME = f"{MODEL_NAME}_dynamic"
+
+
 def serve(
-    grpc_port: int, http_port: int, metrics_port: int, batch_size: int, workspace: Path, model: ReferenceModel
+    grpc_port: int,
+    http_port: int,
+    metrics_port: int,
+    batch_size: int,
+    workspace: Path,
+    model: ReferenceModel,
+    with_dynamic: bool = False,
 ) -> None:
-    """Start Triton with the reference model bound and block until interrupted."""
+    """Start Triton with the reference model bound and block until interrupted. With
+    ``with_dynamic``, also bind the same model as ``brimful_reference_dynamic``: any
+    number of rows up to ``batch_size`` per call, behind Triton's own dynamic batcher
+    (what a user would pick if the model API were not fixed; the benchmarks compare)."""
     _ensure_libpython_on_path()
-    from pytriton.model_config import ModelConfig, Tensor
+    from pytriton.decorators import batch
+    from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
     from pytriton.triton import Triton, TritonConfig
 
     def infer(requests: list) -> list[dict[str, np.ndarray]]:
@@ -73,6 +86,16 @@ def serve(
             config=ModelConfig(batching=False),
             strict=True,
         )
+        if with_dynamic:
+            # @batch joins the queued requests into one call: the model's cost is per call.
+            triton.bind(
+                model_name=DYNAMIC_MODEL_NAME,
+                infer_func=batch(lambda TEXT: model(TEXT)),
+                inputs=[Tensor(name="TEXT", dtype=bytes, shape=(1,))],
+                outputs=[Tensor(name="SHA256", dtype=bytes, shape=(1,)), Tensor(name="LENGTH", dtype=np.int64, shape=(1,))],
+                config=ModelConfig(batching=True, max_batch_size=batch_size, batcher=DynamicBatcher()),
+                strict=True,
+            )
         log.info("serving %s on grpc 127.0.0.1:%d", MODEL_NAME, grpc_port)
         try:
             triton.serve()
@@ -91,6 +114,9 @@ def main() -> None:
     parser.add_argument("--hang-ms", type=float, default=3000.0, help="how long a '!hang-once' row hangs its call")
     parser.add_argument("--fault-file", type=Path, default=None, help="'!flaky' rows fail while this file exists")
     parser.add_argument("--seen-log", type=Path, default=None, help="append every real row the model is given here")
+    parser.add_argument(
+        "--with-dynamic", action="store_true", help="also serve the model behind Triton's dynamic batcher (benchmarks)"
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO)
     # PyTriton creates the workspace itself and refuses one that already exists.
@@ -104,6 +130,7 @@ def main() -> None:
         model=ReferenceModel(
             call_s=args.call_ms / 1000, hang_s=args.hang_ms / 1000, fault_file=args.fault_file, seen_log=args.seen_log
         ),
+        with_dynamic=args.with_dynamic,
     )
 
 

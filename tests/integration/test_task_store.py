@@ -11,7 +11,7 @@ from redis.asyncio import Redis
 from brimful.redis_keys import RedisKeys
 from brimful.stack import EmbeddedStack
 from brimful.task_status import TaskStatus
-from brimful.task_store import StatsField, TaskStore, now_ms
+from brimful.task_store import FinishedMessage, StatsField, TaskStore, now_ms
 from brimful.tenant_limits import TenantLimitStore, TenantLimits
 
 
@@ -110,8 +110,11 @@ async def test_final_states_are_published_as_they_happen(stack: EmbeddedStack, s
         await store.mark_done({done: {"Y": 2}})  # not a change: not published again
         published = []
         while (message := await pubsub.get_message(timeout=1)) is not None:
-            published.append(message["data"].decode())
-        assert published == [done, failed]
+            published.append(FinishedMessage.record(message["data"]))
+        assert [record.task_id for record in published] == [done, failed]
+        # Each message is the whole final record, equal to what a read of the store gives.
+        assert published == [await store.get(done), await store.get(failed)]
+        assert published[0].outputs == {"Y": 1} and published[1].error == {"class": "x"}
     finally:
         await pubsub.aclose()
         await redis.aclose()

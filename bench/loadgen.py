@@ -1,0 +1,242 @@
+"""Load generator for the throughput benchmark; runs in a process of its own.
+
+    python bench/loadgen.py --path brimful --url http://127.0.0.1:8080 --rate 500 --duration 10
+    python bench/loadgen.py --path dynamic --triton 127.0.0.1:8001 --concurrency 256 --duration 8
+
+Paths (the same model function behind each):
+
+- ``brimful``: ``POST /v1/tasks?wait=30``, one row per request, the result inline: completion
+  is observed by Brimful's long-poll, not by polling.
+- ``full``: 64 real rows per call straight to the fixed-size Triton model (the ceiling).
+- ``padded``: one real row per call, padded to 64, straight to the fixed-size model (naive).
+- ``dynamic``: one row per call to the same model behind Triton's dynamic batcher.
+- ``ray``: ``POST`` one row to a Ray Serve app wrapping the model in ``@serve.batch``.
+
+Load is open-loop Poisson (``--rate``: arrivals do not wait for answers, so a slow server
+cannot slow the offered load) or closed-loop (``--concurrency`` clients, each sending its
+next request when the last is answered: the saturation throughput). Latency runs from
+a request's scheduled arrival, so a late send counts against the server. Only requests
+arriving after ``--warmup`` count. Prints one JSON summary line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Awaitable, Callable
+
+import aiohttp
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from workers.padding import pad_rows  # noqa: E402
+
+BATCH = 64
+DRAIN_S = 20.0  # how long requests still out at the end may take before they count as lost
+
+
+@dataclass
+class Record:
+    """What happened to each request that arrived inside the measured window."""
+
+    latencies_ms: list[float] = field(default_factory=list)
+    completed_rows_in_window: int = 0
+    errors: int = 0
+    lost: int = 0
+    first_error: str = ""
+
+
+Send = Callable[[int], Awaitable[int]]  # sends request i, returns the rows it completed
+
+
+def brimful_sender(session: aiohttp.ClientSession, url: str) -> Send:
+    async def send(i: int) -> int:
+        async with session.post(f"{url}/v1/tasks", params={"wait": "30"}, json={"inputs": {"TEXT": f"bench {i}"}}) as r:
+            body = await r.json()
+            if r.status != 200 or body.get("status") != "done":
+                raise RuntimeError(f"{r.status} {str(body)[:200]}")
+        return 1
+
+    return send
+
+
+def ray_sender(session: aiohttp.ClientSession, url: str) -> Send:
+    async def send(i: int) -> int:
+        async with session.post(url, json={"TEXT": f"bench {i}"}) as r:
+            if r.status != 200:
+                raise RuntimeError(f"{r.status} {(await r.text())[:200]}")
+            await r.read()
+        return 1
+
+    return send
+
+
+def triton_sender(client: object, model: str, path: str) -> Send:
+    import tritonclient.grpc as grpcclient
+
+    async def send(i: int) -> int:
+        if path == "full":
+            rows = np.array([f"bench {i}.{j}".encode() for j in range(BATCH)], dtype=object).reshape(BATCH, 1)
+            real = BATCH
+        else:
+            rows = np.array([f"bench {i}".encode()], dtype=object).reshape(1, 1)
+            real = 1
+            if path == "padded":
+                rows = pad_rows(rows, BATCH)
+        text = grpcclient.InferInput("TEXT", list(rows.shape), "BYTES")
+        text.set_data_from_numpy(rows)
+        result = await client.infer(model, [text])  # type: ignore[attr-defined]
+        if result.as_numpy("SHA256").shape[0] != rows.shape[0]:
+            raise RuntimeError("wrong number of rows back")
+        return real
+
+    return send
+
+
+async def run_open(send: Send, rate: float, duration: float, warmup: float, seed: int) -> Record:
+    record = Record()
+    rng = random.Random(seed)
+    start = time.perf_counter()
+    outstanding: set[asyncio.Task[None]] = set()
+
+    async def one(i: int, arrival: float) -> None:
+        try:
+            rows = await send(i)
+        except Exception as error:  # noqa: BLE001 - every failure is counted, the first one shown
+            if arrival - start >= warmup:
+                record.errors += 1
+                record.first_error = record.first_error or f"{type(error).__name__}: {error}"
+            return
+        done = time.perf_counter()
+        if arrival - start >= warmup:
+            record.latencies_ms.append((done - arrival) * 1000)
+        if warmup <= done - start <= duration:
+            record.completed_rows_in_window += rows
+
+    arrival, i = start, 0
+    while True:
+        arrival += rng.expovariate(rate)
+        if arrival - start > duration:
+            break
+        delay = arrival - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        task = asyncio.create_task(one(i, arrival))
+        outstanding.add(task)
+        task.add_done_callback(outstanding.discard)
+        i += 1
+    await finish(outstanding, record)
+    return record
+
+
+async def run_closed(send: Send, concurrency: int, duration: float, warmup: float) -> Record:
+    record = Record()
+    start = time.perf_counter()
+
+    async def client(c: int) -> None:
+        i = c
+        while time.perf_counter() - start < duration:
+            sent = time.perf_counter()
+            try:
+                rows = await send(i)
+            except Exception as error:  # noqa: BLE001
+                record.errors += 1
+                record.first_error = record.first_error or f"{type(error).__name__}: {error}"
+                continue
+            done = time.perf_counter()
+            if sent - start >= warmup:
+                record.latencies_ms.append((done - sent) * 1000)
+            if warmup <= done - start <= duration:
+                record.completed_rows_in_window += rows
+            i += concurrency
+
+    tasks = {asyncio.create_task(client(c)) for c in range(concurrency)}
+    await finish(tasks, record)
+    return record
+
+
+async def finish(tasks: set[asyncio.Task[None]], record: Record) -> None:
+    if not tasks:
+        return
+    _, pending = await asyncio.wait(set(tasks), timeout=DRAIN_S)
+    record.lost = len(pending)
+    for task in pending:
+        task.cancel()
+
+
+def summary(record: Record, args: argparse.Namespace) -> dict[str, object]:
+    latencies = np.array(record.latencies_ms) if record.latencies_ms else np.array([float("nan")])
+    window = args.duration - args.warmup
+    return {
+        "path": args.path,
+        "mode": "open" if args.rate else "closed",
+        "offered_per_s": args.rate,
+        "concurrency": args.concurrency,
+        "achieved_rows_per_s": record.completed_rows_in_window / window,
+        "requests": len(record.latencies_ms),
+        "errors": record.errors,
+        "lost": record.lost,
+        "first_error": record.first_error,
+        "p50_ms": float(np.percentile(latencies, 50)),
+        "p90_ms": float(np.percentile(latencies, 90)),
+        "p99_ms": float(np.percentile(latencies, 99)),
+        "mean_ms": float(latencies.mean()),
+    }
+
+
+async def main_async(args: argparse.Namespace) -> dict[str, object]:
+    closers: list[Callable[[], Awaitable[None]]] = []
+    if args.path in ("brimful", "ray"):
+        session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=4000), timeout=aiohttp.ClientTimeout(total=60))
+        closers.append(session.close)
+        send = brimful_sender(session, args.url) if args.path == "brimful" else ray_sender(session, args.url)
+    else:
+        import tritonclient.grpc.aio as grpcaio
+
+        client = grpcaio.InferenceServerClient(args.triton)
+        closers.append(client.close)
+        send = triton_sender(client, args.model, args.path)
+    try:
+        if args.rate:
+            record = await run_open(send, args.rate, args.duration, args.warmup, args.seed)
+        else:
+            record = await run_closed(send, args.concurrency, args.duration, args.warmup)
+    finally:
+        for close in closers:
+            await close()
+    return summary(record, args)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--path", choices=["brimful", "full", "padded", "dynamic", "ray"], required=True)
+    parser.add_argument("--url", default="http://127.0.0.1:8080", help="Brimful's API, or the Ray Serve route")
+    parser.add_argument("--triton", default="127.0.0.1:8001", help="Triton gRPC address")
+    parser.add_argument("--model", default="brimful_reference")
+    parser.add_argument("--rate", type=float, default=0.0, help="open loop: Poisson arrivals per second")
+    parser.add_argument("--concurrency", type=int, default=0, help="closed loop: clients")
+    parser.add_argument("--duration", type=float, default=10.0)
+    parser.add_argument("--warmup", type=float, default=2.0)
+    parser.add_argument("--seed", type=int, default=20261122)
+    args = parser.parse_args()
+    if bool(args.rate) == bool(args.concurrency):
+        parser.error("give exactly one of --rate (open loop) and --concurrency (closed loop)")
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+    print(json.dumps(asyncio.run(main_async(args))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

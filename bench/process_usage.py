@@ -1,0 +1,48 @@
+"""CPU time and peak memory of running processes, read from /proc (Linux)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class Usage:
+    cpu_s: float      # user + system time so far
+    peak_rss_mb: float  # VmHWM: the most resident memory the process ever had
+
+
+def _stat_fields(pid: int) -> list[str]:
+    raw = Path(f"/proc/{pid}/stat").read_text()
+    return raw[raw.rindex(")") + 2:].split()  # the name may hold spaces; fields follow its ")"
+
+
+def group_members(pgid: int) -> list[int]:
+    """Every live process in process group ``pgid`` (a managed process and its children)."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if int(_stat_fields(int(entry.name))[2]) == pgid:
+                    members.append(int(entry.name))
+            except (OSError, ValueError, IndexError):
+                continue
+    return members
+
+
+def usage(pids: list[int]) -> Usage:
+    """Summed CPU time and summed peak RSS of ``pids`` (processes gone meanwhile are skipped)."""
+    cpu_ticks, peak_kb = 0, 0
+    for pid in pids:
+        try:
+            fields = _stat_fields(pid)
+            cpu_ticks += int(fields[11]) + int(fields[12])  # utime, stime
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    peak_kb += int(line.split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    return Usage(cpu_s=cpu_ticks / _TICKS_PER_S, peak_rss_mb=peak_kb / 1024)
