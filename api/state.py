@@ -54,7 +54,6 @@ class ApiState:
             self.redis,
             RedisKeys(settings.key_prefix),
             TenantLimits(settings.tenant_max_payload_bytes, settings.tenant_max_in_flight),
-            settings.result_ttl_s,
         )
         self._background: list[asyncio.Task[None]] = []
 

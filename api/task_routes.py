@@ -125,19 +125,6 @@ def check_payload(submission: Submission, limits: TenantLimits) -> None:
         )
 
 
-async def admit_in_flight(state: ApiState, principal: Principal, task_ids: list[str], limits: TenantLimits) -> None:
-    """Count the tasks as the tenant's in flight, or 429 when that would pass its limit."""
-    admission = await state.tenant_limits.admit(principal.tenant, task_ids, limits.max_in_flight, now_ms())
-    if not admission.admitted:
-        raise ApiError(
-            429,
-            "too_many_in_flight",
-            f"this tenant has {admission.in_flight} unfinished tasks; {len(task_ids)} more would pass its limit of "
-            f"{limits.max_in_flight}; retry once some finish",
-            {"Retry-After": "1"},
-        )
-
-
 def check_admission(state: ApiState) -> None:
     """503 while the model's metadata, the broker or the backlog says no."""
     if state.signature is None:
@@ -156,8 +143,9 @@ def check_admission(state: ApiState) -> None:
         )
 
 
-async def enqueue(state: ApiState, submission: Submission, task_id: str, tenant: str) -> None:
-    """Record the task as queued, then put it on the requests topic (acks=all)."""
+async def enqueue(state: ApiState, submission: Submission, task_id: str, tenant: str, max_in_flight: int) -> None:
+    """Record the task as queued (429 if the tenant has too many in flight), then put it
+    on the requests topic (acks=all)."""
     assert state.signature is not None
     submitted_at = now_ms()
     message = TaskRequest(
@@ -171,17 +159,24 @@ async def enqueue(state: ApiState, submission: Submission, task_id: str, tenant:
         message.inputs[name].CopyFrom(tensor)
     try:
         # Redis first: a fast batcher must never find the task missing.
-        await state.store.create_queued(task_id, submitted_at, tenant)
+        in_flight = await state.store.create_queued(task_id, submitted_at, tenant, max_in_flight)
     except RedisError as error:
         log.error("could not record task", extra={"task_id": task_id, "error": str(error)})
         raise ApiError(503, "store_unavailable", "the result store is unreachable", {"Retry-After": "1"}) from error
+    if in_flight is not None:
+        raise ApiError(
+            429,
+            "too_many_in_flight",
+            f"this tenant has {in_flight} unfinished tasks, its limit; retry once some finish",
+            {"Retry-After": "1"},
+        )
     try:
         sent = await state.producer.send_and_wait(
             state.settings.requests_topic, value=message.SerializeToString(), key=task_id.encode()
         )
     except KafkaError as error:
         log.error("could not enqueue task", extra={"task_id": task_id, "error": str(error)})
-        await state.store.forget(task_id)
+        await state.store.forget(task_id, tenant)
         raise ApiError(503, "broker_unavailable", "the broker did not accept the task", {"Retry-After": "1"}) from error
     state.backlog.produced(sent.partition, sent.offset)
     metrics.TASKS_SUBMITTED.inc()
@@ -215,17 +210,13 @@ async def submit_task(request: Request, principal: Principal = Depends(requires(
         # read of the store is needed to start waiting.
         finished = await waiting.enter_async_context(state.waiters.watch(task_id)) if wait_s > 0 else None
         deadline = time.monotonic() + wait_s
-        admitted: list[str] = []
         try:
             check_admission(state)
             limits = await state.tenant_limits.get(principal.tenant)
             check_payload(submission, limits)
-            await admit_in_flight(state, principal, [task_id], limits)
-            admitted = [task_id]
             await take_tokens(state, principal, 1)
-            await enqueue(state, submission, task_id, principal.tenant)
+            await enqueue(state, submission, task_id, principal.tenant, limits.max_in_flight)
         except ApiError:
-            await state.tenant_limits.release(principal.tenant, admitted)
             await state.store.release_idempotency_key(key, task_id)
             raise
         if finished is not None:
@@ -252,7 +243,8 @@ async def submit_tasks(request: Request, principal: Principal = Depends(requires
     check_admission(state)
     limits = await state.tenant_limits.get(principal.tenant)
 
-    # Every item is checked first; only the valid ones count against the tenant's limits.
+    # Every item is checked first; only the valid ones take tokens. Each is then admitted
+    # on its own: past the tenant's in-flight limit, an item gets its own 429 error.
     results: list[dict[str, Any]] = []
     valid: dict[int, tuple[str, Submission]] = {}
     for position, item in enumerate(tasks):
@@ -264,20 +256,13 @@ async def submit_tasks(request: Request, principal: Principal = Depends(requires
             continue
         valid[position] = (uuid.uuid4().hex, submission)
         results.append({})
-    task_ids = [task_id for task_id, _ in valid.values()]
-    if task_ids:
-        await admit_in_flight(state, principal, task_ids, limits)
-        try:
-            await take_tokens(state, principal, len(task_ids))
-        except ApiError:
-            await state.tenant_limits.release(principal.tenant, task_ids)
-            raise
+    if valid:
+        await take_tokens(state, principal, len(valid))
 
     async def one(task_id: str, submission: Submission) -> dict[str, Any]:
         try:
-            await enqueue(state, submission, task_id, principal.tenant)
+            await enqueue(state, submission, task_id, principal.tenant, limits.max_in_flight)
         except ApiError as error:
-            await state.tenant_limits.release(principal.tenant, [task_id])
             return {"error": {"code": error.code, "message": error.message}}
         return {"task_id": task_id, "status": TaskStatus.QUEUED.value}
 

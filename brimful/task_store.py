@@ -59,6 +59,26 @@ end
 return moved
 """
 
+# KEYS[1]: the task hash, KEYS[2]: its tenant's in-flight set. ARGV: ttl_s,
+# submitted_at_ms, tenant, in-flight limit (0: none), stale_before_ms, task id, the
+# queued status.
+# Records the task as queued and counts it in flight, or, when that would pass the
+# limit, writes nothing and returns the tenant's count. Returns -1 when recorded.
+_CREATE_QUEUED_LUA = """
+local ttl, submitted, tenant, limit = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. ARGV[5])
+if limit > 0 then
+  local count = redis.call('ZCARD', KEYS[2])
+  if count >= limit then
+    return count
+  end
+end
+redis.call('HSET', KEYS[1], 'status', ARGV[7], 'submitted_at_ms', submitted, 'updated_at_ms', submitted, 'tenant', tenant)
+redis.call('EXPIRE', KEYS[1], ttl)
+redis.call('ZADD', KEYS[2], submitted, ARGV[6])
+return -1
+"""
+
 _NOT_FINAL = f"{TaskStatus.QUEUED},{TaskStatus.RUNNING},*"
 _QUEUED = f"{TaskStatus.QUEUED}"
 
@@ -134,28 +154,29 @@ class TaskStore:
         self._keys = keys
         self._ttl_s = ttl_s
         self._transition = redis.register_script(_TRANSITION_LUA)
+        self._create_queued = redis.register_script(_CREATE_QUEUED_LUA)
 
     @property
     def keys(self) -> RedisKeys:
         """The key layout this store writes under."""
         return self._keys
 
-    async def create_queued(self, task_id: str, submitted_at_ms: int, tenant: str = "") -> None:
-        """Record a newly accepted task. Written before the request reaches Kafka, so a
-        fast batcher can never find the task missing or have its result overwritten."""
-        key = self._keys.task(task_id)
-        async with self._redis.pipeline(transaction=True) as pipe:
-            pipe.hset(
-                key,
-                mapping={
-                    "status": TaskStatus.QUEUED.value,
-                    "submitted_at_ms": submitted_at_ms,
-                    "updated_at_ms": submitted_at_ms,
-                    "tenant": tenant,
-                },
-            )
-            pipe.expire(key, self._ttl_s)
-            await pipe.execute()
+    async def create_queued(
+        self, task_id: str, submitted_at_ms: int, tenant: str = "", max_in_flight: int = 0
+    ) -> int | None:
+        """Record a newly accepted task as queued and count it in its tenant's tasks in
+        flight, in one atomic step (one round trip). Written before the request reaches
+        Kafka, so a fast batcher can never find the task missing or have its result
+        overwritten. When the tenant already has ``max_in_flight`` unfinished tasks (0: no
+        limit), nothing is written and that count is returned; None when recorded."""
+        refused = await self._create_queued(
+            keys=[self._keys.task(task_id), self._keys.in_flight(tenant)],
+            args=[
+                self._ttl_s, submitted_at_ms, tenant, max_in_flight, submitted_at_ms - self._ttl_s * 1000, task_id,
+                TaskStatus.QUEUED.value,
+            ],
+        )
+        return None if int(refused) < 0 else int(refused)
 
     async def requeue(self, task_id: str, submitted_at_ms: int, tenant: str = "") -> None:
         """Put a failed task back to ``queued`` for a replay (recreating it if it expired).
@@ -197,9 +218,12 @@ class TaskStore:
         except RedisError:
             pass  # it expires with the retention time anyway
 
-    async def forget(self, task_id: str) -> None:
-        """Remove a task that was never accepted (its enqueue failed)."""
-        await self._redis.delete(self._keys.task(task_id))
+    async def forget(self, task_id: str, tenant: str = "") -> None:
+        """Remove a task that was never accepted (its enqueue failed), and its slot in flight."""
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.delete(self._keys.task(task_id))
+            pipe.zrem(self._keys.in_flight(tenant), task_id)
+            await pipe.execute()
 
     async def get(self, task_id: str) -> TaskRecord | None:
         """The stored task, or None when unknown or expired."""

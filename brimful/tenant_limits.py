@@ -5,12 +5,12 @@ Defaults come from settings; an operator overrides them per tenant with
 replica sees the change within ``CACHE_S``.
 
 Tasks in flight are counted exactly, not estimated: each tenant has a sorted set of
-its unfinished task ids (scored by submission time). The API adds ids when it admits
-tasks (atomically with the limit check, in one Lua script) and the task store's
-transition script removes an id when its task reaches a final state. Ids are a set,
-so a replayed or redelivered task can never be counted twice; entries older than the
-retention time are dropped, so a task that somehow expired unfinished cannot hold a
-slot forever.
+its unfinished task ids (scored by submission time). The task store adds an id in the
+same atomic step that records the task as queued, after checking the limit
+(``TaskStore.create_queued``), and removes it when the task reaches a final state. Ids
+are a set, so a replayed or redelivered task can never be counted twice; entries older
+than the retention time are dropped, so a task that somehow expired unfinished cannot
+hold a slot forever.
 """
 
 from __future__ import annotations
@@ -18,29 +18,12 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import asdict, dataclass, replace
-from typing import Sequence
 
 from redis.asyncio import Redis
 
 from brimful.redis_keys import RedisKeys
 
 CACHE_S = 1.0  # how stale an API replica's copy of a tenant's limits may be
-
-# KEYS[1]: the tenant's in-flight set. ARGV: limit (0: none), now_ms, stale_before_ms,
-# then the task ids to admit. Admits all or none: returns {1, count after} or {0, count now}.
-_ADMIT_LUA = """
-local limit, now, stale_before = tonumber(ARGV[1]), ARGV[2], ARGV[3]
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. stale_before)
-local count = redis.call('ZCARD', KEYS[1])
-local wanted = #ARGV - 3
-if limit > 0 and count + wanted > limit then
-  return {0, count}
-end
-for i = 4, #ARGV do
-  redis.call('ZADD', KEYS[1], now, ARGV[i])
-end
-return {1, count + wanted}
-"""
 
 
 @dataclass(frozen=True)
@@ -51,21 +34,13 @@ class TenantLimits:
     max_in_flight: int
 
 
-@dataclass(frozen=True)
-class Admission:
-    admitted: bool
-    in_flight: int  # the tenant's unfinished tasks, after admitting (or as they stand, when refused)
-
-
 class TenantLimitStore:
-    """Reads and sets per-tenant limits, and admits tasks against the in-flight limit."""
+    """Reads and sets per-tenant limits, and counts a tenant's tasks in flight."""
 
-    def __init__(self, redis: Redis, keys: RedisKeys, defaults: TenantLimits, retention_s: int) -> None:
+    def __init__(self, redis: Redis, keys: RedisKeys, defaults: TenantLimits) -> None:
         self._redis = redis
         self._keys = keys
         self.defaults = defaults
-        self._retention_ms = retention_s * 1000
-        self._admit = redis.register_script(_ADMIT_LUA)
         self._cache: dict[str, tuple[float, TenantLimits]] = {}
 
     async def get(self, tenant: str) -> TenantLimits:
@@ -105,18 +80,6 @@ class TenantLimitStore:
     async def in_flight(self, tenant: str) -> int:
         """The tenant's tasks accepted and not yet final."""
         return int(await self._redis.zcard(self._keys.in_flight(tenant)))
-
-    async def admit(self, tenant: str, task_ids: Sequence[str], limit: int, now_ms: int) -> Admission:
-        """Count ``task_ids`` as in flight if the tenant stays within ``limit``; all or none."""
-        admitted, count = await self._admit(
-            keys=[self._keys.in_flight(tenant)], args=[limit, now_ms, now_ms - self._retention_ms, *task_ids]
-        )
-        return Admission(bool(int(admitted)), int(count))
-
-    async def release(self, tenant: str, task_ids: Sequence[str]) -> None:
-        """Stop counting tasks that were admitted but never accepted (their enqueue failed)."""
-        if task_ids:
-            await self._redis.zrem(self._keys.in_flight(tenant), *task_ids)
 
     def _parse(self, raw: bytes | None) -> TenantLimits:
         if not raw:

@@ -50,7 +50,6 @@ async def _run(args: argparse.Namespace) -> int:
         redis,
         RedisKeys(settings.key_prefix),
         TenantLimits(settings.tenant_max_payload_bytes, settings.tenant_max_in_flight),
-        settings.result_ttl_s,
     )
     try:
         if args.action == "list":

@@ -124,13 +124,13 @@ async def test_a_task_counts_in_flight_for_its_tenant_until_final_and_again_when
     stack: EmbeddedStack, store: TaskStore
 ) -> None:
     redis = Redis.from_url(stack.settings.redis_url)
-    limits = TenantLimitStore(redis, store.keys, TenantLimits(0, 3), retention_s=60)
+    limits = TenantLimitStore(redis, store.keys, TenantLimits(0, 3))
     done, failed, cancelled, refused = (uuid.uuid4().hex for _ in range(4))
-    assert (await limits.admit("t1", [done, failed, cancelled], 3, now_ms())).admitted
-    assert not (await limits.admit("t1", [refused], 3, now_ms())).admitted  # all three slots taken
-    assert (await limits.admit("t2", [refused], 3, now_ms())).admitted  # another tenant's count is its own
     for task_id in (done, failed, cancelled):
-        await store.create_queued(task_id, now_ms(), "t1")
+        assert await store.create_queued(task_id, now_ms(), "t1", max_in_flight=3) is None
+    assert await store.create_queued(refused, now_ms(), "t1", max_in_flight=3) == 3  # all three slots taken
+    assert await store.get(refused) is None  # a refused task is not recorded
+    assert await store.create_queued(refused, now_ms(), "t2", max_in_flight=3) is None  # another tenant's count
     await store.mark_running([done])
     assert await limits.in_flight("t1") == 3  # running is still in flight
     await store.mark_done({done: {"Y": 1}})
@@ -139,6 +139,8 @@ async def test_a_task_counts_in_flight_for_its_tenant_until_final_and_again_when
     assert await limits.in_flight("t1") == 0
     await store.requeue(failed, now_ms(), "t1")  # an on-call replay counts again
     assert await limits.in_flight("t1") == 1
-    # Entries older than the retention time are dropped, so a lost task cannot hold a slot forever.
-    assert (await limits.admit("t1", [uuid.uuid4().hex] * 1, 3, now_ms() + 120_000)).in_flight == 1
+    await store.forget(refused, "t2")  # an enqueue that failed gives its slot back
+    assert await limits.in_flight("t2") == 0
+    # Entries older than the retention time (60 s here) are dropped: a lost task cannot hold a slot forever.
+    assert await store.create_queued(uuid.uuid4().hex, now_ms() + 120_000, "t1", max_in_flight=1) is None
     await redis.aclose()
