@@ -53,6 +53,9 @@ def create_app(settings: Settings) -> FastAPI:
         version="0.1.0",
         summary="Submit single inference tasks; Brimful runs them in full fixed-size batches.",
         lifespan=lifespan,
+        # Brimful exports Prometheus metrics and JSON logs itself; FastAPI's own
+        # OpenTelemetry hooks would only add per-request cost.
+        telemetry={"tracing": False, "metrics": False, "logs": False, "operation_spans": False},
     )
     openapi.install(app, settings, lambda: getattr(getattr(app.state, "brimful", None), "signature", None))
     app.include_router(task_routes.router)

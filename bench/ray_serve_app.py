@@ -1,0 +1,74 @@
+"""The reference model behind Ray Serve's ``@serve.batch``: the benchmark's path (e).
+
+    .venv-ray/bin/python bench/ray_serve_app.py --port 8500 [--call-ms 20]
+
+Runs in its own virtual environment (``bench/throughput.py --with-ray`` makes it), because
+Ray pins versions the project's own environment does not share. The model function is
+Brimful's reference model, imported from this repository; calls run one at a time on
+one thread, as on one GPU (and as Triton runs them with one model instance). Answers
+``POST /`` with ``{"TEXT": "..."}`` by that row's outputs. Stops on SIGTERM or SIGINT.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import ray
+from ray import serve
+from starlette.requests import Request
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from workers.reference_model import ReferenceModel  # noqa: E402
+
+BATCH = 64
+
+
+@serve.deployment(max_ongoing_requests=4096)
+class ReferenceDeployment:
+    def __init__(self, call_s: float) -> None:
+        self._model = ReferenceModel(call_s=call_s)
+        self._device = ThreadPoolExecutor(max_workers=1)  # one call at a time, off the event loop
+
+    @serve.batch(max_batch_size=BATCH)
+    async def infer(self, texts: list[str]) -> list[dict[str, Any]]:
+        rows = np.array([text.encode() for text in texts], dtype=object).reshape(-1, 1)
+        outputs = await asyncio.get_running_loop().run_in_executor(self._device, self._model, rows)
+        return [
+            {"SHA256": outputs["SHA256"][i, 0].decode(), "LENGTH": int(outputs["LENGTH"][i, 0])}
+            for i in range(len(texts))
+        ]
+
+    async def __call__(self, request: Request) -> dict[str, Any]:
+        body = await request.json()
+        return await self.infer(body["TEXT"])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--call-ms", type=float, default=0.0)
+    args = parser.parse_args()
+    ray.init(include_dashboard=False, num_cpus=2, log_to_driver=False)
+    serve.start(http_options={"host": "127.0.0.1", "port": args.port})
+    serve.run(ReferenceDeployment.bind(args.call_ms / 1000), route_prefix="/")
+    print("ready", flush=True)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    stop.wait()
+    serve.shutdown()
+    ray.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
