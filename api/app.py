@@ -28,11 +28,18 @@ from api.state import ApiState, api_state, read_body
 from api.submission import parse_json
 from batcher.tuning import TuningError
 from brimful.api_keys import Scope
-from brimful.settings import Settings
+from brimful.logs import configure_logging
+from brimful.settings import Settings, get_settings
 
 log = logging.getLogger("brimful.api")
 
 _READY_CHECK_TIMEOUT_S = 2.0
+
+
+def app_from_environment() -> FastAPI:
+    """The app for one of several API workers: settings and logging from the environment."""
+    configure_logging()
+    return create_app(get_settings())
 
 
 def create_app(settings: Settings) -> FastAPI:

@@ -12,8 +12,13 @@ from brimful.settings import get_settings
 def main() -> None:
     settings = get_settings()
     configure_logging()
+    # Several workers need an app each made in its own process: uvicorn imports the
+    # factory there. One worker runs in this process.
+    app = "api.app:app_from_environment" if settings.api_workers > 1 else create_app(settings)
     uvicorn.run(
-        create_app(settings),
+        app,
+        factory=settings.api_workers > 1,
+        workers=settings.api_workers if settings.api_workers > 1 else None,
         host=settings.api_host,
         port=settings.api_port,
         log_config=None,  # keep our JSON logging

@@ -65,6 +65,7 @@ MODELS: dict[str, tuple[str, ...]] = {
     "gpu-like": ("--call-ms", str(GPU_LIKE_CALL_MS)),
 }
 BRIMFUL_PROCESSES = ("api", "batcher-0")
+API_WORKERS = 2  # the API is CPU-bound: one worker per core of this 2-core machine
 OTHER_PROCESSES = ("broker", "redis", "triton")
 
 
@@ -286,7 +287,8 @@ def profile_hottest(stack: EmbeddedStack, run: ModelRun, workdir: Path, seconds:
     profiled = ManagedProcess(
         name=name,
         argv=[sys.executable, "-m", "pyinstrument", "-r", "pyisession", "-o", str(session_path), "-m", module],
-        env=settings_env(stack.settings),
+        # One worker: the profiler sees the process it runs in, not worker children.
+        env={**settings_env(stack.settings), "BRIMFUL_API_WORKERS": "1"},
         log_path=workdir / f"profiled-{name}.log",
         stop_timeout_s=120.0,  # a clean exit, then pyinstrument writes its session: never cut it short
     )
@@ -382,10 +384,10 @@ PACKAGE_GROUPS = {
 }
 
 
-def measure_model(name: str, workdir: Path, quick: bool, ray_missing: str) -> ModelRun:
+def measure_model(name: str, workdir: Path, quick: bool, ray_missing: str, api_workers: int) -> ModelRun:
     seconds = 6.0 if quick else 10.0
     settings = settings_on_free_ports(
-        rate_limit_per_s=0, tenant_max_in_flight=0, max_backlog=10_000_000, result_ttl_s=600
+        rate_limit_per_s=0, tenant_max_in_flight=0, max_backlog=10_000_000, result_ttl_s=600, api_workers=api_workers
     )
     stack = EmbeddedStack(settings, workdir / name, model_host_args=(*MODELS[name], "--with-dynamic"))
     print(f"{name}: starting the stack", flush=True)
@@ -635,13 +637,14 @@ def main() -> int:
     parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of: {', '.join(MODELS)}")
     parser.add_argument("--quick", action="store_true", help="6 s per run instead of 10 (a smoke run)")
     parser.add_argument("--no-ray", action="store_true", help="skip Ray Serve (path e)")
+    parser.add_argument("--api-workers", type=int, default=API_WORKERS, help="API worker processes (one per core)")
     args = parser.parse_args()
     started = time.monotonic()
     ray_missing = "skipped (--no-ray)" if args.no_ray else ensure_ray()
     runs: list[ModelRun] = []
     with tempfile.TemporaryDirectory(prefix="brimful-bench-") as scratch:
         for name in args.models.split(","):
-            runs.append(measure_model(name.strip(), Path(scratch), args.quick, ray_missing))
+            runs.append(measure_model(name.strip(), Path(scratch), args.quick, ray_missing, args.api_workers))
     args.out_dir.mkdir(parents=True, exist_ok=True)
     for run in runs:
         plot(run, args.out_dir / f"throughput_{run.name}.png")

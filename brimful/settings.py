@@ -141,6 +141,13 @@ class Settings(BaseSettings):
     # --- API -------------------------------------------------------------------------
     api_host: str = Field("127.0.0.1", description="Address the API listens on.")
     api_port: int = Field(8080, ge=1, le=65535, description="Port the API listens on.")
+    api_workers: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="API worker processes sharing the port (the API is CPU-bound: about one per spare core). "
+        "With more than one, each keeps its own /metrics counters.",
+    )
     max_body_bytes: int = Field(1024 * 1024, ge=1, description="Largest accepted request body.")
     auth_enabled: bool = Field(
         True, description="Require `Authorization: Bearer <key>` (keys from `brimful keys`). `brimful up` turns it off."

@@ -47,9 +47,15 @@ def alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
-@pytest.mark.parametrize("stop_signal", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
-async def test_brimful_up_serves_then_stops_leaving_nothing_behind(tmp_path: Path, stop_signal: int) -> None:
-    settings = stack_settings()
+@pytest.mark.parametrize(
+    ("stop_signal", "api_workers"),
+    [(signal.SIGINT, 1), (signal.SIGTERM, 2)],
+    ids=["ctrl-c", "sigterm-two-api-workers"],
+)
+async def test_brimful_up_serves_then_stops_leaving_nothing_behind(
+    tmp_path: Path, stop_signal: int, api_workers: int
+) -> None:
+    settings = stack_settings(api_workers=api_workers)
     env = settings_env(settings)
     process = subprocess.Popen(
         [sys.executable, "-m", "brimful.cli", "up", "--workdir", str(tmp_path)],
@@ -60,12 +66,14 @@ async def test_brimful_up_serves_then_stops_leaving_nothing_behind(tmp_path: Pat
     api = f"http://127.0.0.1:{settings.api_port}"
     try:
         wait_until(lambda: http_ok(f"{api}/readyz"), 90, "brimful up")
-        async with TaskClient(api) as client:
-            task = await client.wait_final(await client.submit({"TEXT": "lifecycle"}))
-        assert task["status"] == "done"
+        for i in range(10):  # a connection each: with several workers, each may land on any of them
+            async with TaskClient(api) as client:
+                task = await client.wait_final(await client.submit({"TEXT": f"lifecycle {i}"}))
+            assert task["status"] == "done"
         started = descendants(process.pid)
-        # broker, redis, the Triton host with its server, the API and the batcher
-        assert len(started) >= 6, started
+        # broker, redis, the Triton host with its server, the API (a supervisor and its
+        # workers when there are several) and the batcher
+        assert len(started) >= 6 + (api_workers if api_workers > 1 else 0), started
     finally:
         process.send_signal(stop_signal)
         output, _ = process.communicate(timeout=60)
