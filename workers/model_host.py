@@ -1,4 +1,4 @@
-"""Host the reference model in a real Triton server via PyTriton.
+"""Host the reference model (or, opt-in, MiniLM) in a real Triton server via PyTriton.
 
 Run as ``python -m workers.model_host --grpc-port 8001``. The model is bound with
 batching off and an explicit first dimension of ``batch_size``, so Triton itself
@@ -13,8 +13,10 @@ import os
 import signal
 import sysconfig
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
+from typing import Any, Callable
 
 import numpy as np
 
@@ -40,7 +42,29 @@ def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
-DYNAMIC_MODEL_NAME = f"{MODEL_NAME}_dynamic"
+@dataclass(frozen=True)
+class Served:
+    """A model to bind: its name, its call, and its outputs as (name, dtype, row shape)."""
+
+    name: str
+    call: Callable[[np.ndarray], dict[str, np.ndarray]]
+    outputs: tuple[tuple[str, Any, tuple[int, ...]], ...]
+
+
+def reference(model: ReferenceModel) -> Served:
+    return Served(MODEL_NAME, model, (("SHA256", bytes, (1,)), ("LENGTH", np.int64, (1,))))
+
+
+def minilm() -> Served:
+    from workers.minilm_model import DIMENSIONS, MiniLMModel
+    from workers.minilm_model import MODEL_NAME as MINILM_NAME
+
+    return Served(MINILM_NAME, MiniLMModel(), (("EMBEDDING", np.float32, (DIMENSIONS,)),))
+
+
+def dynamic_name(model_name: str) -> str:
+    """The name the same model is served under behind Triton's dynamic batcher."""
+    return f"{model_name}_dynamic"
 
 
 def serve(
@@ -49,17 +73,19 @@ def serve(
     metrics_port: int,
     batch_size: int,
     workspace: Path,
-    model: ReferenceModel,
+    served: Served,
     with_dynamic: bool = False,
 ) -> None:
-    """Start Triton with the reference model bound and block until interrupted. With
-    ``with_dynamic``, also bind the same model as ``brimful_reference_dynamic``: any
-    number of rows up to ``batch_size`` per call, behind Triton's own dynamic batcher
-    (what a user would pick if the model API were not fixed; the benchmarks compare)."""
+    """Start Triton with the model bound and block until interrupted. With
+    ``with_dynamic``, also bind the same model under ``dynamic_name``: any number of
+    rows up to ``batch_size`` per call, behind Triton's own dynamic batcher (what a user
+    would pick if the model API were not fixed; the benchmarks compare)."""
     _ensure_libpython_on_path()
     from pytriton.decorators import batch
     from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
     from pytriton.triton import Triton, TritonConfig
+
+    model = served.call
 
     def infer(requests: list) -> list[dict[str, np.ndarray]]:
         return [model(request["TEXT"]) for request in requests]
@@ -76,27 +102,24 @@ def serve(
     signal.signal(signal.SIGINT, _raise_interrupt)
     with Triton(config=config, workspace=str(workspace)) as triton:
         triton.bind(
-            model_name=MODEL_NAME,
+            model_name=served.name,
             infer_func=infer,
             inputs=[Tensor(name="TEXT", dtype=bytes, shape=(batch_size, 1))],
-            outputs=[
-                Tensor(name="SHA256", dtype=bytes, shape=(batch_size, 1)),
-                Tensor(name="LENGTH", dtype=np.int64, shape=(batch_size, 1)),
-            ],
+            outputs=[Tensor(name=n, dtype=t, shape=(batch_size, *shape)) for n, t, shape in served.outputs],
             config=ModelConfig(batching=False),
             strict=True,
         )
         if with_dynamic:
             # @batch joins the queued requests into one call: the model's cost is per call.
             triton.bind(
-                model_name=DYNAMIC_MODEL_NAME,
+                model_name=dynamic_name(served.name),
                 infer_func=batch(lambda TEXT: model(TEXT)),
                 inputs=[Tensor(name="TEXT", dtype=bytes, shape=(1,))],
-                outputs=[Tensor(name="SHA256", dtype=bytes, shape=(1,)), Tensor(name="LENGTH", dtype=np.int64, shape=(1,))],
+                outputs=[Tensor(name=n, dtype=t, shape=shape) for n, t, shape in served.outputs],
                 config=ModelConfig(batching=True, max_batch_size=batch_size, batcher=DynamicBatcher()),
                 strict=True,
             )
-        log.info("serving %s on grpc 127.0.0.1:%d", MODEL_NAME, grpc_port)
+        log.info("serving %s on grpc 127.0.0.1:%d", served.name, grpc_port)
         try:
             triton.serve()
         except KeyboardInterrupt:
@@ -115,6 +138,10 @@ def main() -> None:
     parser.add_argument("--fault-file", type=Path, default=None, help="'!flaky' rows fail while this file exists")
     parser.add_argument("--seen-log", type=Path, default=None, help="append every real row the model is given here")
     parser.add_argument(
+        "--model", choices=["reference", "minilm"], default="reference",
+        help="what to serve: the reference model (with its hooks) or MiniLM embeddings (needs the minilm extra)",
+    )
+    parser.add_argument(
         "--with-dynamic", action="store_true", help="also serve the model behind Triton's dynamic batcher (benchmarks)"
     )
     args = parser.parse_args()
@@ -127,9 +154,9 @@ def main() -> None:
         metrics_port=args.metrics_port,
         batch_size=args.batch_size,
         workspace=workspace,
-        model=ReferenceModel(
+        served=minilm() if args.model == "minilm" else reference(ReferenceModel(
             call_s=args.call_ms / 1000, hang_s=args.hang_ms / 1000, fault_file=args.fault_file, seen_log=args.seen_log
-        ),
+        )),
         with_dynamic=args.with_dynamic,
     )
 
