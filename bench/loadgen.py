@@ -46,11 +46,25 @@ DRAIN_S = 20.0  # how long requests still out at the end may take before they co
 class Record:
     """What happened to each request that arrived inside the measured window."""
 
+    window: tuple[float, float]  # perf_counter times: after the warm-up, to the end of arrivals
     latencies_ms: list[float] = field(default_factory=list)
     completed_rows_in_window: int = 0
     errors: int = 0
     lost: int = 0
     first_error: str = ""
+
+    def answered(self, began: float, rows: int) -> None:
+        """A request that began (was due, or was sent) at ``began`` is answered now."""
+        ended = time.perf_counter()
+        if began >= self.window[0]:
+            self.latencies_ms.append((ended - began) * 1000)
+        if self.window[0] <= ended <= self.window[1]:
+            self.completed_rows_in_window += rows
+
+    def failed(self, began: float, error: Exception) -> None:
+        if began >= self.window[0]:
+            self.errors += 1
+            self.first_error = self.first_error or f"{type(error).__name__}: {error}"
 
 
 Send = Callable[[int], Awaitable[int]]  # sends request i, returns the rows it completed
@@ -102,24 +116,16 @@ def triton_sender(client: object, model: str, path: str) -> Send:
 
 
 async def run_open(send: Send, rate: float, duration: float, warmup: float, seed: int) -> Record:
-    record = Record()
     rng = random.Random(seed)
     start = time.perf_counter()
+    record = Record(window=(start + warmup, start + duration))
     outstanding: set[asyncio.Task[None]] = set()
 
     async def one(i: int, arrival: float) -> None:
         try:
-            rows = await send(i)
+            record.answered(arrival, await send(i))
         except Exception as error:  # noqa: BLE001 - every failure is counted, the first one shown
-            if arrival - start >= warmup:
-                record.errors += 1
-                record.first_error = record.first_error or f"{type(error).__name__}: {error}"
-            return
-        done = time.perf_counter()
-        if arrival - start >= warmup:
-            record.latencies_ms.append((done - arrival) * 1000)
-        if warmup <= done - start <= duration:
-            record.completed_rows_in_window += rows
+            record.failed(arrival, error)
 
     arrival, i = start, 0
     while True:
@@ -138,24 +144,17 @@ async def run_open(send: Send, rate: float, duration: float, warmup: float, seed
 
 
 async def run_closed(send: Send, concurrency: int, duration: float, warmup: float) -> Record:
-    record = Record()
     start = time.perf_counter()
+    record = Record(window=(start + warmup, start + duration))
 
     async def client(c: int) -> None:
         i = c
         while time.perf_counter() - start < duration:
             sent = time.perf_counter()
             try:
-                rows = await send(i)
-            except Exception as error:  # noqa: BLE001
-                record.errors += 1
-                record.first_error = record.first_error or f"{type(error).__name__}: {error}"
-                continue
-            done = time.perf_counter()
-            if sent - start >= warmup:
-                record.latencies_ms.append((done - sent) * 1000)
-            if warmup <= done - start <= duration:
-                record.completed_rows_in_window += rows
+                record.answered(sent, await send(i))
+            except Exception as error:  # noqa: BLE001 - every failure is counted, the first one shown
+                record.failed(sent, error)
             i += concurrency
 
     tasks = {asyncio.create_task(client(c)) for c in range(concurrency)}

