@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator
 
@@ -11,7 +12,7 @@ from aiokafka.errors import KafkaError
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest, multiprocess
 from redis.exceptions import RedisError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -25,6 +26,7 @@ from api.errors import (
     validation_error_handler,
 )
 from api.state import ApiState, api_state, read_body
+from brimful.metrics import MULTIPROCESS_DIR_ENV
 from api.submission import parse_json
 from batcher.tuning import TuningError
 from brimful.api_keys import Scope
@@ -104,7 +106,11 @@ def create_app(settings: Settings) -> FastAPI:
 
     @app.get("/metrics", include_in_schema=False)
     async def prometheus_metrics() -> Response:
-        """This process's Prometheus metrics."""
+        """The API's Prometheus metrics: summed over every worker when there are several."""
+        if os.environ.get(MULTIPROCESS_DIR_ENV):
+            registry = CollectorRegistry()
+            multiprocess.MultiProcessCollector(registry)
+            return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/healthz")

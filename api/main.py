@@ -2,23 +2,40 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
+
 import uvicorn
 
 from api.app import create_app
 from brimful.logs import configure_logging
+from brimful.metrics import MULTIPROCESS_DIR_ENV
 from brimful.settings import get_settings
 
 
 def main() -> None:
     settings = get_settings()
     configure_logging()
-    # Several workers need an app each made in its own process: uvicorn imports the
-    # factory there. One worker runs in this process.
-    app = "api.app:app_from_environment" if settings.api_workers > 1 else create_app(settings)
+    if settings.api_workers == 1:
+        serve(create_app(settings), workers=None)
+        return
+    # Several workers: uvicorn imports the app factory in each worker process, and the
+    # workers share their metrics through a directory, so /metrics counts for all.
+    metrics_dir = tempfile.mkdtemp(prefix="brimful-api-metrics-")
+    os.environ[MULTIPROCESS_DIR_ENV] = metrics_dir
+    try:
+        serve("api.app:app_from_environment", workers=settings.api_workers)
+    finally:
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+def serve(app: object, workers: int | None) -> None:
+    settings = get_settings()
     uvicorn.run(
-        app,
-        factory=settings.api_workers > 1,
-        workers=settings.api_workers if settings.api_workers > 1 else None,
+        app,  # type: ignore[arg-type]
+        factory=workers is not None,
+        workers=workers,
         host=settings.api_host,
         port=settings.api_port,
         log_config=None,  # keep our JSON logging

@@ -1,13 +1,18 @@
 """Every Prometheus metric Brimful exports, named in one place.
 
 Each process (API, batcher) exports its own on ``/metrics``; Prometheus sums across
-processes. Labels: ``partition`` where the value belongs to one partition's accumulator,
+processes. Several API workers on one port answer together: their counters are summed
+through prometheus_client's multiprocess mode. Labels: ``partition`` where the value belongs to one partition's accumulator,
 ``endpoint`` for the model server a batch went to.
 """
 
 from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram
+
+# Where API workers share their metrics when there are several (prometheus_client's
+# multiprocess mode reads it at import, so the API sets it before starting workers).
+MULTIPROCESS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 _ROW_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 60, 63, 64)
 _WAIT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.5, 1.0, 2.5, 5.0)

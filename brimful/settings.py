@@ -145,8 +145,8 @@ class Settings(BaseSettings):
         1,
         ge=1,
         le=64,
-        description="API worker processes sharing the port (the API is CPU-bound: about one per spare core). "
-        "With more than one, each keeps its own /metrics counters.",
+        description="API worker processes sharing the port (the API is CPU-bound: about one per spare core); "
+        "/metrics sums their counters.",
     )
     max_body_bytes: int = Field(1024 * 1024, ge=1, description="Largest accepted request body.")
     auth_enabled: bool = Field(

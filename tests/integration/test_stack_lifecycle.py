@@ -3,10 +3,12 @@ leaving no process behind."""
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -70,6 +72,11 @@ async def test_brimful_up_serves_then_stops_leaving_nothing_behind(
             async with TaskClient(api) as client:
                 task = await client.wait_final(await client.submit({"TEXT": f"lifecycle {i}"}))
             assert task["status"] == "done"
+        # Every worker's count is in the one /metrics answer.
+        with urllib.request.urlopen(f"{api}/metrics", timeout=10) as answer:
+            metrics = answer.read().decode()
+        submitted = re.search(r"^brimful_tasks_submitted_total (\S+)$", metrics, re.M)
+        assert submitted is not None and float(submitted.group(1)) == 10, metrics[-2000:]
         started = descendants(process.pid)
         # broker, redis, the Triton host with its server, the API (a supervisor and its
         # workers when there are several) and the batcher
