@@ -76,7 +76,8 @@ def settle(stack: EmbeddedStack, timeout_s: float = 60.0) -> None:
     last, quiet_since = None, time.monotonic()
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        done = stats(stack).get("tasks_done", 0) + stats(stack).get("tasks_failed", 0)
+        counters = stats(stack)
+        done = counters.get("tasks_done", 0) + counters.get("tasks_failed", 0)
         if done != last:
             last, quiet_since = done, time.monotonic()
         elif time.monotonic() - quiet_since >= 1.0:
