@@ -6,13 +6,19 @@ ARG EXTRAS=""
 WORKDIR /opt/brimful
 ENV PYTHONUNBUFFERED=1
 
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
 COPY api ./api
 COPY batcher ./batcher
 COPY workers ./workers
+COPY model_server ./model_server
+COPY core ./core
 COPY schemas ./schemas
 COPY brimful ./brimful
 COPY deploy ./deploy
 RUN pip install --no-cache-dir ".${EXTRAS:+[$EXTRAS]}"
+
+# The processes run from elsewhere: started in /opt/brimful, `python -m brimful.api` would
+# import the source folder brimful/ (the top floor alone) before the installed package.
+WORKDIR /var/lib/brimful
 
 USER nobody

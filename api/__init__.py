@@ -1,5 +1,5 @@
 """The HTTP API: ``create_app(settings)`` builds the FastAPI application."""
 
-from api.app import create_app
+from brimful.api.app import create_app
 
 __all__ = ["create_app"]

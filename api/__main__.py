@@ -1,3 +1,3 @@
-from api.main import main
+from brimful.api.main import main
 
 main()

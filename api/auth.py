@@ -10,11 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Awaitable, Callable
 
+from brimful.api.errors import ApiError
+from brimful.api.state import api_state
+from brimful.core.api_keys import Scope
 from fastapi import Request
-
-from api.errors import ApiError
-from api.state import api_state
-from brimful.api_keys import Scope
 
 
 @dataclass(frozen=True)

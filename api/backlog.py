@@ -14,8 +14,8 @@ import logging
 import math
 import time
 
-from batcher.live_status import StatusBoard
-from brimful.task_store import StatsField, TaskStore
+from brimful.core.stats import SharedStats, StatsField
+from brimful.core.status_board import StatusBoard
 
 log = logging.getLogger("brimful.api")
 
@@ -23,9 +23,9 @@ log = logging.getLogger("brimful.api")
 class BacklogMonitor:
     """Refreshed in the background; read on every POST without I/O."""
 
-    def __init__(self, board: StatusBoard, store: TaskStore, interval_s: float = 0.5) -> None:
+    def __init__(self, board: StatusBoard, stats: SharedStats, interval_s: float = 0.5) -> None:
         self._board = board
-        self._store = store
+        self._stats = stats
         self._interval_s = interval_s
         self._highwater: dict[int, int] = {}
         self._committed: dict[int, int] = {}
@@ -67,7 +67,7 @@ class BacklogMonitor:
                 self._highwater[partition] = max(self._highwater.get(partition, 0), int(state.get("highwater", 0)))
                 if int(state.get("committed", -1)) >= 0:
                     self._committed[partition] = max(self._committed.get(partition, 0), int(state["committed"]))
-        stats = await self._store.stats()
+        stats = await self._stats.read()
         finished = stats[StatsField.TASKS_DONE] + stats[StatsField.TASKS_FAILED]
         now = time.monotonic()
         if self._finished is not None and now > self._finished_at:

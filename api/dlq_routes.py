@@ -5,18 +5,26 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from brimful.api.auth import requires
+from brimful.api.dead_letter_admin import DeadLetterAdmin, DeadLetterFilter
+from brimful.api.errors import ApiError
+from brimful.api.request_body import parse_json
+from brimful.core.api_keys import Scope
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 
-from api.auth import requires
-from api.errors import ApiError
-from api.submission import parse_json
-from brimful.api_keys import Scope
-from workers.dead_letter_admin import DeadLetterAdmin, DeadLetterFilter
-
 router = APIRouter(prefix="/v1/admin/dlq", tags=["dead letters"], dependencies=[Depends(requires(Scope.ADMIN))])
 
-_FILTER_FIELDS = ("since_ms", "until_ms", "error_class", "model", "ids", "all")
+# The filters every DLQ operation takes, with their JSON schema as query parameters (the
+# OpenAPI document shows these; ``parse_filter`` accepts exactly these names).
+FILTER_FIELDS: dict[str, dict[str, Any]] = {
+    "since_ms": {"type": "integer"},
+    "until_ms": {"type": "integer"},
+    "error_class": {"type": "string"},
+    "model": {"type": "string"},
+    "ids": {"type": "string", "description": "comma-separated entry or task ids"},
+    "all": {"type": "boolean"},
+}
 
 
 def _admin(request: Request) -> DeadLetterAdmin:
@@ -29,9 +37,9 @@ def _actor(request: Request) -> str:
 
 def parse_filter(values: dict[str, Any]) -> DeadLetterFilter:
     """A filter from query parameters or a JSON body; 422 naming a bad field."""
-    unknown = sorted(set(values) - set(_FILTER_FIELDS))
+    unknown = sorted(set(values) - set(FILTER_FIELDS))
     if unknown:
-        raise ApiError(422, "invalid_request", f"unknown filter(s): {', '.join(unknown)}; allowed: {', '.join(_FILTER_FIELDS)}")
+        raise ApiError(422, "invalid_request", f"unknown filter(s): {', '.join(unknown)}; allowed: {', '.join(FILTER_FIELDS)}")
 
     def whole(name: str) -> int | None:
         value = values.get(name)

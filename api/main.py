@@ -1,4 +1,4 @@
-"""Start the API: ``python -m api`` (settings from BRIMFUL_* env vars)."""
+"""Start the API: ``python -m brimful.api`` (settings from BRIMFUL_* env vars)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,10 @@ import shutil
 import tempfile
 
 import uvicorn
-
-from api.app import create_app
-from brimful.logs import configure_logging
-from brimful.metrics import MULTIPROCESS_DIR_ENV
-from brimful.settings import get_settings
+from brimful.api.app import create_app
+from brimful.core.logs import configure_logging
+from brimful.core.metrics import MULTIPROCESS_DIR_ENV
+from brimful.core.settings import get_settings
 
 
 def main() -> None:
@@ -25,7 +24,7 @@ def main() -> None:
     metrics_dir = tempfile.mkdtemp(prefix="brimful-api-metrics-")
     os.environ[MULTIPROCESS_DIR_ENV] = metrics_dir
     try:
-        serve("api.app:app_from_environment", workers=settings.api_workers)
+        serve("brimful.api.app:app_from_environment", workers=settings.api_workers)
     finally:
         shutil.rmtree(metrics_dir, ignore_errors=True)
 

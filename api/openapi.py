@@ -11,12 +11,15 @@ from __future__ import annotations
 from copy import deepcopy
 from typing import Any, Callable
 
+from brimful.api.dlq_routes import FILTER_FIELDS
+from brimful.api.submission import ALLOWED_FIELDS, MAX_DEADLINE_MS
+from brimful.api.task_routes import IDEMPOTENCY_KEY_MAX_LENGTH, TASK_ID_PATTERN
+from brimful.core.model_signature import ModelSignature, TensorSpec
+from brimful.core.policy_tuning import TUNABLE, UPPER_BOUNDS
+from brimful.core.settings import Settings
+from brimful.core.task_status import TaskStatus
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
-
-from batcher.tuning import TUNABLE, UPPER_BOUNDS
-from brimful.model_signature import ModelSignature, TensorSpec
-from brimful.settings import Settings
 
 _ERROR = {
     "type": "object",
@@ -50,8 +53,8 @@ _TASK_STATE = {
     "type": "object",
     "required": ["task_id", "status", "submitted_at_ms", "updated_at_ms"],
     "properties": {
-        "task_id": {"type": "string", "pattern": "^[0-9a-f]{32}$"},
-        "status": {"type": "string", "enum": ["queued", "running", "done", "failed", "cancelled"]},
+        "task_id": {"type": "string", "pattern": TASK_ID_PATTERN.pattern},
+        "status": {"type": "string", "enum": [status.value for status in TaskStatus]},
         "submitted_at_ms": {"type": "integer"},
         "updated_at_ms": {"type": "integer"},
         "outputs": {"type": "object", "description": "the model's outputs for this row, when done"},
@@ -65,14 +68,7 @@ _ACCEPTED = {
     "example": {"task_id": "9c1e0d5e7a7b4a21b3f0c2d4e6f80912", "status": "queued"},
 }
 _OBJECT = {"type": "object"}
-_FILTERS = {
-    "since_ms": {"type": "integer"},
-    "until_ms": {"type": "integer"},
-    "error_class": {"type": "string"},
-    "model": {"type": "string"},
-    "ids": {"type": "string", "description": "comma-separated entry or task ids"},
-    "all": {"type": "boolean"},
-}
+
 
 
 def _json(schema: dict[str, Any]) -> dict[str, Any]:
@@ -112,7 +108,7 @@ def input_schema(spec: TensorSpec) -> dict[str, Any]:
     return schema
 
 
-def submit_schema(signature: ModelSignature | None, settings: Settings) -> dict[str, Any]:
+def submit_schema(signature: ModelSignature | None) -> dict[str, Any]:
     inputs: dict[str, Any] = {"type": "object", "description": "one value per model input"}
     if signature is not None:
         inputs.update(
@@ -120,22 +116,23 @@ def submit_schema(signature: ModelSignature | None, settings: Settings) -> dict[
             required=list(signature.input_names),
             additionalProperties=False,
         )
+    fields: dict[str, Any] = {
+        "inputs": inputs,
+        "deadline_ms": {"type": "integer", "minimum": 1, "maximum": MAX_DEADLINE_MS,
+                        "description": "finish within this many ms if possible"},
+    }
     return {
         "type": "object",
         "required": ["inputs"],
         "additionalProperties": False,
-        "properties": {
-            "inputs": inputs,
-            "deadline_ms": {"type": "integer", "minimum": 1, "maximum": 3_600_000,
-                            "description": "finish within this many ms if possible"},
-        },
+        "properties": {name: fields[name] for name in ALLOWED_FIELDS},
         "example": {"inputs": {"TEXT": "hello"}},
     }
 
 
 def operations(signature: ModelSignature | None, settings: Settings) -> dict[tuple[str, str], dict[str, Any]]:
     """(path, method) -> the parts of the operation FastAPI cannot infer."""
-    submit = submit_schema(signature, settings)
+    submit = submit_schema(signature)
     wait = _query("wait", {"type": "number", "minimum": 0, "maximum": settings.long_poll_max_s},
                   "hold the answer up to this many seconds for the task to finish")
     bulk = {"type": "object", "required": ["tasks"], "additionalProperties": False,
@@ -144,14 +141,16 @@ def operations(signature: ModelSignature | None, settings: Settings) -> dict[tup
                      "properties": {name: {"type": "number", "exclusiveMinimum": 0, "maximum": UPPER_BOUNDS[name]}
                                     for name in TUNABLE},
                      "example": {"max_wait_ms": 150}}
-    selection = {"type": "object", "properties": {**_FILTERS, "ids": {"type": "array", "items": {"type": "string"}}},
+    selection = {"type": "object",
+                 "properties": {**FILTER_FIELDS, "ids": {"type": "array", "items": {"type": "string"}}},
                  "additionalProperties": False}
-    filters = [_query(name, schema) for name, schema in _FILTERS.items()]
+    filters = [_query(name, schema) for name, schema in FILTER_FIELDS.items()]
     return {
         ("/v1/tasks", "post"): {
             "requestBody": {"required": True, **_json(submit)},
             "parameters": [wait, {"name": "Idempotency-Key", "in": "header", "required": False,
-                                  "schema": {"type": "string", "minLength": 1, "maxLength": 255}}],
+                                  "schema": {"type": "string", "minLength": 1,
+                                             "maxLength": IDEMPOTENCY_KEY_MAX_LENGTH}}],
             "responses": _responses(
                 {202: ("Accepted and durably queued.", _ACCEPTED),
                  200: ("Finished within ?wait, or the earlier task of this Idempotency-Key.",

@@ -1,17 +1,32 @@
-"""Turning a POST body into wire inputs: every check a submitted task must pass."""
+"""Submitting a task: every check a POST body must pass, admission, and the enqueue.
+
+The order matters and is the same for one task and for a bulk call: the body is
+checked against the model's signature, then admission (model metadata, broker, backlog),
+the tenant's payload limit and rate, and last the atomic record-and-admit in Redis
+before the record goes to Kafka.
+"""
 
 from __future__ import annotations
 
-import json
+import logging
 from dataclasses import dataclass
 from typing import Any
 
-from api.errors import ApiError
-from brimful.model_signature import ModelSignature
-from brimful.tensor_codec import InputValidationError, encode_input
-from schemas import InputTensor
+from aiokafka.errors import KafkaError
+from brimful.api.auth import Principal
+from brimful.api.errors import ApiError
+from brimful.api.state import ApiState
+from brimful.core import metrics
+from brimful.core.clock import now_ms
+from brimful.core.model_signature import ModelSignature
+from brimful.core.tenant_limits import TenantLimits
+from brimful.core.tensor_codec import InputValidationError, encode_input
+from brimful.schemas import InputTensor, TaskRequest
+from redis.exceptions import RedisError
 
-_ALLOWED_FIELDS = ("inputs", "deadline_ms")
+log = logging.getLogger("brimful.api")
+
+ALLOWED_FIELDS = ("inputs", "deadline_ms")
 MAX_DEADLINE_MS = 3_600_000
 
 
@@ -28,26 +43,14 @@ class Submission:
         return sum(tensor.ByteSize() for tensor in self.inputs.values())
 
 
-def parse_json(body: bytes) -> Any:
-    """Decode the body as JSON or raise a 400 saying where it breaks."""
-    try:
-        return json.loads(body)
-    except UnicodeDecodeError as error:
-        raise ApiError(400, "invalid_json", f"body is not UTF-8: {error.reason} at byte {error.start}") from error
-    except json.JSONDecodeError as error:
-        raise ApiError(
-            400, "invalid_json", f"body is not valid JSON: {error.msg} (line {error.lineno}, column {error.colno})"
-        ) from error
-
-
 def parse_submission(document: Any, signature: ModelSignature) -> Submission:
     """Check a decoded body against the model's signature; 422 naming the first problem."""
     if not isinstance(document, dict):
         raise ApiError(422, "invalid_request", 'body must be a JSON object like {"inputs": {...}}')
-    unknown_fields = sorted(set(document) - set(_ALLOWED_FIELDS))
+    unknown_fields = sorted(set(document) - set(ALLOWED_FIELDS))
     if unknown_fields:
         raise ApiError(
-            422, "invalid_request", f"unknown field(s): {', '.join(unknown_fields)}; allowed: {', '.join(_ALLOWED_FIELDS)}"
+            422, "invalid_request", f"unknown field(s): {', '.join(unknown_fields)}; allowed: {', '.join(ALLOWED_FIELDS)}"
         )
     inputs = document.get("inputs")
     if not isinstance(inputs, dict):
@@ -75,3 +78,84 @@ def parse_submission(document: Any, signature: ModelSignature) -> Submission:
         except InputValidationError as error:
             raise ApiError(422, "invalid_input", str(error)) from error
     return Submission(inputs=encoded, deadline_ms=deadline_ms)
+
+
+def check_payload(submission: Submission, limits: TenantLimits) -> None:
+    """413 when the task's encoded inputs exceed the tenant's payload limit."""
+    size = submission.payload_bytes
+    if limits.max_payload_bytes and size > limits.max_payload_bytes:
+        raise ApiError(
+            413,
+            "payload_too_large",
+            f"the task's inputs take {size} bytes; this tenant's limit is {limits.max_payload_bytes} bytes per task",
+        )
+
+
+def check_admission(state: ApiState) -> None:
+    """503 while the model's metadata, the broker or the backlog says no."""
+    if state.signature is None:
+        raise ApiError(503, "model_not_ready", "the model's metadata is not loaded yet", {"Retry-After": "1"})
+    if not state.producer_started:
+        raise ApiError(503, "broker_unavailable", "the broker is not reachable yet", {"Retry-After": "1"})
+    limit = state.settings.max_backlog
+    backlog = state.backlog.backlog
+    if backlog > limit:
+        retry_after = state.backlog.retry_after_s(limit)
+        raise ApiError(
+            503,
+            "overloaded",
+            f"{backlog} accepted tasks are still unfinished (limit {limit}); retry in about {retry_after} s",
+            {"Retry-After": str(retry_after)},
+        )
+
+
+async def take_tokens(state: ApiState, principal: Principal, count: int) -> None:
+    """429 with Retry-After when the tenant is over its rate."""
+    verdict = await state.rate_limiter.take(principal.tenant, count)
+    if not verdict.allowed:
+        raise ApiError(
+            429,
+            "rate_limited",
+            f"over the rate of {state.rate_limiter.rate_per_s:g} tasks/s (burst {state.rate_limiter.burst}); "
+            f"retry in {verdict.retry_after_s} s",
+            {"Retry-After": str(verdict.retry_after_s)},
+        )
+
+
+async def enqueue(state: ApiState, submission: Submission, task_id: str, tenant: str, max_in_flight: int) -> None:
+    """Record the task as queued (429 if the tenant has too many in flight), then put it
+    on the requests topic (acks=all)."""
+    assert state.signature is not None
+    submitted_at = now_ms()
+    message = TaskRequest(
+        task_id=task_id,
+        model=state.signature.name,
+        submitted_at_ms=submitted_at,
+        deadline_at_ms=submitted_at + submission.deadline_ms if submission.deadline_ms else 0,
+        tenant=tenant,
+    )
+    for name, tensor in submission.inputs.items():
+        message.inputs[name].CopyFrom(tensor)
+    try:
+        # Redis first: a fast batcher must never find the task missing.
+        in_flight = await state.store.create_queued(task_id, submitted_at, tenant, max_in_flight)
+    except RedisError as error:
+        log.error("could not record task", extra={"task_id": task_id, "error": str(error)})
+        raise ApiError(503, "store_unavailable", "the result store is unreachable", {"Retry-After": "1"}) from error
+    if in_flight is not None:
+        raise ApiError(
+            429,
+            "too_many_in_flight",
+            f"this tenant has {in_flight} unfinished tasks, its limit; retry once some finish",
+            {"Retry-After": "1"},
+        )
+    try:
+        sent = await state.producer.send_and_wait(
+            state.settings.requests_topic, value=message.SerializeToString(), key=task_id.encode()
+        )
+    except KafkaError as error:
+        log.error("could not enqueue task", extra={"task_id": task_id, "error": str(error)})
+        await state.store.forget(task_id, tenant)
+        raise ApiError(503, "broker_unavailable", "the broker did not accept the task", {"Retry-After": "1"}) from error
+    state.backlog.produced(sent.partition, sent.offset)
+    metrics.TASKS_SUBMITTED.inc()

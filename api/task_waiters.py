@@ -1,4 +1,5 @@
-"""Requests waiting for tasks to finish, woken by a push from Redis, not by polling.
+"""Reading a caller's task, and waiting for it to finish: woken by a push from Redis, not
+by polling.
 
 The task store publishes each task's final record on ``RedisKeys.finished_channel`` in
 the same atomic step that stores it (``FinishedMessage``); one subscription per API
@@ -9,25 +10,31 @@ reading the task back.
 from __future__ import annotations
 
 import asyncio
-import logging
+import time
 from collections import defaultdict
 from contextlib import asynccontextmanager
 from typing import AsyncIterator
 
+from brimful.core.channel_follower import follow_channel
+from brimful.core.redis_keys import RedisKeys
+from brimful.core.task_store import FinishedMessage, TaskRecord, TaskStore
 from redis.asyncio import Redis
 
-from brimful.redis_keys import RedisKeys
-from brimful.task_store import FinishedMessage, TaskRecord
 
-log = logging.getLogger("brimful.api")
+async def read_own_task(store: TaskStore, task_id: str, tenant: str) -> TaskRecord | None:
+    """The task's record if it belongs to ``tenant``; another tenant's task reads as
+    unknown (404), so ids cannot be probed."""
+    record = await store.get(task_id)
+    return record if record is not None and record.tenant == tenant else None
 
 
 class TaskWaiters:
     """Futures per task id, resolved when the task's final state is published."""
 
-    def __init__(self, redis: Redis, keys: RedisKeys) -> None:
+    def __init__(self, redis: Redis, keys: RedisKeys, store: TaskStore) -> None:
         self._redis = redis
         self._keys = keys
+        self._store = store
         self._waiting: dict[str, set[asyncio.Future[TaskRecord | None]]] = defaultdict(set)
 
     @asynccontextmanager
@@ -47,6 +54,32 @@ class TaskWaiters:
                 if not waiters:
                     del self._waiting[task_id]
 
+    async def read_when_final(self, task_id: str, tenant: str, wait_s: float) -> TaskRecord | None:
+        """The tenant's task, held up to ``wait_s`` until it is final."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            async with self.watch(task_id) as finished:
+                record = await read_own_task(self._store, task_id, tenant)  # after registering: nothing slips by
+                if record is None or record.status.is_final or time.monotonic() >= deadline:
+                    return record
+                record = await self.wait_final(task_id, tenant, finished, deadline)
+                if record is None or record.status.is_final or time.monotonic() >= deadline:
+                    return record
+
+    async def wait_final(
+        self, task_id: str, tenant: str, finished: asyncio.Future[TaskRecord | None], deadline: float
+    ) -> TaskRecord | None:
+        """Wait on a registered watch until the deadline. The push carries the final
+        record, so no read is needed; on a timeout or a lost feed, the store says where
+        the task is."""
+        try:
+            record = await asyncio.wait_for(finished, timeout=max(0.0, deadline - time.monotonic()))
+        except asyncio.TimeoutError:
+            record = None
+        if record is None:
+            return await read_own_task(self._store, task_id, tenant)
+        return record if record.tenant == tenant else None
+
     def _deliver(self, payload: bytes) -> None:
         task_id = FinishedMessage.task_id(payload)
         if task_id in self._waiting:  # most finished tasks have nobody waiting here
@@ -57,22 +90,12 @@ class TaskWaiters:
             if not future.done():
                 future.set_result(record)
 
+    def _wake_all(self) -> None:
+        # The feed was lost: wake everyone to re-read the store, so nothing waits on a
+        # message that was published while nobody listened.
+        for task_id in list(self._waiting):
+            self._wake(task_id, None)
+
     async def run(self) -> None:
-        """Follow the channel for the life of the process; resubscribe after a Redis restart."""
-        while True:
-            pubsub = self._redis.pubsub()
-            try:
-                await pubsub.subscribe(self._keys.finished_channel)
-                async for message in pubsub.listen():
-                    if message["type"] == "message":
-                        self._deliver(message["data"])
-            except asyncio.CancelledError:
-                raise
-            except Exception as error:
-                log.warning("finished-task feed lost; resubscribing", extra={"error": str(error)})
-                # Wake everyone: they re-read the store, so nothing waits on a lost message.
-                for task_id in list(self._waiting):
-                    self._wake(task_id, None)
-                await asyncio.sleep(0.5)
-            finally:
-                await pubsub.aclose()
+        """Follow the channel for the life of the process."""
+        await follow_channel(self._redis, self._keys.finished_channel, self._deliver, self._wake_all)

@@ -1,3 +1,3 @@
-from batcher.main import main
+from brimful.batcher.main import main
 
 main()

@@ -10,7 +10,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Generic, TypeVar
 
-from batcher.policy import ArrivalRate, FlushPlan, FlushReason, PolicyParams, WaitOrFullPolicy
+from brimful.batcher.policy import ArrivalRate, FlushPlan, FlushReason, WaitOrFullPolicy
+from brimful.core.policy_params import PolicyParams
 
 T = TypeVar("T")
 

@@ -1,4 +1,4 @@
-"""Start a batcher process: ``python -m batcher`` (settings from BRIMFUL_* env vars)."""
+"""Start a batcher process: ``python -m brimful.batcher`` (settings from BRIMFUL_* env vars)."""
 
 from __future__ import annotations
 
@@ -10,25 +10,25 @@ import socket
 import time
 from pathlib import Path
 
+from brimful.batcher.service import BatcherLimits, BatcherService
+from brimful.batcher.traces import ArrivalRecorder
+from brimful.core.channel_follower import follow_channel
+from brimful.core.kafka import ensure_topics, make_consumer, make_producer
+from brimful.core.logs import configure_logging
+from brimful.core.model_metadata import wait_for_signature
+from brimful.core.policy_tuning import PolicyTuning
+from brimful.core.redis_client import make_redis
+from brimful.core.redis_keys import RedisKeys
+from brimful.core.settings import Settings, get_settings
+from brimful.core.stats import SharedStats
+from brimful.core.status_board import StatusBoard
+from brimful.core.task_store import TaskStore
+from brimful.workers.batch_runner import BatchRunner
+from brimful.workers.circuit_breaker import CircuitBreaker
+from brimful.workers.dead_letters import DeadLetterWriter
+from brimful.workers.retry_policy import BatchRetryPolicy
+from brimful.workers.triton_model import TritonModel
 from prometheus_client import start_http_server
-from redis.asyncio import Redis
-
-from batcher.live_status import StatusBoard
-from batcher.service import BatcherLimits, BatcherService
-from batcher.traces import ArrivalRecorder
-from batcher.tuning import PolicyTuning
-from brimful.kafka import ensure_topics, make_consumer, make_producer
-from brimful.logs import configure_logging
-from brimful.model_signature import ModelSignature
-from brimful.redis_client import make_redis
-from brimful.redis_keys import RedisKeys
-from brimful.settings import Settings, get_settings
-from brimful.task_store import TaskStore
-from workers.batch_runner import BatchRunner
-from workers.circuit_breaker import CircuitBreaker
-from workers.dead_letters import DeadLetterWriter
-from workers.retry_policy import RetryPolicy
-from workers.triton_model import TritonModel
 
 log = logging.getLogger("brimful.batcher")
 
@@ -68,28 +68,12 @@ async def supervise(
         log.warning("could not leave the status board", extra={"error": str(error)})
 
 
-async def wait_for_signature(model: TritonModel, stop: asyncio.Event) -> ModelSignature | None:
-    """Poll Triton until the model's metadata is available (it may still be loading)."""
-    delay = 0.2
-    while not stop.is_set():
-        try:
-            return await model.signature()
-        except Exception as error:
-            log.info("waiting for the model", extra={"model": model.model_name, "error": str(error)})
-        try:
-            await asyncio.wait_for(stop.wait(), timeout=delay)
-        except asyncio.TimeoutError:
-            delay = min(delay * 2, 2.0)
-    return None
-
-
 async def serve(settings: Settings, stop: asyncio.Event) -> None:
     """Run one batcher until ``stop`` is set."""
     await ensure_topics(settings)
-    model = TritonModel(
-        settings.triton_url, settings.model_name, settings.model_version, settings.batch_size, settings.infer_timeout_s
-    )
+    model = TritonModel.from_settings(settings)
     redis = make_redis(settings)
+    keys = RedisKeys(settings.key_prefix)
     producer = make_producer(settings)
     consumer = make_consumer(settings, settings.consumer_group)
     try:
@@ -101,9 +85,10 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
         runner = BatchRunner(
             model=model,
             signature=signature,
-            store=TaskStore(redis, RedisKeys(settings.key_prefix), settings.result_ttl_s),
+            store=TaskStore(redis, keys, settings.result_ttl_s),
+            stats=SharedStats(redis, keys),
             dead_letters=dead_letters,
-            retry=RetryPolicy(
+            retry=BatchRetryPolicy(
                 max_attempts=settings.max_attempts,
                 base_delay=settings.retry_backoff_ms / 1000,
                 max_delay=settings.retry_backoff_max_ms / 1000,
@@ -135,11 +120,12 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
         await consumer.start()
         log.info("batcher started", extra={"topic": settings.requests_topic, "model": signature.name, "member": member})
         supervisor = asyncio.create_task(
-            supervise(service, tuning, StatusBoard(redis, RedisKeys(settings.key_prefix)), recorder, member,
+            supervise(service, tuning, StatusBoard(redis, keys), recorder, member,
                       settings.tuning_poll_ms / 1000, stop)
         )
+        # Drop tasks cancelled while they wait in this batcher's accumulators.
         cancellations = asyncio.create_task(
-            follow_cancellations(service, redis, RedisKeys(settings.key_prefix), stop)
+            follow_channel(redis, keys.cancelled_channel, lambda task_id: service.cancel(task_id.decode()), stop=stop)
         )
         await service.run(stop)
         await supervisor
@@ -149,23 +135,6 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
         await producer.stop()
         await model.close()
         await redis.aclose()
-
-
-async def follow_cancellations(service: BatcherService, redis: Redis, keys: RedisKeys, stop: asyncio.Event) -> None:
-    """Drop tasks cancelled while they wait in this batcher's accumulators."""
-    while not stop.is_set():
-        pubsub = redis.pubsub()
-        try:
-            await pubsub.subscribe(keys.cancelled_channel)
-            while not stop.is_set():
-                message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=0.5)
-                if message is not None:
-                    service.cancel(message["data"].decode())
-        except Exception as error:  # Redis restarting: subscribe again
-            log.warning("cancellation feed lost; resubscribing", extra={"error": str(error)})
-            await asyncio.sleep(0.5)
-        finally:
-            await pubsub.aclose()
 
 
 def main() -> None:

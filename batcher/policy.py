@@ -24,6 +24,8 @@ import math
 from dataclasses import dataclass
 from enum import StrEnum
 
+from brimful.core.policy_params import PolicyParams
+
 
 class FlushReason(StrEnum):
     """Why a batch left its accumulator (exported as a metric label)."""
@@ -32,32 +34,6 @@ class FlushReason(StrEnum):
     DEADLINE = "deadline"
     REQUEST_DEADLINE = "request_deadline"
     SHUTDOWN = "shutdown"
-
-
-@dataclass(frozen=True)
-class PolicyParams:
-    """Tunable parameters; all durations in seconds."""
-
-    batch_size: int = 64
-    max_wait: float = 0.250
-    min_wait: float = 0.020
-    rate_halflife: float = 0.500
-    fill_slack: float = 1.25
-    min_worthwhile_rows: float = 4.0
-
-    def __post_init__(self) -> None:
-        if self.batch_size < 1:
-            raise ValueError("batch_size must be at least 1")
-        if not 0 <= self.min_wait <= self.max_wait:
-            raise ValueError("need 0 <= min_wait <= max_wait")
-        if self.max_wait <= 0:
-            raise ValueError("max_wait must be positive")
-        if self.rate_halflife <= 0:
-            raise ValueError("rate_halflife must be positive")
-        if self.fill_slack < 1:
-            raise ValueError("fill_slack must be at least 1")
-        if self.min_worthwhile_rows < 0:
-            raise ValueError("min_worthwhile_rows must not be negative")
 
 
 class ArrivalRate:

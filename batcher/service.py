@@ -18,16 +18,16 @@ from typing import Callable
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.structs import ConsumerRecord, OffsetAndMetadata
+from brimful.batcher.accumulator import Accumulator, Pending
+from brimful.batcher.offsets import OffsetTracker
+from brimful.batcher.policy import FlushReason, WaitOrFullPolicy
+from brimful.core import metrics
+from brimful.core.clock import now_ms
+from brimful.core.policy_params import PolicyParams
+from brimful.schemas import TaskRequest
+from brimful.workers.batch_runner import Batch, BatchItem, BatchRunner
+from brimful.workers.dead_letters import DeadLetterWriter, dead_letter
 from google.protobuf.message import DecodeError
-
-from batcher.accumulator import Accumulator, Pending
-from batcher.offsets import OffsetTracker
-from batcher.policy import FlushReason, PolicyParams, WaitOrFullPolicy
-from brimful import metrics
-from brimful.task_store import now_ms
-from schemas import DeadLetter, TaskRequest
-from workers.batch_runner import Batch, BatchItem, BatchRunner
-from workers.dead_letters import DeadLetterWriter
 
 log = logging.getLogger("brimful.batcher")
 
@@ -345,14 +345,9 @@ class BatcherService:
 
     async def _dead_letter_undecodable(self, state: PartitionState, record: ConsumerRecord, error: Exception) -> None:
         task_id = record.key.decode(errors="replace") if record.key else ""
-        letter = DeadLetter(
-            request=TaskRequest(task_id=task_id),
-            error_class="undecodable",
-            error_message=f"request is not a valid TaskRequest: {error}",
-            source_partition=record.partition,
-            source_offset=record.offset,
-            failed_at_ms=now_ms(),
-            raw_request=record.value or b"",
+        letter = dead_letter(
+            TaskRequest(task_id=task_id), "undecodable", f"request is not a valid TaskRequest: {error}",
+            record.partition, record.offset, now_ms(), raw_request=record.value or b"",
         )
         await self._dead_letters.write([letter])
         log.error("undecodable request sent to the DLQ", extra={"task_id": task_id, "offset": record.offset})

@@ -13,9 +13,10 @@ import heapq
 import math
 from dataclasses import dataclass
 
-from batcher.accumulator import Accumulator
-from batcher.policy import FlushReason, PolicyParams, WaitOrFullPolicy
-from batcher.traces import Trace
+from brimful.batcher.accumulator import Accumulator
+from brimful.batcher.policy import FlushReason, WaitOrFullPolicy
+from brimful.batcher.traces import Trace
+from brimful.core.policy_params import PolicyParams
 
 
 @dataclass(frozen=True)

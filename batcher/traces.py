@@ -12,6 +12,7 @@ import random
 import threading
 import time
 from pathlib import Path
+from typing import Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -76,16 +77,23 @@ def read_trace(path: Path) -> Trace:
     return trace
 
 
+def _poisson_times(rng: random.Random, rate: float, start: float, end: float) -> Iterator[float]:
+    """Arrival times of a Poisson stream at ``rate`` per second in [start, end)."""
+    now = start
+    while rate > 0:
+        now += rng.expovariate(rate)
+        if now >= end:
+            return
+        yield now
+
+
 def poisson(rate: float, duration: float, partitions: int = 1, seed: int = 0) -> Trace:
     """Poisson arrivals at ``rate`` per second in total, spread evenly over partitions."""
     rng = random.Random(seed)
     trace: Trace = {p: [] for p in range(partitions)}
-    now = 0.0
-    while True:
-        now += rng.expovariate(rate)
-        if now >= duration:
-            return trace
+    for now in _poisson_times(rng, rate, 0.0, duration):
         trace[rng.randrange(partitions)].append(now)
+    return trace
 
 
 def bursty(rate_on: float, rate_off: float, period: float, duty: float, duration: float,
@@ -98,12 +106,7 @@ def bursty(rate_on: float, rate_off: float, period: float, duty: float, duration
         start = cycle * period
         middle = start + duty * period
         for begin, end, rate in ((start, middle, rate_on), (middle, start + period, rate_off)):
-            end = min(end, duration)
-            now = begin
-            while rate > 0:
-                now += rng.expovariate(rate)
-                if now >= end:
-                    break
+            for now in _poisson_times(rng, rate, begin, min(end, duration)):
                 trace[rng.randrange(partitions)].append(now)
     return trace
 
@@ -113,11 +116,8 @@ def ramp(rate_from: float, rate_to: float, duration: float, partitions: int = 1,
     rng = random.Random(seed)
     peak = max(rate_from, rate_to)
     trace: Trace = {p: [] for p in range(partitions)}
-    now = 0.0
-    while True:
-        now += rng.expovariate(peak)
-        if now >= duration:
-            return trace
+    for now in _poisson_times(rng, peak, 0.0, duration):
         rate = rate_from + (rate_to - rate_from) * now / duration
         if rng.random() < rate / peak:
             trace[rng.randrange(partitions)].append(now)
+    return trace

@@ -36,7 +36,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from workers.padding import pad_rows  # noqa: E402
+from brimful.workers.padding import pad_rows  # noqa: E402
 
 BATCH = 64
 DRAIN_S = 20.0  # how long requests still out at the end may take before they count as lost

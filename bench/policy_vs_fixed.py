@@ -21,9 +21,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from batcher import traces  # noqa: E402
-from batcher.policy import PolicyParams  # noqa: E402
-from batcher.simulator import SimulationResult, simulate  # noqa: E402
+from brimful.batcher import traces  # noqa: E402
+from brimful.batcher.simulator import SimulationResult, simulate  # noqa: E402
+from brimful.core.policy_params import PolicyParams  # noqa: E402
 
 DURATION_S = 60.0
 SERVICE_S = 0.005

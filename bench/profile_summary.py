@@ -54,7 +54,7 @@ def by_package(session: Any) -> list[tuple[str, float]]:
     return sorted(((k, v / whole) for k, v in groups.items()), key=lambda item: -item[1])
 
 
-BRIMFUL_PACKAGES = {"api", "batcher", "workers", "brimful", "schemas"}
+BRIMFUL_PACKAGES = {"api", "batcher", "workers", "model_server", "core", "brimful", "schemas"}
 PACKAGE_GROUPS = {
     "fastapi": "web framework (fastapi, starlette, uvicorn, pydantic)",
     "starlette": "web framework (fastapi, starlette, uvicorn, pydantic)",

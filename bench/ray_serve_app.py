@@ -27,7 +27,7 @@ from starlette.requests import Request
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from workers.reference_model import ReferenceModel  # noqa: E402
+from brimful.model_server.reference_model import ReferenceModel  # noqa: E402
 
 BATCH = 64
 

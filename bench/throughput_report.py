@@ -17,6 +17,7 @@ from bench.throughput_plan import (
     ModelRun,
 )
 
+
 def plot(run: ModelRun, path: Path) -> None:
     import matplotlib
 

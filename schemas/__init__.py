@@ -4,6 +4,6 @@ Offers ``TaskRequest`` (what the API puts on the requests topic), ``InputTensor`
 (one input row of a task), ``DeadLetter`` and ``Attempt`` (what lands on the DLQ).
 """
 
-from schemas.brimful_pb2 import Attempt, DeadLetter, InputTensor, TaskRequest
+from brimful.schemas.brimful_pb2 import Attempt, DeadLetter, InputTensor, TaskRequest
 
 __all__ = ["Attempt", "DeadLetter", "InputTensor", "TaskRequest"]

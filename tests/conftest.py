@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 import asyncio
 import time
+from pathlib import Path
 from typing import Any, AsyncIterator, Iterator
 
 import pytest
+from brimful.core.settings import Settings
 
-from brimful.settings import Settings
 from brimful.stack import EmbeddedStack, settings_on_free_ports
 from tests.task_client import TaskClient
 

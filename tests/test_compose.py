@@ -12,8 +12,7 @@ from urllib.parse import urlparse
 
 import pytest
 import yaml
-
-from brimful.settings import Settings
+from brimful.core.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 IMAGE_ROOT = "/opt/brimful"  # WORKDIR of the Dockerfile
@@ -105,8 +104,11 @@ def test_triton_serves_the_reference_model_fixed_at_the_batch_size(compose: dict
 
 def test_dockerfile_copies_every_package(compose: dict[str, Any]) -> None:
     dockerfile = (ROOT / "Dockerfile").read_text()
-    packages = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
-    for package in {p.split(".")[0] for p in packages}:
-        assert f"COPY {package} ./{package}" in dockerfile
+    folders = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"].values()
+    for folder in folders:
+        assert f"COPY {folder} ./{folder}" in dockerfile
     assert "COPY deploy ./deploy" in dockerfile
-    assert f"WORKDIR {IMAGE_ROOT}" in dockerfile
+    workdirs = re.findall(r"^WORKDIR (\S+)$", dockerfile, re.M)
+    assert workdirs[0] == IMAGE_ROOT
+    # From the source folder, `python -m brimful.api` would find brimful/ before the installed package.
+    assert workdirs[-1] != IMAGE_ROOT

@@ -1,12 +1,29 @@
-"""The README documents every setting, under the environment variable that sets it."""
+"""The docs stay true to the code: every setting is in the README with its default, every
+file a doc names exists, and docs/architecture.md names every room."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
-from brimful.settings import Settings
+import pytest
 
-README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+from brimful.core.settings import Settings
+from tests.test_layout import PACKAGES
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text()
+DOCS = [ROOT / "README.md", ROOT / "client" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def named_paths(text: str) -> list[str]:
+    """Repository paths written in backticks (``api/app.py``, ``deploy/triton/models``);
+    routes, URLs, keys and patterns are not paths."""
+    return [
+        token
+        for token in re.findall(r"`([^`\s]+)`", text)
+        if "/" in token and not token.startswith(("/", "http", ".")) and not re.search(r"[{}:<>*=$|]", token)
+    ]
 
 
 def test_every_setting_is_in_the_readme_with_its_default() -> None:
@@ -14,3 +31,24 @@ def test_every_setting_is_in_the_readme_with_its_default() -> None:
         row = next((line for line in README.splitlines() if line.startswith(f"| `BRIMFUL_{name.upper()}` ")), None)
         assert row is not None, f"README lacks BRIMFUL_{name.upper()}"
         assert f"| `{field.default}` |" in row, f"README shows a stale default for {name}"
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda path: str(path.relative_to(ROOT)))
+def test_every_file_a_doc_names_exists(doc: Path) -> None:
+    missing = [path for path in named_paths(doc.read_text()) if not (ROOT / path).exists()]
+    assert missing == [], f"{doc.relative_to(ROOT)} names files that do not exist"
+
+
+def test_the_path_finder_sees_paths_and_only_paths() -> None:
+    text = "see `api/app.py`, `deploy/triton/models`, `/v1/tasks`, `brimful:task:{id}` and `a/nope.py`"
+    assert named_paths(text) == ["api/app.py", "deploy/triton/models", "a/nope.py"]
+
+
+def test_architecture_names_every_room_and_the_path_of_a_task() -> None:
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    for folder in PACKAGES:
+        assert f"`{folder}/`" in text, f"docs/architecture.md does not describe {folder}/"
+    path_section = text.split("## The path of one task_id", 1)[1]
+    stops = re.findall(r"^\d+\. `([^`]+)`", path_section, flags=re.M)
+    assert len(stops) - 1 <= 6, "the path of a task_id takes at most six hops between files"
+    assert all((ROOT / stop).is_file() for stop in stops)

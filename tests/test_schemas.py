@@ -25,7 +25,7 @@ def test_generated_modules_match_the_proto(tmp_path: Path) -> None:
 
 
 def test_messages_round_trip() -> None:
-    from schemas import DeadLetter, TaskRequest
+    from brimful.schemas import DeadLetter, TaskRequest
 
     request = TaskRequest(task_id="ab" * 16, model="m", submitted_at_ms=1)
     request.inputs["TEXT"].datatype = "BYTES"

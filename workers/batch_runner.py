@@ -1,6 +1,6 @@
 """Run one batch: pad it to the model's size, call the model, unpad, store every result.
 
-Failures are handled by class (``workers.model_errors``):
+Failures are handled by class (``brimful.workers.model_errors``):
 
 - **transient** (server unreachable, timeout, model still loading): the endpoint's
   circuit breaker paces the retries and the batcher pauses consumption while it is open;
@@ -24,18 +24,19 @@ from dataclasses import dataclass, field
 from typing import Awaitable, Callable
 
 import numpy as np
-
-from brimful import metrics
-from brimful.model_signature import ModelSignature
-from brimful.task_store import StatsField, TaskStore, now_ms
-from brimful.tensor_codec import output_row_to_json, stack_rows
-from schemas import Attempt, DeadLetter, TaskRequest
-from workers.circuit_breaker import BreakerState, CircuitBreaker
-from workers.dead_letters import DeadLetterWriter
-from workers.model_errors import ModelCallError
-from workers.padding import pad_batch, unpad
-from workers.retry_policy import RetryPolicy
-from workers.triton_model import TritonModel
+from brimful.core import metrics
+from brimful.core.clock import now_ms
+from brimful.core.model_signature import ModelSignature
+from brimful.core.stats import SharedStats, StatsField
+from brimful.core.task_store import TaskStore
+from brimful.core.tensor_codec import output_row_to_json, stack_rows
+from brimful.schemas import Attempt, TaskRequest
+from brimful.workers.circuit_breaker import BreakerState, CircuitBreaker
+from brimful.workers.dead_letters import DeadLetterWriter, dead_letter
+from brimful.workers.model_errors import ModelCallError
+from brimful.workers.padding import pad_batch, unpad
+from brimful.workers.retry_policy import BatchRetryPolicy
+from brimful.workers.triton_model import TritonModel
 
 log = logging.getLogger("brimful.worker")
 
@@ -72,7 +73,6 @@ class BatchOutcome:
     skipped: int = 0
     calls: int = 0
     isolation_calls: int = 0  # calls made on halves to find poison rows
-    transient_failures: int = 0
 
 
 @dataclass
@@ -106,8 +106,9 @@ class BatchRunner:
         model: TritonModel,
         signature: ModelSignature,
         store: TaskStore,
+        stats: SharedStats,
         dead_letters: DeadLetterWriter,
-        retry: RetryPolicy,
+        retry: BatchRetryPolicy,
         breaker: CircuitBreaker | None = None,
         transient_give_up_s: float = 900.0,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
@@ -116,6 +117,7 @@ class BatchRunner:
         self.model = model
         self.signature = signature
         self.store = store
+        self.stats = stats
         self.dead_letters = dead_letters
         self.retry = retry
         self.breaker = breaker or CircuitBreaker()
@@ -139,7 +141,7 @@ class BatchRunner:
         outcome.skipped = len(batch.items) - len(items)
         if items:
             await self._resolve(batch, items, _Attempts(), outcome, isolating=False)
-        await self.store.add_stats({StatsField.flushes(batch.reason): 1})
+        await self.stats.add({StatsField.flushes(batch.reason): 1})
         log.info(
             "batch finished",
             extra={
@@ -217,13 +219,12 @@ class BatchRunner:
                 outputs = await self._call(padded)
             except ModelCallError as error:
                 attempts.record(items, error)
-                await self.store.add_stats({**call_stats, StatsField.CALLS_FAILED: 1})
+                await self.stats.add({**call_stats, StatsField.CALLS_FAILED: 1})
                 if not error.error_class.is_transient:
                     self.breaker.record_success()  # the endpoint answered; the batch is the problem
                     raise
                 now = self._clock()
                 self.breaker.record_failure(now)
-                outcome.transient_failures += 1
                 outage_started = outage_started if outage_started is not None else now
                 if now - outage_started > self.transient_give_up_s:
                     raise TransientOutageTooLong(error) from error
@@ -236,7 +237,7 @@ class BatchRunner:
                 await self._sleep(self.retry.delay_before(min(transient_retries + 1, self.retry.max_attempts)) or 0.0)
                 continue
             self.breaker.record_success()
-            await self.store.add_stats(call_stats)
+            await self.stats.add(call_stats)
             return outputs
 
     async def _wait_for_breaker(self) -> None:
@@ -266,7 +267,7 @@ class BatchRunner:
         }
         done = await self.store.mark_done(results)
         outcome.done += done
-        await self.store.add_stats({StatsField.TASKS_DONE: done})
+        await self.stats.add({StatsField.TASKS_DONE: done})
         finished_ms = now_ms()
         for item in items:
             metrics.TASK_LATENCY.observe(max(0, finished_ms - item.request.submitted_at_ms) / 1000)
@@ -275,20 +276,11 @@ class BatchRunner:
         self, batch: Batch, items: list[BatchItem], error: ModelCallError, attempts: _Attempts, outcome: BatchOutcome
     ) -> None:
         failed_at = now_ms()
-        batch_task_ids = [item.task_id for item in batch.items]
         letters = [
-            DeadLetter(
-                request=item.request,
-                error_class=error.error_class.value,
-                error_message=error.message,
-                attempts=attempts.of(item),
-                batch_id=batch.batch_id,
-                batch_task_ids=batch_task_ids,
-                model=self.signature.name,
-                model_version=self.signature.version,
-                source_partition=item.partition,
-                source_offset=item.offset,
-                failed_at_ms=failed_at,
+            dead_letter(
+                item.request, error.error_class.value, error.message, item.partition, item.offset, failed_at,
+                attempts=attempts.of(item), batch_id=batch.batch_id,
+                batch_task_ids=[i.task_id for i in batch.items], signature=self.signature,
             )
             for item in items
         ]
@@ -306,7 +298,7 @@ class BatchRunner:
                 },
             )
             outcome.failed += failed
-        await self.store.add_stats({StatsField.TASKS_FAILED: len(items)})
+        await self.stats.add({StatsField.TASKS_FAILED: len(items)})
         for item in items:
             log.error(
                 "task failed to the DLQ",

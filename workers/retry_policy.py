@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
-class RetryPolicy:
+class BatchRetryPolicy:
     """Capped exponential backoff with full jitter."""
 
     max_attempts: int = 3

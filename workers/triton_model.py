@@ -1,4 +1,4 @@
-"""The model behind Triton, as the rest of Brimful sees it: asyncio, classified errors."""
+"""The model behind Triton, as the batch runner calls it: asyncio, classified errors."""
 
 from __future__ import annotations
 
@@ -6,12 +6,11 @@ import asyncio
 from typing import Mapping
 
 import numpy as np
-import tritonclient.grpc.aio as triton_aio
+from brimful.core.model_metadata import ModelMetadata
+from brimful.core.model_signature import ModelSignature
+from brimful.workers.model_errors import ErrorClass, ModelCallError, summarize
 from tritonclient.grpc import InferInput, InferRequestedOutput
 from tritonclient.utils import InferenceServerException
-
-from brimful.model_signature import ModelSignature
-from workers.model_errors import ErrorClass, ModelCallError, summarize
 
 _UNAVAILABLE_CODES = {"StatusCode.UNAVAILABLE", "StatusCode.NOT_FOUND", "StatusCode.CANCELLED"}
 _TIMEOUT_CODES = {"StatusCode.DEADLINE_EXCEEDED"}
@@ -39,34 +38,16 @@ def classify(error: BaseException) -> ModelCallError:
     return ModelCallError(ErrorClass.INTERNAL, f"{type(error).__name__}: {error}")
 
 
-class TritonModel:
-    """One model on one Triton server, over gRPC."""
-
-    def __init__(self, url: str, model_name: str, model_version: str, batch_size: int, timeout_s: float) -> None:
-        self.url = url
-        self.model_name = model_name
-        self.model_version = model_version
-        self.batch_size = batch_size
-        self.timeout_s = timeout_s
-        self._client = triton_aio.InferenceServerClient(url)
-
-    async def close(self) -> None:
-        await self._client.close()
-
-    async def is_ready(self) -> bool:
-        """Whether the model answers as ready; never raises."""
-        try:
-            return bool(await self._client.is_model_ready(self.model_name, self.model_version))
-        except Exception:
-            return False
+class TritonModel(ModelMetadata):
+    """One model on one Triton server, over gRPC: its metadata, and inference with every
+    failure classified."""
 
     async def signature(self) -> ModelSignature:
-        """The model's inputs and outputs, from Triton's metadata."""
+        """The model's inputs and outputs; raises ModelCallError."""
         try:
-            metadata = await self._client.get_model_metadata(self.model_name, self.model_version, as_json=True)
+            return await super().signature()
         except Exception as error:
             raise classify(error) from error
-        return ModelSignature.from_triton_metadata(metadata, self.batch_size)
 
     async def infer(self, inputs: Mapping[str, np.ndarray], signature: ModelSignature) -> dict[str, np.ndarray]:
         """One call with exactly ``batch_size`` rows; raises ModelCallError."""

@@ -7,7 +7,7 @@ from typing import Any
 
 import httpx
 
-from brimful.settings import get_settings
+from brimful.core.settings import get_settings
 
 
 class CommandError(RuntimeError):

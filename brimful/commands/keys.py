@@ -14,10 +14,10 @@ import re
 import sys
 import time
 
-from brimful.api_keys import ApiKeys, Scope
-from brimful.redis_client import make_redis
-from brimful.redis_keys import RedisKeys
-from brimful.settings import get_settings
+from brimful.core.api_keys import ApiKeys, Scope
+from brimful.core.redis_client import make_redis
+from brimful.core.redis_keys import RedisKeys
+from brimful.core.settings import get_settings
 
 _TENANT = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 

@@ -12,11 +12,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from batcher import traces
-from batcher.simulator import SimulationResult, simulate
-from batcher.tuning import TUNABLE, TuningError, apply_changes, defaults_from_settings, params_from_values
+from brimful.batcher import traces
+from brimful.batcher.simulator import SimulationResult, simulate
 from brimful.commands.api_client import CommandError
-from brimful.settings import get_settings
+from brimful.core.policy_tuning import TUNABLE, TuningError, apply_changes, defaults_from_settings, params_from_values
+from brimful.core.settings import get_settings
 
 _COLUMNS = ("mean_rows_per_batch", "padded_share", "p50_wait_ms", "p99_wait_ms", "batches_per_s")
 

@@ -13,10 +13,10 @@ import argparse
 import asyncio
 import sys
 
-from brimful.redis_client import make_redis
-from brimful.redis_keys import RedisKeys
-from brimful.settings import get_settings
-from brimful.tenant_limits import TenantLimits, TenantLimitStore
+from brimful.core.redis_client import make_redis
+from brimful.core.redis_keys import RedisKeys
+from brimful.core.settings import get_settings
+from brimful.core.tenant_limits import TenantLimits, TenantLimitStore
 
 
 def register(commands: argparse._SubParsersAction) -> None:

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from types import FrameType
 
-from brimful.settings import get_settings
+from brimful.core.settings import get_settings
 from brimful.stack import EmbeddedStack, StackError
 
 

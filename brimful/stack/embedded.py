@@ -23,8 +23,8 @@ from urllib.parse import urlparse
 import redis
 from pydantic import SecretStr
 
-from brimful.redis_keys import RedisKeys
-from brimful.settings import Settings
+from brimful.core.redis_keys import RedisKeys
+from brimful.core.settings import Settings
 from brimful.stack.processes import (
     ManagedProcess,
     StackError,
@@ -176,7 +176,7 @@ class EmbeddedStack:
         workspace = scratch / "ws"
         process = self._launch(
             "triton",
-            [sys.executable, "-m", "workers.model_host", "--grpc-port", str(grpc_port),
+            [sys.executable, "-m", "brimful.model_server.model_host", "--grpc-port", str(grpc_port),
              "--http-port", str(self.triton_http_port), "--metrics-port", str(self.triton_metrics_port),
              "--batch-size", str(self.settings.batch_size), "--workspace", str(workspace),
              *self.model_host_args],
@@ -186,10 +186,10 @@ class EmbeddedStack:
 
     def start_batcher(self) -> ManagedProcess:
         name = f"batcher-{sum(1 for n in self.processes if n.startswith('batcher'))}"
-        return self._launch(name, [sys.executable, "-m", "batcher"], log_to_file=not self.echo_service_logs)
+        return self._launch(name, [sys.executable, "-m", "brimful.batcher"], log_to_file=not self.echo_service_logs)
 
     def start_api(self) -> None:
-        process = self._launch("api", [sys.executable, "-m", "api"], log_to_file=not self.echo_service_logs)
+        process = self._launch("api", [sys.executable, "-m", "brimful.api"], log_to_file=not self.echo_service_logs)
         wait_until(lambda: http_ok(f"{self.api_url}/readyz"), self.startup_timeout_s, "api", process)
 
     def wait_for_batchers(self) -> float:

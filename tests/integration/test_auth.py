@@ -18,7 +18,6 @@ from redis import Redis
 from brimful.stack import EmbeddedStack, settings_env
 from tests.conftest import stack_settings, start_stack
 
-
 RATE, BURST = 5.0, 10
 
 

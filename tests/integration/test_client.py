@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from brimful_client import AsyncClient, BrimfulError, Client, TaskFailed
 
-from brimful.client import AsyncClient, BrimfulError, Client, TaskFailed
 from brimful.stack import EmbeddedStack
 from tests.integration.test_pipeline import expected_outputs
 

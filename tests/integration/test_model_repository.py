@@ -11,11 +11,11 @@ from typing import AsyncIterator
 
 import numpy as np
 import pytest
+from brimful.workers.model_errors import ErrorClass, ModelCallError
+from brimful.workers.triton_model import TritonModel
 
 from brimful.stack import ManagedProcess, free_port, wait_until
 from brimful.stack.processes import http_ok
-from workers.model_errors import ErrorClass, ModelCallError
-from workers.triton_model import TritonModel
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -27,7 +27,7 @@ def repository_server(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator
     env = dict(os.environ, REFERENCE_MODEL_SOURCE=str(ROOT))
     process = ManagedProcess(
         name="tritonserver",
-        argv=[sys.executable, "-m", "workers.repository_server",
+        argv=[sys.executable, "-m", "brimful.model_server.repository_server",
               "--model-repository", str(ROOT / "deploy" / "triton" / "models"),
               "--grpc-port", str(grpc_port), "--http-port", str(http_port), "--metrics-port", str(metrics_port),
               "--server-dir", str(workdir / "server")],

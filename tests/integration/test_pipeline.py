@@ -9,12 +9,12 @@ import statistics
 import time
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 import aiohttp
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from brimful.core.kafka import read_whole_topic
+from brimful.schemas import DeadLetter, TaskRequest
 
-from brimful.kafka import read_whole_topic
 from brimful.stack import EmbeddedStack
-from schemas import DeadLetter, TaskRequest
 from tests.task_client import TaskClient
 
 _ALPHABET = "abcXYZ019 ñé漢字🙂\u0301\n\"\\"

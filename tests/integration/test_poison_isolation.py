@@ -5,18 +5,20 @@ from __future__ import annotations
 import uuid
 
 from aiokafka import AIOKafkaProducer
+from brimful.core.clock import now_ms
+from brimful.core.redis_keys import RedisKeys
+from brimful.core.stats import SharedStats
+from brimful.core.task_store import TaskStore
+from brimful.core.tensor_codec import encode_input
+from brimful.schemas import TaskRequest
+from brimful.workers.batch_runner import Batch, BatchItem, BatchRunner
+from brimful.workers.dead_letters import DeadLetterWriter
+from brimful.workers.retry_policy import BatchRetryPolicy
+from brimful.workers.triton_model import TritonModel
 from redis.asyncio import Redis
 
-from brimful.redis_keys import RedisKeys
 from brimful.stack import EmbeddedStack
-from brimful.task_store import TaskStore, now_ms
-from brimful.tensor_codec import encode_input
-from schemas import TaskRequest
 from tests.integration.test_pipeline import expected_outputs, read_dead_letters
-from workers.batch_runner import Batch, BatchItem, BatchRunner
-from workers.dead_letters import DeadLetterWriter
-from workers.retry_policy import RetryPolicy
-from workers.triton_model import TritonModel
 
 
 async def test_one_failing_row_among_63_good_ones(stack: EmbeddedStack) -> None:
@@ -34,12 +36,13 @@ async def test_one_failing_row_among_63_good_ones(stack: EmbeddedStack) -> None:
         for offset, text in enumerate(texts):
             task_id = uuid.uuid4().hex
             request = TaskRequest(task_id=task_id, model=signature.name, submitted_at_ms=now_ms())
-            request.inputs["TEXT"].CopyFrom(encode_input(signature.input("TEXT"), text))  # type: ignore[arg-type]
+            request.inputs["TEXT"].CopyFrom(encode_input(signature.inputs[0], text))
             await store.create_queued(task_id, request.submitted_at_ms)
             items.append(BatchItem(request, partition=0, offset=offset))
         runner = BatchRunner(
-            model, signature, store, DeadLetterWriter(producer, settings.dlq_topic),
-            RetryPolicy(max_attempts=3, base_delay=0.01, max_delay=0.02),
+            model, signature, store, SharedStats(redis, RedisKeys(settings.key_prefix)),
+            DeadLetterWriter(producer, settings.dlq_topic),
+            BatchRetryPolicy(max_attempts=3, base_delay=0.01, max_delay=0.02),
         )
         outcome = await runner.run(Batch(uuid.uuid4().hex, 0, items, "full"))
 

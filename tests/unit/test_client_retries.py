@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import httpx
 import pytest
-
-from brimful.client import BrimfulError, Client, RetryPolicy, retry_delay
+from brimful_client import BrimfulError, Client, RetryPolicy, retry_delay
 
 
 def test_retry_after_is_honoured_and_capped() -> None:

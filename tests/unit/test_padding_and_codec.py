@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from brimful.model_signature import ModelSignature, TensorSpec, UnsupportedModelError
-from brimful.tensor_codec import InputValidationError, encode_input, output_row_to_json, stack_rows
-from workers.padding import pad_batch, pad_rows, unpad
+from brimful.core.model_signature import ModelSignature, TensorSpec, UnsupportedModelError
+from brimful.core.tensor_codec import InputValidationError, encode_input, output_row_to_json, stack_rows
+from brimful.workers.padding import pad_batch, pad_rows, unpad
 
 TEXT = TensorSpec("TEXT", "BYTES", (1,))
 VECTOR = TensorSpec("V", "FP32", (3,))

@@ -5,11 +5,11 @@ from __future__ import annotations
 import math
 
 import pytest
+from brimful.batcher.accumulator import Accumulator
+from brimful.batcher.policy import ArrivalRate, FlushReason, WaitOrFullPolicy
+from brimful.core.policy_params import PolicyParams
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from batcher.accumulator import Accumulator
-from batcher.policy import ArrivalRate, FlushReason, PolicyParams, WaitOrFullPolicy
 
 PARAMS = PolicyParams(batch_size=64, max_wait=0.250, min_wait=0.020, rate_halflife=0.5)
 

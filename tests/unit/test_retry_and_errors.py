@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import random
 
-from workers.model_errors import ErrorClass, summarize
-from workers.retry_policy import RetryPolicy
+from brimful.workers.model_errors import ErrorClass, summarize
+from brimful.workers.retry_policy import BatchRetryPolicy
 
 
 def test_backoff_doubles_up_to_the_cap_and_stops_after_max_attempts() -> None:
-    policy = RetryPolicy(max_attempts=5, base_delay=0.1, max_delay=0.3)
+    policy = BatchRetryPolicy(max_attempts=5, base_delay=0.1, max_delay=0.3)
     rng = random.Random(7)
     assert policy.delay_before(1, rng) == 0.0
     delays = [policy.delay_before(attempt, rng) for attempt in (2, 3, 4, 5)]

@@ -5,11 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from batcher import traces
-from batcher.policy import PolicyParams
-from batcher.simulator import simulate
-from batcher.tuning import TuningError, apply_changes
+from brimful.batcher import traces
+from brimful.batcher.simulator import simulate
+from brimful.core.policy_params import PolicyParams
+from brimful.core.policy_tuning import TuningError, apply_changes
 
 PARAMS = PolicyParams(batch_size=64, max_wait=0.25, min_wait=0.02)
 

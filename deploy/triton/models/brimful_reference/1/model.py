@@ -1,17 +1,18 @@
 """Triton Python-backend wrapper around Brimful's reference model.
 
-The model's logic lives in ``workers/reference_model.py``; the container mounts the
-project at /opt/brimful (REFERENCE_MODEL_SOURCE overrides), so this file only adapts it.
+The model's logic lives in ``model_server/reference_model.py`` of the project, which the
+container holds at /opt/brimful (REFERENCE_MODEL_SOURCE overrides); this file only adapts
+it. That module imports nothing but numpy and the standard library, so it is loaded from
+its folder alone: the Python-backend stub need not see Brimful's installed packages.
 """
 
 import os
 import sys
 
-sys.path.insert(0, os.environ.get("REFERENCE_MODEL_SOURCE", "/opt/brimful"))
+sys.path.insert(0, os.path.join(os.environ.get("REFERENCE_MODEL_SOURCE", "/opt/brimful"), "model_server"))
 
 import triton_python_backend_utils as pb_utils  # noqa: E402  (provided by the Python backend)
-
-from workers.reference_model import ReferenceModelFault, reference_infer  # noqa: E402
+from reference_model import ReferenceModelFault, reference_infer  # noqa: E402
 
 
 class TritonPythonModel:

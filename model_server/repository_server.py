@@ -1,7 +1,7 @@
 """Run a plain Triton server on a model repository, using the ``tritonserver`` binary that
 the ``nvidia-pytriton`` wheel bundles (with its Python backend).
 
-``python -m workers.repository_server --model-repository deploy/triton/models`` serves
+``python -m brimful.model_server.repository_server --model-repository deploy/triton/models`` serves
 the production repository exactly as NVIDIA's Triton image would; docker-compose uses
 it, and the tests load the production repository with it. The process replaces itself
 with ``tritonserver`` (exec), so signals reach the server directly.
@@ -13,9 +13,10 @@ import argparse
 import os
 import shutil
 import sys
-import sysconfig
 import tempfile
 from pathlib import Path
+
+from brimful.model_server.library_path import library_path
 
 
 def _pytriton_root() -> Path:
@@ -39,13 +40,10 @@ def prepare_server(destination: Path) -> Path:
 def server_environment(base: dict[str, str]) -> dict[str, str]:
     """The environment the bundled server needs: its vendored libraries and this
     interpreter's libpython (the stub links it dynamically) on the library path."""
-    libraries = [
-        str(_pytriton_root().parent / "nvidia_pytriton.libs"),
-        str(sysconfig.get_config_var("LIBDIR") or ""),
-    ]
-    current = base.get("LD_LIBRARY_PATH", "")
     env = dict(base)
-    env["LD_LIBRARY_PATH"] = ":".join(part for part in [*libraries, current] if part)
+    env["LD_LIBRARY_PATH"] = library_path(
+        base.get("LD_LIBRARY_PATH", ""), str(_pytriton_root().parent / "nvidia_pytriton.libs")
+    )
     # The stub runs model.py with this interpreter's packages (numpy, the project).
     env["PATH"] = f"{Path(sys.executable).parent}:{base.get('PATH', '')}"
     return env

@@ -1,4 +1,4 @@
-"""Task state and results in Redis: written by the API and the workers, read by clients.
+"""Task state and results in Redis: written by the API and the batchers, read by clients.
 
 Every state change goes through one Lua script that moves a task only from the
 states it may leave. That is what makes redelivery harmless: a batch replayed after
@@ -9,15 +9,14 @@ with a second result.
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
+from brimful.core.clock import now_ms
+from brimful.core.redis_keys import RedisKeys
+from brimful.core.task_status import TaskStatus
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
-
-from brimful.redis_keys import RedisKeys
-from brimful.task_status import TaskStatus
 
 # KEYS: task hashes. ARGV: ttl_s, now_ms, new status, allowed-from statuses
 # (comma-separated; "*" also admits a missing hash), field name, channel to publish
@@ -83,24 +82,6 @@ _NOT_FINAL = f"{TaskStatus.QUEUED},{TaskStatus.RUNNING},*"
 _QUEUED = f"{TaskStatus.QUEUED}"
 
 
-class StatsField:
-    """Names of the counters in the stats hash, totalled across batchers."""
-
-    BATCHES_DISPATCHED = "batches_dispatched"  # model calls made
-    ROWS_DISPATCHED = "rows_dispatched"        # real rows in those calls (padding excluded)
-    PADDED_SLOTS = "padded_slots"              # filler rows sent to reach the fixed batch size
-    CALLS_FAILED = "calls_failed"              # model calls that raised
-    TASKS_DONE = "tasks_done"
-    TASKS_FAILED = "tasks_failed"
-
-    ALL = (BATCHES_DISPATCHED, ROWS_DISPATCHED, PADDED_SLOTS, CALLS_FAILED, TASKS_DONE, TASKS_FAILED)
-
-    @staticmethod
-    def flushes(reason: str) -> str:
-        """Counter of batches flushed for ``reason`` (full, deadline, ...)."""
-        return f"flushes_{reason}"
-
-
 @dataclass(frozen=True)
 class TaskRecord:
     """A task as stored: what ``GET /v1/tasks/{id}`` shows."""
@@ -139,11 +120,6 @@ class FinishedMessage:
             error=decoded if field == "error" else None,
             tenant=tenant,
         )
-
-
-def now_ms() -> int:
-    """Wall-clock milliseconds since the epoch, the unit of every stored timestamp."""
-    return int(time.time() * 1000)
 
 
 class TaskStore:
@@ -241,21 +217,6 @@ class TaskStore:
             tenant=fields.get("tenant", ""),
         )
 
-    async def final_among(self, task_ids: Iterable[str]) -> set[str]:
-        """Which of these tasks already reached a final state (redelivered work to skip)."""
-        ids = list(task_ids)
-        if not ids:
-            return set()
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for task_id in ids:
-                pipe.hget(self._keys.task(task_id), "status")
-            statuses = await pipe.execute()
-        return {
-            task_id
-            for task_id, status in zip(ids, statuses)
-            if status is not None and TaskStatus(status.decode()).is_final
-        }
-
     async def mark_running(self, task_ids: Iterable[str]) -> list[str]:
         """Move tasks to running; returns those that moved. Final ones (a task cancelled a
         moment ago among them) stay as they are and must not be sent to the model: this
@@ -299,19 +260,3 @@ class TaskStore:
         args = [self._ttl_s, now_ms(), status.value, allowed_from, field, channel, in_flight_prefix, *values]
         positions = await self._transition(keys=keys, args=args)
         return [task_ids[int(position) - 1] for position in positions]
-
-    async def add_stats(self, increments: Mapping[str, int]) -> None:
-        """Add to the shared counters (one round trip)."""
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for field, amount in increments.items():
-                if amount:
-                    pipe.hincrby(self._keys.stats, field, amount)
-            await pipe.execute()
-
-    async def stats(self) -> dict[str, int]:
-        """Every counter, zero when never incremented."""
-        raw = await self._redis.hgetall(self._keys.stats)
-        values = {k.decode(): int(v) for k, v in raw.items()}
-        counters = {field: values.get(field, 0) for field in StatsField.ALL}
-        counters.update(sorted((k, v) for k, v in values.items() if k.startswith("flushes_")))
-        return counters

@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping
 
+from brimful.core.redis_keys import RedisKeys
 from redis.asyncio import Redis
-
-from brimful.redis_keys import RedisKeys
 
 
 class StatusBoard:

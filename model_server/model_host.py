@@ -1,6 +1,6 @@
 """Host the reference model (or, opt-in, MiniLM) in a real Triton server via PyTriton.
 
-Run as ``python -m workers.model_host --grpc-port 8001``. The model is bound with
+Run as ``python -m brimful.model_server.model_host --grpc-port 8001``. The model is bound with
 batching off and an explicit first dimension of ``batch_size``, so Triton itself
 rejects any call that does not carry exactly that many rows.
 """
@@ -11,7 +11,6 @@ import argparse
 import logging
 import os
 import signal
-import sysconfig
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,21 +18,10 @@ from types import FrameType
 from typing import Any, Callable
 
 import numpy as np
-
-from workers.reference_model import MODEL_NAME, ReferenceModel
+from brimful.model_server.library_path import library_path
+from brimful.model_server.reference_model import MODEL_NAME, ReferenceModel
 
 log = logging.getLogger("brimful.model_host")
-
-
-def _ensure_libpython_on_path() -> None:
-    # The Python-backend stub bundled with PyTriton links libpython dynamically; with a
-    # pyenv-style Python it otherwise picks up the system one and every model fails to
-    # load. The stub inherits this process's environment, so setting it here suffices.
-    libdir = sysconfig.get_config_var("LIBDIR")
-    if libdir:
-        current = os.environ.get("LD_LIBRARY_PATH", "")
-        if libdir not in current.split(":"):
-            os.environ["LD_LIBRARY_PATH"] = f"{libdir}:{current}" if current else libdir
 
 
 def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
@@ -56,8 +44,8 @@ def reference(model: ReferenceModel) -> Served:
 
 
 def minilm() -> Served:
-    from workers.minilm_model import DIMENSIONS, MiniLMModel
-    from workers.minilm_model import MODEL_NAME as MINILM_NAME
+    from brimful.model_server.minilm_model import DIMENSIONS, MiniLMModel
+    from brimful.model_server.minilm_model import MODEL_NAME as MINILM_NAME
 
     return Served(MINILM_NAME, MiniLMModel(), (("EMBEDDING", np.float32, (DIMENSIONS,)),))
 
@@ -80,7 +68,7 @@ def serve(
     ``with_dynamic``, also bind the same model under ``dynamic_name``: any number of
     rows up to ``batch_size`` per call, behind Triton's own dynamic batcher (what a user
     would pick if the model API were not fixed; the benchmarks compare)."""
-    _ensure_libpython_on_path()
+    os.environ["LD_LIBRARY_PATH"] = library_path(os.environ.get("LD_LIBRARY_PATH", ""))
     from pytriton.decorators import batch
     from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
     from pytriton.triton import Triton, TritonConfig

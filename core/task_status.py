@@ -18,5 +18,3 @@ class TaskStatus(StrEnum):
     def is_final(self) -> bool:
         return self in (TaskStatus.DONE, TaskStatus.FAILED, TaskStatus.CANCELLED)
 
-
-FINAL_STATUSES: frozenset[TaskStatus] = frozenset(s for s in TaskStatus if s.is_final)

@@ -41,10 +41,6 @@ class TensorSpec:
     def numpy_dtype(self) -> np.dtype:
         return _NUMPY_DTYPES[self.datatype]
 
-    @property
-    def row_elements(self) -> int:
-        return int(np.prod(self.row_shape, dtype=np.int64))
-
 
 @dataclass(frozen=True)
 class ModelSignature:
@@ -55,9 +51,6 @@ class ModelSignature:
     batch_size: int
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
-
-    def input(self, name: str) -> TensorSpec | None:
-        return next((spec for spec in self.inputs if spec.name == name), None)
 
     @property
     def input_names(self) -> tuple[str, ...]:

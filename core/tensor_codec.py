@@ -12,9 +12,8 @@ import math
 from typing import Any, Sequence
 
 import numpy as np
-
-from brimful.model_signature import TensorSpec
-from schemas import InputTensor
+from brimful.core.model_signature import TensorSpec
+from brimful.schemas import InputTensor
 
 _JSON_KIND = {"BYTES": "a string", "BOOL": "a boolean"}
 

@@ -16,14 +16,14 @@ from typing import Any, Iterable
 import pyarrow as pa
 import pyarrow.parquet as pq
 from aiokafka import AIOKafkaProducer
+from brimful.core.clock import now_ms
+from brimful.core.kafka import read_whole_topic
+from brimful.core.redis_keys import RedisKeys
+from brimful.core.settings import Settings
+from brimful.core.task_store import TaskStore
+from brimful.schemas import DeadLetter
 from google.protobuf.json_format import MessageToDict
 from redis.asyncio import Redis
-
-from brimful.kafka import read_whole_topic
-from brimful.redis_keys import RedisKeys
-from brimful.settings import Settings
-from brimful.task_store import TaskStore, now_ms
-from schemas import DeadLetter
 
 
 @dataclass(frozen=True)

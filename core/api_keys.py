@@ -14,10 +14,9 @@ from dataclasses import asdict, dataclass
 from enum import StrEnum
 from typing import Iterable
 
+from brimful.core.clock import now_ms
+from brimful.core.redis_keys import RedisKeys
 from redis.asyncio import Redis
-
-from brimful.redis_keys import RedisKeys
-from brimful.task_store import now_ms
 
 KEY_PREFIX = "bf_"
 

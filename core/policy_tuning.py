@@ -14,13 +14,12 @@ import logging
 import math
 from typing import Any, Mapping
 
+from brimful.core.clock import now_ms
+from brimful.core.policy_params import PolicyParams
+from brimful.core.redis_keys import RedisKeys
+from brimful.core.settings import Settings
 from redis.asyncio import Redis
 from redis.exceptions import WatchError
-
-from batcher.policy import PolicyParams
-from brimful.redis_keys import RedisKeys
-from brimful.settings import Settings
-from brimful.task_store import now_ms
 
 log = logging.getLogger("brimful.tuning")
 

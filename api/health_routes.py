@@ -1,0 +1,62 @@
+"""Whether this API process is alive and ready, and what it measures (Prometheus)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any, Awaitable, Callable
+
+from brimful.api.state import api_state
+from brimful.core.metrics import MULTIPROCESS_DIR_ENV
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest, multiprocess
+
+router = APIRouter(tags=["health"])
+
+READY_CHECK_TIMEOUT_S = 2.0
+
+
+@router.get("/metrics", include_in_schema=False)
+async def prometheus_metrics() -> Response:
+    """The API's Prometheus metrics: summed over every worker when there are several."""
+    if os.environ.get(MULTIPROCESS_DIR_ENV):
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+    return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+
+@router.get("/healthz")
+async def healthz() -> dict[str, str]:
+    """Liveness: the process answers."""
+    return {"status": "ok"}
+
+
+@router.get("/readyz")
+async def readyz(request: Request) -> JSONResponse:
+    """Readiness: 200 only when the broker, Redis and the model are all reachable."""
+    state = api_state(request)
+
+    async def broker() -> bool:
+        if not state.producer_started:
+            return False
+        await state.producer.client.fetch_all_metadata()
+        return True
+
+    async def redis() -> bool:
+        return bool(await state.redis.ping())
+
+    async def model() -> bool:
+        return state.signature is not None and await state.model.is_ready()
+
+    async def check(probe: Callable[[], Awaitable[Any]]) -> bool:
+        try:
+            return bool(await asyncio.wait_for(probe(), timeout=READY_CHECK_TIMEOUT_S))
+        except Exception:
+            return False
+
+    results = await asyncio.gather(check(broker), check(redis), check(model))
+    checks = dict(zip(("broker", "redis", "model"), results))
+    ready = all(results)
+    return JSONResponse({"ready": ready, "checks": checks}, status_code=200 if ready else 503)

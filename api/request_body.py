@@ -1,0 +1,34 @@
+"""Reading a request's body: bounded in size, then decoded as JSON with a precise 4xx."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from brimful.api.errors import ApiError
+from fastapi import Request
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The whole body, or 413 as soon as it passes ``limit`` bytes (declared or streamed)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise ApiError(413, "body_too_large", f"body of {declared} bytes exceeds the limit of {limit} bytes")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise ApiError(413, "body_too_large", f"body exceeds the limit of {limit} bytes")
+    return bytes(body)
+
+
+def parse_json(body: bytes) -> Any:
+    """Decode the body as JSON or raise a 400 saying where it breaks."""
+    try:
+        return json.loads(body)
+    except UnicodeDecodeError as error:
+        raise ApiError(400, "invalid_json", f"body is not UTF-8: {error.reason} at byte {error.start}") from error
+    except json.JSONDecodeError as error:
+        raise ApiError(
+            400, "invalid_json", f"body is not valid JSON: {error.msg} (line {error.lineno}, column {error.colno})"
+        ) from error

@@ -1,0 +1,74 @@
+"""What the model server says about one model: its signature and whether it is ready.
+
+The API needs only this (to check submissions and to report readiness); the workers'
+``TritonModel`` builds on it to run inference.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Self
+
+import tritonclient.grpc.aio as triton_aio
+from brimful.core.model_signature import ModelSignature
+from brimful.core.settings import Settings
+
+log = logging.getLogger("brimful.model")
+
+
+class ModelMetadata:
+    """One model on one Triton server, over gRPC: read its metadata, ask if it is ready."""
+
+    def __init__(self, url: str, model_name: str, model_version: str, batch_size: int, timeout_s: float) -> None:
+        self.url = url
+        self.model_name = model_name
+        self.model_version = model_version
+        self.batch_size = batch_size
+        self.timeout_s = timeout_s
+        self._client = triton_aio.InferenceServerClient(url)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Self:
+        """The model the settings name, on the Triton server they name."""
+        return cls(
+            settings.triton_url, settings.model_name, settings.model_version, settings.batch_size,
+            settings.infer_timeout_s,
+        )
+
+    async def close(self) -> None:
+        await self._client.close()
+
+    async def is_ready(self) -> bool:
+        """Whether the model answers as ready; never raises."""
+        try:
+            return bool(await self._client.is_model_ready(self.model_name, self.model_version))
+        except Exception:
+            return False
+
+    async def signature(self) -> ModelSignature:
+        """The model's inputs and outputs, from Triton's metadata."""
+        metadata = await self._client.get_model_metadata(self.model_name, self.model_version, as_json=True)
+        return ModelSignature.from_triton_metadata(metadata, self.batch_size)
+
+
+async def wait_for_signature(model: ModelMetadata, stop: asyncio.Event | None = None) -> ModelSignature | None:
+    """Ask until the model's metadata is available (it may still be loading), backing off
+    up to 2 s between tries; None if ``stop`` is set first."""
+    delay = 0.2
+    while stop is None or not stop.is_set():
+        try:
+            signature = await model.signature()
+            log.info("model signature loaded", extra={"model": signature.name, "inputs": signature.input_names})
+            return signature
+        except Exception as error:
+            log.info("waiting for the model", extra={"model": model.model_name, "error": str(error)})
+        if stop is None:
+            await asyncio.sleep(delay)
+        else:
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=delay)
+            except asyncio.TimeoutError:
+                pass
+        delay = min(delay * 2, 2.0)
+    return None

@@ -1,0 +1,52 @@
+"""The counters every batcher adds to and the API reads (``RedisKeys.stats``): batches,
+rows, padding, failures and flush reasons, totalled across processes."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from brimful.core.redis_keys import RedisKeys
+from redis.asyncio import Redis
+
+
+class StatsField:
+    """Names of the counters in the stats hash, totalled across batchers."""
+
+    BATCHES_DISPATCHED = "batches_dispatched"  # model calls made
+    ROWS_DISPATCHED = "rows_dispatched"        # real rows in those calls (padding excluded)
+    PADDED_SLOTS = "padded_slots"              # filler rows sent to reach the fixed batch size
+    CALLS_FAILED = "calls_failed"              # model calls that raised
+    TASKS_DONE = "tasks_done"
+    TASKS_FAILED = "tasks_failed"
+
+    ALL = (BATCHES_DISPATCHED, ROWS_DISPATCHED, PADDED_SLOTS, CALLS_FAILED, TASKS_DONE, TASKS_FAILED)
+    FLUSHES_PREFIX = "flushes_"
+
+    @staticmethod
+    def flushes(reason: str) -> str:
+        """Counter of batches flushed for ``reason`` (full, deadline, ...)."""
+        return f"{StatsField.FLUSHES_PREFIX}{reason}"
+
+
+class SharedStats:
+    """Adds to and reads the shared counters; one instance per process."""
+
+    def __init__(self, redis: Redis, keys: RedisKeys) -> None:
+        self._redis = redis
+        self._key = keys.stats
+
+    async def add(self, increments: Mapping[str, int]) -> None:
+        """Add to the counters (one round trip)."""
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for field, amount in increments.items():
+                if amount:
+                    pipe.hincrby(self._key, field, amount)
+            await pipe.execute()
+
+    async def read(self) -> dict[str, int]:
+        """Every counter, zero when never incremented, then the flush reasons seen."""
+        raw = await self._redis.hgetall(self._key)
+        values = {k.decode(): int(v) for k, v in raw.items()}
+        counters = {field: values.get(field, 0) for field in StatsField.ALL}
+        counters.update(sorted((k, v) for k, v in values.items() if k.startswith(StatsField.FLUSHES_PREFIX)))
+        return counters
