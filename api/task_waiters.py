@@ -15,6 +15,7 @@ from collections import defaultdict
 from contextlib import asynccontextmanager
 from typing import AsyncIterator
 
+from brimful.core import metrics
 from brimful.core.channel_follower import follow_channel
 from brimful.core.redis_keys import RedisKeys
 from brimful.core.task_store import FinishedMessage, TaskRecord, TaskStore
@@ -45,9 +46,11 @@ class TaskWaiters:
         missed."""
         future: asyncio.Future[TaskRecord | None] = asyncio.get_running_loop().create_future()
         self._waiting[task_id].add(future)
+        metrics.LONG_POLLS_WAITING.inc()
         try:
             yield future
         finally:
+            metrics.LONG_POLLS_WAITING.dec()
             waiters = self._waiting.get(task_id)
             if waiters is not None:
                 waiters.discard(future)

@@ -13,6 +13,18 @@ log = logging.getLogger("brimful.pubsub")
 RESUBSCRIBE_DELAY_S = 0.5
 
 
+class _Reconnects:
+    """Hears every reconnect of a subscription's connection. redis-py reconnects and
+    re-subscribes by itself inside ``get_message``, without raising, so whatever was
+    published while the connection was away is lost without a word: this says so."""
+
+    def __init__(self, on_lost: Callable[[], None]) -> None:
+        self._on_lost = on_lost
+
+    async def connected(self, connection: object) -> None:
+        self._on_lost()
+
+
 async def follow_channel(
     redis: Redis,
     channel: str,
@@ -21,12 +33,17 @@ async def follow_channel(
     stop: asyncio.Event | None = None,
 ) -> None:
     """Hand every message published on ``channel`` to ``on_message`` until ``stop`` is set
-    (or the task is cancelled). When the subscription fails, call ``on_lost`` (messages may
-    have been missed: whoever waits on one must look again) and subscribe afresh."""
+    (or the task is cancelled). Whenever the subscription was interrupted (its connection
+    failed, or was re-established under it), call ``on_lost``: messages may have been
+    missed, so whoever waits on one must look again."""
     while stop is None or not stop.is_set():
         pubsub = redis.pubsub()
+        reconnects = _Reconnects(on_lost)  # held here: the connection keeps only a weak reference
         try:
             await pubsub.subscribe(channel)
+            # Registered after the subscription, so it runs after redis-py's own re-subscribe:
+            # whoever re-reads on ``on_lost`` cannot miss a message published after that.
+            pubsub.connection.register_connect_callback(reconnects.connected)
             while stop is None or not stop.is_set():
                 message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=0.5)
                 if message is not None and message["type"] == "message":
@@ -38,4 +55,6 @@ async def follow_channel(
             on_lost()
             await asyncio.sleep(RESUBSCRIBE_DELAY_S)
         finally:
+            if pubsub.connection is not None:
+                pubsub.connection.deregister_connect_callback(reconnects.connected)
             await pubsub.aclose()

@@ -49,3 +49,6 @@ TASK_LATENCY = Histogram(
 
 # --- API -----------------------------------------------------------------------------
 TASKS_SUBMITTED = Counter("brimful_tasks_submitted", "Tasks accepted (answered 202).")
+LONG_POLLS_WAITING = Gauge(
+    "brimful_long_polls_waiting", "Requests held open waiting for a task to finish.", multiprocess_mode="livesum"
+)

@@ -6,9 +6,15 @@ import asyncio
 import time
 import uuid
 
+from redis.asyncio import Redis
+
+from brimful.core.clock import now_ms
+from brimful.core.redis_keys import RedisKeys
+from brimful.core.task_store import TaskStore
 from brimful.stack import EmbeddedStack
 from tests.conftest import rows_seen_by_model, tune_live
 from tests.integration.test_pipeline import expected_outputs
+from tests.integration.test_tuning_and_metrics import metric_values
 from tests.task_client import TaskClient
 
 
@@ -86,3 +92,28 @@ async def test_bulk_over_the_limit_is_413(stack: EmbeddedStack, client: TaskClie
     assert status == 413 and str(stack.settings.max_bulk_tasks) in body["error"]["message"]
     status, body = await client.request("POST", "/v1/tasks:batch", json={"tasks": []})
     assert status == 422
+
+
+async def test_a_long_poll_learns_its_result_though_the_push_was_lost_with_the_subscription(
+    stack: EmbeddedStack, client: TaskClient
+) -> None:
+    """redis-py re-subscribes by itself after a dropped connection, silently: a result
+    published in between reaches nobody, so the waiters must be told to look again."""
+    redis = Redis.from_url(stack.settings.redis_url)
+    store = TaskStore(redis, RedisKeys(stack.settings.key_prefix), stack.settings.result_ttl_s)
+    try:
+        for round_number in range(5):
+            task_id = uuid.uuid4().hex
+            await store.create_queued(task_id, now_ms())
+            poll = asyncio.create_task(client.request("GET", f"/v1/tasks/{task_id}", params={"wait": "15"}))
+            deadline = time.monotonic() + 5
+            while (await metric_values(f"{stack.api_url}/metrics")).get("brimful_long_polls_waiting", 0) < 1:
+                assert time.monotonic() < deadline, "the long-poll never started waiting"
+            assert await redis.client_kill_filter(_type="pubsub") >= 1  # the API's subscription drops
+            await store.mark_done({task_id: {"ROUND": round_number}})  # published while nobody listens
+            finished_at = time.monotonic()
+            status, body = await poll
+            assert status == 200 and body["status"] == "done" and body["outputs"] == {"ROUND": round_number}
+            assert time.monotonic() - finished_at < 3, "the waiter sat on although its task had finished"
+    finally:
+        await redis.aclose()
