@@ -32,3 +32,7 @@ def parse_json(body: bytes) -> Any:
         raise ApiError(
             400, "invalid_json", f"body is not valid JSON: {error.msg} (line {error.lineno}, column {error.colno})"
         ) from error
+    except ValueError as error:  # an integer of thousands of digits: Python refuses to convert it
+        raise ApiError(400, "invalid_json", f"body holds a number Brimful will not read: {error}"[:300]) from error
+    except RecursionError as error:
+        raise ApiError(400, "invalid_json", "body nests arrays or objects too deeply") from error

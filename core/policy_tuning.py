@@ -75,8 +75,10 @@ def apply_changes(current: Mapping[str, float], changes: Mapping[str, Any], batc
             raise TuningError(f"{name} must be a number")
         try:
             value = float(raw)
+        except OverflowError as error:
+            raise TuningError(f"{name} is too large") from error
         except ValueError as error:
-            raise TuningError(f"{name} must be a number, got {raw!r}") from error
+            raise TuningError(f"{name} must be a number, got {str(raw)[:32]!r}") from error
         if not math.isfinite(value):
             raise TuningError(f"{name} must be finite")
         if value > UPPER_BOUNDS[name]:

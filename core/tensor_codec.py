@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import base64
 import math
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 from brimful.core.model_signature import TensorSpec
@@ -74,8 +74,15 @@ def _check_element(spec: TensorSpec, value: Any, where: str) -> Any:
                 f"input {where} = {value} is out of range for {spec.datatype} ({info.min}..{info.max})"
             )
         return value
-    if isinstance(value, float) and not math.isfinite(value):
+    try:
+        number = float(value)
+    except OverflowError:
+        number = math.inf
+    if not math.isfinite(number):
         raise InputValidationError(f"input {where} must be a finite number")
+    largest = float(np.finfo(spec.numpy_dtype).max)
+    if abs(number) > largest:
+        raise InputValidationError(f"input {where} = {number:g} is out of range for {spec.datatype} (±{largest:g})")
     return value
 
 
@@ -146,3 +153,17 @@ def output_row_to_json(spec: TensorSpec, row: np.ndarray) -> Any:
     if row.dtype == object:
         return np.vectorize(_json_element, otypes=[object])(row).tolist()
     return row.tolist()
+
+
+def non_finite_rows(specs: Sequence[TensorSpec], outputs: Mapping[str, np.ndarray]) -> dict[int, str]:
+    """Rows whose floating-point outputs hold NaN or infinity (JSON cannot carry them),
+    each with the name of the first such output."""
+    unfit: dict[int, str] = {}
+    for spec in specs:
+        array = outputs[spec.name]
+        if array.dtype.kind != "f":
+            continue
+        finite = np.isfinite(array).reshape(array.shape[0], -1).all(axis=1)
+        for row in np.flatnonzero(~finite):
+            unfit.setdefault(int(row), spec.name)
+    return unfit

@@ -141,3 +141,37 @@ async def test_bad_input_harms_nothing_already_accepted(client: TaskClient) -> N
         task = await client.wait_final(task_id)
         assert task["status"] == "done"
         assert task["outputs"] == expected_outputs(f"keep me {index}")
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        (b'{"inputs": {"TEXT": ' + b"7" * 5000 + b"}}", "number"),  # Python refuses ints of over 4,300 digits
+        (b'{"inputs": {"TEXT": ' + b"[" * 100_000 + b"]" * 100_000 + b"}}", "deeply"),
+        (b'{"inputs": {"TEXT": "x"}, "deadline_ms": ' + b"9" * 4400 + b"}", "number"),
+    ],
+    ids=["huge-integer", "deep-nesting", "huge-deadline"],
+)
+async def test_json_python_cannot_read_is_400_not_500(client: TaskClient, body: bytes, says: str) -> None:
+    status, answer = await post_raw(client, body)
+    assert_error(status, answer, 400, "invalid_json", says)
+    status, answer = await client.request(
+        "POST", "/v1/tasks:batch", data=b'{"tasks": [' + body + b"]}", headers={"Content-Type": "application/json"}
+    )
+    assert_error(status, answer, 400, "invalid_json", says)
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "code"),
+    [
+        (b'{"max_wait_ms": ' + b"1" * 5000 + b"}", 400, "invalid_json"),
+        (b'{"max_wait_ms": 1' + b"0" * 400 + b"}", 422, "invalid_policy"),  # an int no float can hold
+        (b'{"max_wait_ms": ' + b"[" * 20_000 + b"]" * 20_000 + b"}", 400, "invalid_json"),
+    ],
+    ids=["huge-integer", "overflowing-integer", "deep-nesting"],
+)
+async def test_policy_changes_python_cannot_read_are_4xx(client: TaskClient, body: bytes, status: int, code: str) -> None:
+    answer_status, answer = await client.request(
+        "PATCH", "/v1/admin/policy", data=body, headers={"Content-Type": "application/json"}
+    )
+    assert_error(answer_status, answer, status, code)

@@ -5,7 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from brimful.core.model_signature import ModelSignature, TensorSpec, UnsupportedModelError
-from brimful.core.tensor_codec import InputValidationError, encode_input, output_row_to_json, stack_rows
+from brimful.core.tensor_codec import (
+    InputValidationError,
+    encode_input,
+    non_finite_rows,
+    output_row_to_json,
+    stack_rows,
+)
 from brimful.workers.padding import pad_batch, pad_rows, unpad
 
 TEXT = TensorSpec("TEXT", "BYTES", (1,))
@@ -92,3 +98,25 @@ def test_signatures_brimful_cannot_batch_are_refused_at_start(shape: list[str], 
     metadata = {"name": "m", "inputs": [{"name": "X", "datatype": "FP32", "shape": shape}], "outputs": []}
     with pytest.raises(UnsupportedModelError, match=message):
         ModelSignature.from_triton_metadata(metadata, batch_size=64)
+
+
+@pytest.mark.parametrize("value", [1e39, -3.5e38, 10**40, 10**400])
+def test_a_number_beyond_fp32_is_refused_not_made_infinite(value: float) -> None:
+    with pytest.raises(InputValidationError, match="X"):
+        encode_input(TensorSpec("X", "FP32", (1,)), value)
+
+
+def test_numbers_within_range_keep_their_value() -> None:
+    tensor = encode_input(TensorSpec("X", "FP32", (2,)), [3.0e38, -1])
+    assert np.frombuffer(tensor.raw_contents, dtype="<f4").tolist() == [pytest.approx(3.0e38), -1.0]
+
+
+def test_rows_with_nan_or_infinite_outputs_are_found() -> None:
+    specs = [TensorSpec("E", "FP32", (2,)), TensorSpec("N", "INT64", (1,)), TensorSpec("S", "FP64", (1,))]
+    outputs = {
+        "E": np.array([[0.0, 1.0], [np.nan, 1.0], [0.0, 0.0], [1.0, np.inf]], dtype=np.float32),
+        "N": np.zeros((4, 1), dtype=np.int64),
+        "S": np.array([[1.0], [2.0], [-np.inf], [np.nan]]),
+    }
+    assert non_finite_rows(specs, outputs) == {1: "E", 2: "S", 3: "E"}
+    assert non_finite_rows(specs, {**outputs, "E": np.zeros((4, 2)), "S": np.zeros((4, 1))}) == {}
