@@ -19,6 +19,7 @@ from brimful.core.redis_keys import RedisKeys
 from redis.asyncio import Redis
 
 KEY_PREFIX = "bf_"
+KEY_ID_LENGTH = 12
 
 
 class Scope(StrEnum):
@@ -31,7 +32,7 @@ class Scope(StrEnum):
 class KeyRecord:
     """What is stored for a key (never the key itself)."""
 
-    key_id: str  # the first 12 characters of the digest: safe to show and to log
+    key_id: str  # the first KEY_ID_LENGTH characters of the digest: safe to show and to log
     name: str
     tenant: str
     scopes: tuple[str, ...]
@@ -64,7 +65,7 @@ class ApiKeys:
         key = KEY_PREFIX + secrets.token_urlsafe(32)
         hashed = digest(key)
         record = KeyRecord(
-            key_id=hashed[:12],
+            key_id=hashed[:KEY_ID_LENGTH],
             name=name,
             tenant=tenant,
             scopes=tuple(sorted({Scope(s).value for s in scopes})),
@@ -83,10 +84,11 @@ class ApiKeys:
         return sorted((_record(value) for value in raw.values()), key=lambda r: r.created_at_ms)
 
     async def revoke(self, key_id: str) -> KeyRecord | None:
-        """Revoke the key whose id (digest prefix) is ``key_id``; None when there is none."""
+        """Revoke the key whose id is exactly ``key_id`` (as ``list`` shows it); None when
+        there is none. A prefix is not enough: it could name another key than meant."""
         raw = await self._redis.hgetall(self._keys.api_keys)
         for hashed, value in raw.items():
-            if hashed.decode().startswith(key_id) and len(key_id) >= 8:
+            if len(key_id) == KEY_ID_LENGTH and hashed.decode().startswith(key_id):
                 record = _record(value)
                 revoked = KeyRecord(**{**asdict(record), "revoked_at_ms": now_ms()})
                 await self._redis.hset(self._keys.api_keys, hashed, json.dumps(asdict(revoked)))

@@ -31,7 +31,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     create.add_argument("--name", default="", help="a note on what the key is for")
     actions.add_parser("list", help="every key: id, tenant, scopes, state (never the key)")
     revoke = actions.add_parser("revoke", help="refuse a key from its next request on")
-    revoke.add_argument("key_id", help="the id shown by `list` (at least 8 characters)")
+    revoke.add_argument("key_id", help="the whole id shown by `list` (12 characters)")
     parser.set_defaults(handler=run)
 
 
@@ -66,7 +66,8 @@ async def _run(args: argparse.Namespace) -> int:
         else:
             revoked = await keys.revoke(args.key_id)
             if revoked is None:
-                print(f"brimful keys: no key with id {args.key_id!r} (give at least 8 characters)", file=sys.stderr)
+                print(f"brimful keys: no key with id {args.key_id!r} (give the whole 12-character id `list` shows)",
+                      file=sys.stderr)
                 return 1
             print(f"revoked {revoked.key_id} (tenant {revoked.tenant})")
     finally:

@@ -231,3 +231,14 @@ async def set_policy(stack: EmbeddedStack, admin_key: str, **changes: float) -> 
             return
         assert time.monotonic() < deadline, "batchers did not apply the policy"
         await asyncio.sleep(0.05)
+
+
+async def test_revoke_takes_the_whole_key_id_never_a_prefix(auth_stack: EmbeddedStack) -> None:
+    key, key_id = create_key(auth_stack, "acme-prefix", "read")
+    refused = keys_cli(auth_stack, "revoke", key_id[:8])  # a prefix could name another key than meant
+    assert refused.returncode == 1 and "12-character" in refused.stderr
+    status, _ = await call(auth_stack, "GET", "/v1/stats", key)
+    assert status == 200  # still active
+    assert keys_cli(auth_stack, "revoke", key_id).returncode == 0
+    status, _ = await call(auth_stack, "GET", "/v1/stats", key)
+    assert status == 401
