@@ -12,7 +12,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from aiokafka.errors import KafkaError
+from aiokafka.errors import KafkaError, MessageSizeTooLargeError
 from brimful.api.auth import Principal
 from brimful.api.errors import ApiError
 from brimful.api.state import ApiState
@@ -28,6 +28,9 @@ log = logging.getLogger("brimful.api")
 
 ALLOWED_FIELDS = ("inputs", "deadline_ms")
 MAX_DEADLINE_MS = 3_600_000
+# What a record batch adds around one record (headers, key, lengths), kept free below
+# the broker's message limit.
+RECORD_OVERHEAD_BYTES = 256
 
 
 @dataclass(frozen=True)
@@ -109,6 +112,14 @@ def check_admission(state: ApiState) -> None:
         )
 
 
+def _too_large_for_broker(size: int, limit: int) -> ApiError:
+    # 413, not 503: the same task will never fit, so a client must not retry it.
+    return ApiError(
+        413, "payload_too_large",
+        f"the task's record takes {size} bytes; the broker accepts at most {limit} bytes per task",
+    )
+
+
 async def take_tokens(state: ApiState, principal: Principal, count: int) -> None:
     """429 with Retry-After when the tenant is over its rate."""
     verdict = await state.rate_limiter.take(principal.tenant, count)
@@ -136,6 +147,10 @@ async def enqueue(state: ApiState, submission: Submission, task_id: str, tenant:
     )
     for name, tensor in submission.inputs.items():
         message.inputs[name].CopyFrom(tensor)
+    record = message.SerializeToString()
+    limit = state.settings.kafka_max_message_bytes - RECORD_OVERHEAD_BYTES
+    if len(record) > limit:
+        raise _too_large_for_broker(len(record), limit)
     try:
         # Redis first: a fast batcher must never find the task missing.
         in_flight = await state.store.create_queued(task_id, submitted_at, tenant, max_in_flight)
@@ -150,12 +165,12 @@ async def enqueue(state: ApiState, submission: Submission, task_id: str, tenant:
             {"Retry-After": "1"},
         )
     try:
-        sent = await state.producer.send_and_wait(
-            state.settings.requests_topic, value=message.SerializeToString(), key=task_id.encode()
-        )
+        sent = await state.producer.send_and_wait(state.settings.requests_topic, value=record, key=task_id.encode())
     except KafkaError as error:
         log.error("could not enqueue task", extra={"task_id": task_id, "error": str(error)})
         await state.store.forget(task_id, tenant)
+        if isinstance(error, MessageSizeTooLargeError):  # the broker's own limit is below the setting
+            raise _too_large_for_broker(len(record), limit) from error
         raise ApiError(503, "broker_unavailable", "the broker did not accept the task", {"Retry-After": "1"}) from error
     state.backlog.produced(sent.partition, sent.offset)
     metrics.TASKS_SUBMITTED.inc()

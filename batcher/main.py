@@ -54,18 +54,27 @@ async def supervise(
         except Exception as error:  # Redis away: keep batching with what we have
             log.warning("could not refresh policy or status", extra={"error": str(error)})
         if recorder is not None and time.monotonic() - last_flush >= 5.0:
-            await asyncio.to_thread(recorder.flush)
             last_flush = time.monotonic()
+            await flush_trace(recorder)
         try:
             await asyncio.wait_for(stop.wait(), timeout=interval_s)
         except asyncio.TimeoutError:
             pass
     if recorder is not None:
-        await asyncio.to_thread(recorder.flush)
+        await flush_trace(recorder)
     try:
         await board.remove(member)
     except Exception as error:
         log.warning("could not leave the status board", extra={"error": str(error)})
+
+
+async def flush_trace(recorder: ArrivalRecorder) -> None:
+    """Write recorded arrivals out; a failure (a full disk, a bad trace_dir) costs the
+    trace, never live tuning or the status board."""
+    try:
+        await asyncio.to_thread(recorder.flush)
+    except Exception as error:
+        log.warning("could not write the arrival trace", extra={"error": repr(error)})
 
 
 async def serve(settings: Settings, stop: asyncio.Event) -> None:
@@ -81,7 +90,7 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
         if signature is None:
             return
         await producer.start()
-        dead_letters = DeadLetterWriter(producer, settings.dlq_topic)
+        dead_letters = DeadLetterWriter(producer, settings.dlq_topic, settings.kafka_max_message_bytes)
         runner = BatchRunner(
             model=model,
             signature=signature,
@@ -94,7 +103,9 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
                 max_delay=settings.retry_backoff_max_ms / 1000,
             ),
             breaker=CircuitBreaker(
-                failure_threshold=settings.breaker_failure_threshold, max_open_s=settings.breaker_max_open_s
+                failure_threshold=settings.breaker_failure_threshold,
+                max_open_s=settings.breaker_max_open_s,
+                probe_timeout_s=2 * settings.infer_timeout_s + 1,
             ),
             transient_give_up_s=settings.transient_give_up_s,
         )

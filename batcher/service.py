@@ -10,11 +10,12 @@ the safe offsets, so a crash can only cause redelivery, never a skipped task.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Awaitable, Callable
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.structs import ConsumerRecord, OffsetAndMetadata
@@ -96,6 +97,7 @@ class BatcherService:
         self._partitions: dict[int, PartitionState] = {}
         self._in_flight_total = 0
         self._paused_for_outage = False  # all partitions paused while the model is unreachable
+        self._probe: asyncio.Task[None] | None = None
         self._wakeup = asyncio.Event()
         self._commit_wanted = asyncio.Event()
 
@@ -248,7 +250,7 @@ class BatcherService:
                     continue
                 try:
                     request = TaskRequest.FromString(record.value)
-                except DecodeError as error:
+                except (DecodeError, TypeError) as error:  # TypeError: a record with no value
                     task = asyncio.create_task(self._dead_letter_undecodable(state, record, error))
                     state.in_flight.add(task)
                     task.add_done_callback(state.in_flight.discard)
@@ -268,6 +270,10 @@ class BatcherService:
         """Pause every partition while the model's circuit is open, so an outage costs
         neither retries nor dead letters; resume by itself once it closes."""
         healthy = self._runner.healthy
+        if not healthy and self._in_flight_total == 0 and (self._probe is None or self._probe.done()):
+            # No batch is calling the model to find out when it is back: ask it ourselves.
+            self._probe = asyncio.create_task(self._runner.probe(), name="brimful-probe")
+            self._probe.add_done_callback(lambda _: self._wakeup.set())
         if not healthy and not self._paused_for_outage:
             self._paused_for_outage = True
             self._consumer.pause(*[state.tp for state in self._partitions.values()])
@@ -321,21 +327,43 @@ class BatcherService:
 
     async def _run_batch(self, state: PartitionState, batch: Batch) -> None:
         started = self._clock()
+        await self._until_done(
+            batch.batch_id, lambda: self._runner.run(batch), lambda error: self._runner.abandon(batch, error)
+        )
+        self._service_estimate += 0.2 * ((self._clock() - started) - self._service_estimate)
+        self._finish_offsets(state, [item.offset for item in batch.items])
+
+    async def _until_done(
+        self,
+        batch_id: str,
+        work: Callable[[], Awaitable[object]],
+        give_up: Callable[[BaseException], Awaitable[object]],
+    ) -> None:
+        """Run ``work`` until it completes: through an outage of Redis or the broker by
+        waiting it out (its offsets stay uncommitted and repeating it is safe), and past a
+        fault that repeating will not mend by ``give_up`` (failing its tasks to the DLQ), so
+        no batch can hold its partition forever."""
+        failures = 0
         while True:
             try:
-                await self._runner.run(batch)
-                break
+                await work()
+                return
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                # Redis or the broker failed under us: the batch's offsets stay
-                # uncommitted and running it again is safe, so retry until it sticks.
-                log.exception("batch could not be stored; retrying", extra={"batch_id": batch.batch_id})
-                await asyncio.sleep(self._limits.store_retry_s)
-        self._service_estimate += 0.2 * ((self._clock() - started) - self._service_estimate)
+            except Exception as error:
+                failures += 1
+                delay = self._runner.retry.after_run_failure(error, failures)
+                if delay is None:
+                    log.exception("batch keeps failing; giving it up to the DLQ", extra={"batch_id": batch_id})
+                    work, delay = functools.partial(give_up, error), self._limits.store_retry_s
+                else:
+                    log.exception("batch could not be finished; retrying", extra={"batch_id": batch_id})
+                await asyncio.sleep(delay)
+
+    def _finish_offsets(self, state: PartitionState, offsets: list[int]) -> None:
         if state.tracker is not None:
-            for item in batch.items:
-                state.tracker.finish(item.offset)
+            for offset in offsets:
+                state.tracker.finish(offset)
         self._commit_wanted.set()
 
     def _batch_finished(self, state: PartitionState, task: asyncio.Task[None]) -> None:
@@ -349,11 +377,11 @@ class BatcherService:
             TaskRequest(task_id=task_id), "undecodable", f"request is not a valid TaskRequest: {error}",
             record.partition, record.offset, now_ms(), raw_request=record.value or b"",
         )
-        await self._dead_letters.write([letter])
+        # Its offset is finished only once the letter is written: retried through outages.
+        await self._until_done(f"undecodable-{record.offset}", lambda: self._dead_letters.write([letter]),
+                               lambda e: self._dead_letters.write([letter]))
         log.error("undecodable request sent to the DLQ", extra={"task_id": task_id, "offset": record.offset})
-        if state.tracker is not None:
-            state.tracker.finish(record.offset)
-        self._commit_wanted.set()
+        self._finish_offsets(state, [record.offset])
 
     # --- commits -----------------------------------------------------------------------
 
@@ -389,10 +417,13 @@ class BatcherService:
         while self._clock() < deadline:
             self._dispatch_due(force_reason=FlushReason.SHUTDOWN)
             in_flight = [task for state in self._partitions.values() for task in state.in_flight]
-            if not in_flight and not any(len(s.accumulator) for s in self._partitions.values()):
+            if not in_flight:
+                # Rows left now cannot be dispatched (the model is unreachable): they stay
+                # uncommitted, and whoever owns the partition next reads them again.
+                left = sum(len(s.accumulator) for s in self._partitions.values())
+                if left:
+                    log.warning("rows left undispatched at shutdown", extra={"rows": left})
                 break
-            if in_flight:
-                await asyncio.wait(in_flight, timeout=max(0.0, deadline - self._clock()),
-                                   return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(in_flight, timeout=max(0.0, deadline - self._clock()), return_when=asyncio.FIRST_COMPLETED)
         await self._commit(list(self._partitions.values()))
         log.info("batcher stopped")

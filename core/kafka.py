@@ -45,7 +45,8 @@ def make_producer(settings: Settings) -> AIOKafkaProducer:
         enable_idempotence=settings.kafka_idempotence,
         linger_ms=settings.kafka_linger_ms,
         request_timeout_ms=settings.kafka_request_timeout_ms,
-        max_request_size=max(2 * settings.max_body_bytes, 1024 * 1024),
+        # Checked here, before sending: a broker that refuses a record would fail it anyway.
+        max_request_size=settings.kafka_max_message_bytes,
     )
 
 
@@ -61,7 +62,7 @@ def make_consumer(settings: Settings, group_id: str | None, topic: str | None = 
         session_timeout_ms=settings.kafka_session_timeout_ms,
         heartbeat_interval_ms=settings.kafka_heartbeat_interval_ms,
         request_timeout_ms=settings.kafka_request_timeout_ms,
-        max_partition_fetch_bytes=max(2 * settings.max_body_bytes, 1024 * 1024),
+        max_partition_fetch_bytes=max(2 * settings.kafka_max_message_bytes, 1024 * 1024),
         fetch_max_wait_ms=settings.kafka_fetch_max_wait_ms,
     )
 

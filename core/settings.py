@@ -69,6 +69,14 @@ class Settings(BaseSettings):
         "Tansu on S3 storage needs 500 or more: shorter, its fetches come back empty.",
     )
     kafka_linger_ms: int = Field(2, ge=0, description="Producer linger: how long a send waits to share a request.")
+    kafka_max_message_bytes: int = Field(
+        1_048_588,
+        ge=4096,
+        description="Largest record the broker accepts (Apache Kafka's message.max.bytes, whose default this is; "
+        "keep at or below it). "
+        "A task whose record would be larger is refused with 413; a dead letter that would be larger is written "
+        "without the request's inputs, saying so.",
+    )
 
     # --- Redis -----------------------------------------------------------------------
     redis_url: str = Field("redis://127.0.0.1:6379/0", description="Redis holding task state and results.")
@@ -148,7 +156,12 @@ class Settings(BaseSettings):
         description="API worker processes sharing the port (the API is CPU-bound: about one per spare core); "
         "/metrics sums their counters.",
     )
-    max_body_bytes: int = Field(1024 * 1024, ge=1, description="Largest accepted request body.")
+    max_body_bytes: int = Field(
+        1_000_000,
+        ge=1,
+        description="Largest accepted request body. The default leaves a task of text inputs room for its record's "
+        "fields under the broker's default message limit.",
+    )
     auth_enabled: bool = Field(
         True, description="Require `Authorization: Bearer <key>` (keys from `brimful keys`). `brimful up` turns it off."
     )

@@ -217,6 +217,21 @@ class TaskStore:
             tenant=fields.get("tenant", ""),
         )
 
+    async def unfinished(self, task_ids: Iterable[str]) -> list[str]:
+        """Those of these tasks that have not reached a final state (in one round trip)."""
+        ids = list(task_ids)
+        if not ids:
+            return []
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for task_id in ids:
+                pipe.hget(self._keys.task(task_id), "status")
+            statuses = await pipe.execute()
+        return [
+            task_id
+            for task_id, status in zip(ids, statuses)
+            if status is None or not TaskStatus(status.decode()).is_final
+        ]
+
     async def mark_running(self, task_ids: Iterable[str]) -> list[str]:
         """Move tasks to running; returns those that moved. Final ones (a task cancelled a
         moment ago among them) stay as they are and must not be sent to the model: this

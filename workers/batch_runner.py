@@ -29,11 +29,11 @@ from brimful.core.clock import now_ms
 from brimful.core.model_signature import ModelSignature
 from brimful.core.stats import SharedStats, StatsField
 from brimful.core.task_store import TaskStore
-from brimful.core.tensor_codec import output_row_to_json, stack_rows
+from brimful.core.tensor_codec import non_finite_rows, output_row_to_json, stack_rows
 from brimful.schemas import Attempt, TaskRequest
 from brimful.workers.circuit_breaker import BreakerState, CircuitBreaker
 from brimful.workers.dead_letters import DeadLetterWriter, dead_letter
-from brimful.workers.model_errors import ModelCallError
+from brimful.workers.model_errors import ErrorClass, ModelCallError
 from brimful.workers.padding import pad_batch, unpad
 from brimful.workers.retry_policy import BatchRetryPolicy
 from brimful.workers.triton_model import TritonModel
@@ -158,6 +158,17 @@ class BatchRunner:
         )
         return outcome
 
+    async def abandon(self, batch: Batch, error: BaseException) -> None:
+        """Give up a batch that keeps failing for a reason other than the model (a fault
+        in Brimful or in what it was given): every task of it not yet final fails, with
+        its dead letter. Safe to repeat."""
+        unfinished = set(await self.store.unfinished(item.task_id for item in batch.items))
+        items = [item for item in batch.items if item.task_id in unfinished]
+        if items:
+            failure = ModelCallError(ErrorClass.INTERNAL, f"{type(error).__name__}: {error}"[:500])
+            await self._fail(batch, items, failure, _Attempts(), BatchOutcome())
+        log.error("batch given up", extra={"batch_id": batch.batch_id, "tasks": len(items), "error": repr(error)})
+
     async def _resolve(
         self, batch: Batch, items: list[BatchItem], attempts: _Attempts, outcome: BatchOutcome, isolating: bool
     ) -> None:
@@ -186,7 +197,7 @@ class BatchRunner:
                     return
                 await self._sleep(delay)
                 continue
-            await self._store_outputs(items, outputs, outcome)
+            await self._store_outputs(batch, items, outputs, attempts, outcome)
             return
 
     async def _call_through_outages(
@@ -219,12 +230,16 @@ class BatchRunner:
                 outputs = await self._call(padded)
             except ModelCallError as error:
                 attempts.record(items, error)
+                # The breaker hears the outcome before any I/O that could fail: a probe
+                # whose result it never heard would keep the door shut.
+                now = self._clock()
+                if error.error_class.is_transient:
+                    self.breaker.record_failure(now)
+                else:
+                    self.breaker.record_success()  # the endpoint answered; the batch is the problem
                 await self.stats.add({**call_stats, StatsField.CALLS_FAILED: 1})
                 if not error.error_class.is_transient:
-                    self.breaker.record_success()  # the endpoint answered; the batch is the problem
                     raise
-                now = self._clock()
-                self.breaker.record_failure(now)
                 outage_started = outage_started if outage_started is not None else now
                 if now - outage_started > self.transient_give_up_s:
                     raise TransientOutageTooLong(error) from error
@@ -239,6 +254,23 @@ class BatchRunner:
             self.breaker.record_success()
             await self.stats.add(call_stats)
             return outputs
+
+    async def probe(self) -> None:
+        """Ask the endpoint whether it serves again, if the breaker lets a probe through
+        now. The batcher calls this while consumption is paused for an outage and no batch
+        is calling the model (after a long outage failed every batch to the DLQ, nothing
+        else would ever probe, and consumption would stay paused for good)."""
+        if not self.breaker.allow(self._clock()):
+            return
+        try:
+            ready = await asyncio.wait_for(self.model.is_ready(), timeout=self.model.timeout_s)
+        except asyncio.TimeoutError:
+            ready = False
+        if ready:
+            self.breaker.record_success()
+        else:
+            self.breaker.record_failure(self._clock())
+        log.info("probed the model endpoint", extra={"endpoint": self.model.url, "ready": ready})
 
     async def _wait_for_breaker(self) -> None:
         while not self.breaker.allow(self._clock()):
@@ -257,8 +289,22 @@ class BatchRunner:
         metrics.MODEL_CALLS.labels(endpoint, "ok").inc()
         return outputs
 
-    async def _store_outputs(self, items: list[BatchItem], outputs: dict[str, np.ndarray], outcome: BatchOutcome) -> None:
+    async def _store_outputs(
+        self, batch: Batch, items: list[BatchItem], outputs: dict[str, np.ndarray], attempts: _Attempts,
+        outcome: BatchOutcome,
+    ) -> None:
         outputs = unpad(outputs, len(items))
+        unfit = non_finite_rows(self.signature.outputs, outputs)
+        if unfit:
+            # JSON has no NaN or infinity: such a row's task fails with the reason, and
+            # its neighbours keep their results.
+            for row, name in sorted(unfit.items()):
+                error = ModelCallError(ErrorClass.MODEL_ERROR, f"the model's output {name} holds NaN or infinity")
+                attempts.record([items[row]], error)
+                await self._fail(batch, [items[row]], error, attempts, outcome)
+            keep = [row for row in range(len(items)) if row not in unfit]
+            items = [items[row] for row in keep]
+            outputs = {name: array[keep] for name, array in outputs.items()}
         results = {
             item.task_id: {
                 spec.name: output_row_to_json(spec, outputs[spec.name][row]) for spec in self.signature.outputs

@@ -26,11 +26,16 @@ class CircuitBreaker:
         failure_threshold: int = 3,
         base_open_s: float = 0.5,
         max_open_s: float = 5.0,
+        probe_timeout_s: float = 30.0,
         rng: random.Random | None = None,
     ) -> None:
         self.failure_threshold = failure_threshold
         self.base_open_s = base_open_s
         self.max_open_s = max_open_s
+        # A probe whose outcome was never reported (its caller died, or failed on
+        # something else first) must not close the door for good.
+        self.probe_timeout_s = probe_timeout_s
+        self._probe_started = 0.0
         self._rng = rng or random.Random()
         self._state = BreakerState.CLOSED
         self._consecutive_failures = 0
@@ -48,9 +53,11 @@ class CircuitBreaker:
         state = self.state(now)
         if state is BreakerState.CLOSED:
             return True
-        if state is BreakerState.HALF_OPEN and not self._probe_in_flight:
+        probe_lost = self._probe_in_flight and now - self._probe_started >= self.probe_timeout_s
+        if state is BreakerState.HALF_OPEN and (not self._probe_in_flight or probe_lost):
             self._state = BreakerState.HALF_OPEN
             self._probe_in_flight = True
+            self._probe_started = now
             return True
         return False
 

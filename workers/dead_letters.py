@@ -42,18 +42,48 @@ def dead_letter(
     )
 
 
-class DeadLetterWriter:
-    """Appends DeadLetter messages to the DLQ topic, keyed by task_id, acks=all."""
+# What a record batch adds around one dead letter (headers, key, lengths).
+_RECORD_OVERHEAD_BYTES = 256
 
-    def __init__(self, producer: AIOKafkaProducer, topic: str) -> None:
+
+def fit_to_broker(letter: DeadLetter, max_bytes: int) -> DeadLetter:
+    """The letter itself, or, when it would pass the broker's message limit, a copy without
+    the request's inputs (and the raw record) that says what was dropped: a dead letter
+    the broker refuses would leave its task unfinished and its partition stalled."""
+    budget = max_bytes - _RECORD_OVERHEAD_BYTES
+    if letter.ByteSize() <= budget:
+        return letter
+    trimmed = DeadLetter()
+    trimmed.CopyFrom(letter)
+    dropped = trimmed.request.ByteSize() + len(trimmed.raw_request)
+    trimmed.request.ClearField("inputs")
+    trimmed.raw_request = b""
+    trimmed.error_message = (
+        f"{letter.error_message[:1000]} [the request's inputs ({dropped} bytes) were dropped: the dead letter "
+        f"exceeded the broker's limit of {max_bytes} bytes, so it cannot be replayed]"
+    )
+    if trimmed.ByteSize() > budget:  # a huge batch or attempt list: keep only what fits for sure
+        del trimmed.attempts[:-3]
+        del trimmed.batch_task_ids[:]
+    return trimmed
+
+
+class DeadLetterWriter:
+    """Appends DeadLetter messages to the DLQ topic, keyed by task_id, acks=all, each
+    made to fit the broker's message limit."""
+
+    def __init__(self, producer: AIOKafkaProducer, topic: str, max_message_bytes: int) -> None:
         self._producer = producer
         self._topic = topic
+        self._max_message_bytes = max_message_bytes
 
     async def write(self, letters: Sequence[DeadLetter]) -> None:
         """Return once every letter is acknowledged by the broker; raise otherwise."""
         sends = [
             await self._producer.send(
-                self._topic, value=letter.SerializeToString(), key=letter.request.task_id.encode()
+                self._topic,
+                value=fit_to_broker(letter, self._max_message_bytes).SerializeToString(),
+                key=letter.request.task_id.encode(),
             )
             for letter in letters
         ]

@@ -41,7 +41,7 @@ async def test_one_failing_row_among_63_good_ones(stack: EmbeddedStack) -> None:
             items.append(BatchItem(request, partition=0, offset=offset))
         runner = BatchRunner(
             model, signature, store, SharedStats(redis, RedisKeys(settings.key_prefix)),
-            DeadLetterWriter(producer, settings.dlq_topic),
+            DeadLetterWriter(producer, settings.dlq_topic, settings.kafka_max_message_bytes),
             BatchRetryPolicy(max_attempts=3, base_delay=0.01, max_delay=0.02),
         )
         outcome = await runner.run(Batch(uuid.uuid4().hex, 0, items, "full"))
