@@ -1,4 +1,5 @@
-"""``brimful up``: run the embedded stack on loopback until Ctrl-C or SIGTERM."""
+"""``brimful up``: run the embedded stack on loopback until Ctrl-C or SIGTERM, starting
+again any part of it that dies."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 from types import FrameType
 
 from brimful.core.settings import get_settings
-from brimful.stack import EmbeddedStack, StackError
+from brimful.stack import EmbeddedStack, StackError, Supervisor
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -51,11 +52,11 @@ def run(args: argparse.Namespace) -> int:
         f"(POST /v1/tasks, GET /v1/tasks/{{id}}, /v1/stats, /readyz); logs in {args.workdir}/logs; Ctrl-C stops",
         file=sys.stderr,
     )
-    while not stop.wait(1.0):
-        dead = [name for name, process in stack.processes.items() if not process.running()]
-        if dead:
-            print(f"brimful: {', '.join(dead)} exited; stopping the stack", file=sys.stderr)
-            break
+    # A child that dies is started again (the API keeps accepting while a batcher
+    # restarts); the stack stops only when asked.
+    supervisor = Supervisor(stack, say=lambda line: print(f"brimful: {line}", file=sys.stderr))
+    while not stop.wait(0.5):
+        supervisor.check()
     print("brimful: stopping ...", file=sys.stderr)
     stack.stop()
     print("brimful: stopped", file=sys.stderr)

@@ -184,9 +184,24 @@ class EmbeddedStack:
         ready = f"http://127.0.0.1:{self.triton_http_port}/v2/models/{self.settings.model_name}/ready"
         wait_until(lambda: http_ok(ready), self.startup_timeout_s, "triton", process)
 
-    def start_batcher(self) -> ManagedProcess:
-        name = f"batcher-{sum(1 for n in self.processes if n.startswith('batcher'))}"
+    def start_batcher(self, name: str | None = None) -> ManagedProcess:
+        name = name or f"batcher-{sum(1 for n in self.processes if n.startswith('batcher'))}"
         return self._launch(name, [sys.executable, "-m", "brimful.batcher"], log_to_file=not self.echo_service_logs)
+
+    def restart(self, name: str) -> None:
+        """Start the component ``name`` again (what is left of the old one is stopped
+        first); it keeps its place in the stopping order. Raises StackError."""
+        self.processes[name].stop()
+        if name.startswith("batcher"):
+            self.start_batcher(name)
+            return
+        starters = {
+            "broker": self.start_broker,
+            "redis": self.start_redis,
+            "triton": self.start_model_host,
+            "api": self.start_api,
+        }
+        starters[name]()
 
     def start_api(self) -> None:
         process = self._launch("api", [sys.executable, "-m", "brimful.api"], log_to_file=not self.echo_service_logs)

@@ -52,6 +52,10 @@ class ManagedProcess:
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
+    @property
+    def returncode(self) -> int | None:
+        return self._proc.poll() if self._proc else None
+
     def stop(self, sig: int = signal.SIGTERM) -> int | None:
         """Signal the whole group, wait, then kill what is left. Returns the exit code."""
         if self._proc is None:

@@ -3,6 +3,7 @@ leaving no process behind."""
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
@@ -91,3 +92,46 @@ async def test_brimful_up_serves_then_stops_leaving_nothing_behind(
         time.sleep(0.1)
     assert not left, f"processes left behind: {left}"
     assert not http_ok(f"{api}/healthz")
+
+
+def batcher_pids(up: int) -> set[int]:
+    """The batcher processes below ``brimful up``."""
+    found = set()
+    for pid in descendants(up):
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"brimful.batcher" in command and alive(pid):
+            found.add(pid)
+    return found
+
+
+async def test_a_killed_batcher_is_started_again_while_the_api_keeps_accepting(tmp_path: Path) -> None:
+    settings = stack_settings()
+    api = f"http://127.0.0.1:{settings.api_port}"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "brimful.cli", "up", "--workdir", str(tmp_path)],
+        env=settings_env(settings),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        assert process.stdout is not None
+        started_lines = []
+        while not started_lines or b"ready in" not in started_lines[-1]:  # up says so once all joined
+            started_lines.append(process.stdout.readline())
+            assert started_lines[-1], b"".join(started_lines).decode()
+        (first,) = batcher_pids(process.pid)
+        os.kill(first, signal.SIGKILL)
+        async with TaskClient(api) as client:
+            task_id = await client.submit({"TEXT": "while the batcher is down"})  # the API still accepts
+            wait_until(lambda: len(batcher_pids(process.pid) - {first}) == 1, 60, "a new batcher")
+            task = await client.wait_final(task_id, timeout_s=60)
+        assert task["status"] == "done"
+        assert process.poll() is None, "brimful up stopped when one child died"
+    finally:
+        process.send_signal(signal.SIGINT)
+        output, _ = process.communicate(timeout=60)
+    assert process.returncode == 0, output.decode()
+    assert b"batcher-0 exited" in output and b"batcher-0 started again" in output
