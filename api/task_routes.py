@@ -134,9 +134,12 @@ async def submit_tasks(request: Request, principal: Principal = Depends(requires
         raise ApiError(413, "too_many_tasks", f"{len(tasks)} tasks exceed the limit of {settings.max_bulk_tasks} per call")
     check_admission(state)
     limits = await state.tenant_limits.get(principal.tenant)
+    # Every item takes a token, valid or not: checking it is work too, and a rate limit
+    # that invalid items pass through would meter nothing.
+    await take_tokens(state, principal, len(tasks))
 
-    # Every item is checked first; only the valid ones take tokens. Each is then admitted
-    # on its own: past the tenant's in-flight limit, an item gets its own 429 error.
+    # Each item is checked, then admitted on its own: an invalid item, or one past the
+    # tenant's in-flight limit, gets its own error.
     results: list[dict[str, Any]] = []
     valid: dict[int, tuple[str, Submission]] = {}
     for position, item in enumerate(tasks):
@@ -148,8 +151,6 @@ async def submit_tasks(request: Request, principal: Principal = Depends(requires
             continue
         valid[position] = (uuid.uuid4().hex, submission)
         results.append({})
-    if valid:
-        await take_tokens(state, principal, len(valid))
 
     async def one(task_id: str, submission: Submission) -> dict[str, Any]:
         try:

@@ -242,3 +242,12 @@ async def test_revoke_takes_the_whole_key_id_never_a_prefix(auth_stack: Embedded
     assert keys_cli(auth_stack, "revoke", key_id).returncode == 0
     status, _ = await call(auth_stack, "GET", "/v1/stats", key)
     assert status == 401
+
+
+async def test_invalid_items_of_a_bulk_call_take_tokens_too(auth_stack: EmbeddedStack) -> None:
+    key = new_key(auth_stack, "bulk-metered", "submit,read")
+    invalid = {"tasks": [{"inputs": {}} for _ in range(BURST)]}
+    status, body = await call(auth_stack, "POST", "/v1/tasks:batch", key, json=invalid)
+    assert status == 200 and body["accepted"] == 0 and len(body["results"]) == BURST
+    status, body = await call(auth_stack, "POST", "/v1/tasks:batch", key, json=invalid)
+    assert status == 429 and body["error"]["code"] == "rate_limited"  # the first call used up the burst
