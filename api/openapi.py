@@ -41,7 +41,8 @@ _WHY = {
     401: "No API key, or an unknown or revoked one.",
     403: "The key lacks the scope this operation needs.",
     404: "No such task or entry for this tenant (unknown, another tenant's, or expired).",
-    409: "The task already left the queue.",
+    409: "The task already left the queue; or a request with this Idempotency-Key is still being accepted "
+         "(retry after Retry-After).",
     413: "The body, a task's payload (this tenant's limit) or the number of tasks is over the limit.",
     422: "The body is JSON but does not fit: unknown, missing or invalid fields or inputs.",
     429: "The tenant is over its rate limit or its limit of tasks in flight; see Retry-After.",
@@ -79,7 +80,7 @@ def _responses(ok: dict[int, tuple[str, dict[str, Any]]], errors: tuple[int, ...
     answers: dict[str, Any] = {str(code): {"description": text, **_json(schema)} for code, (text, schema) in ok.items()}
     for code in errors:
         answer: dict[str, Any] = {"description": _WHY[code], **_json({"$ref": "#/components/schemas/Error"})}
-        if code in (429, 503):
+        if code in (409, 429, 503):
             answer["headers"] = _RETRY_AFTER
         answers[str(code)] = answer
     return answers
@@ -155,7 +156,7 @@ def operations(signature: ModelSignature | None, settings: Settings) -> dict[tup
                 {202: ("Accepted and durably queued.", _ACCEPTED),
                  200: ("Finished within ?wait, or the earlier task of this Idempotency-Key.",
                        {**_TASK_STATE, "required": ["task_id", "status"]})},
-                (400, 401, 403, 413, 422, 429, 503)),
+                (400, 401, 403, 409, 413, 422, 429, 503)),
         },
         ("/v1/tasks:batch", "post"): {
             "requestBody": {"required": True, **_json(bulk)},

@@ -8,7 +8,9 @@ before the record goes to Kafka.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +30,9 @@ log = logging.getLogger("brimful.api")
 
 ALLOWED_FIELDS = ("inputs", "deadline_ms")
 MAX_DEADLINE_MS = 3_600_000
+# How long a retry waits for an earlier submission with its Idempotency-Key to finish.
+IDEMPOTENCY_WAIT_S = 5.0
+IDEMPOTENCY_POLL_S = 0.02
 # What a record batch adds around one record (headers, key, lengths), kept free below
 # the broker's message limit.
 RECORD_OVERHEAD_BYTES = 256
@@ -118,6 +123,48 @@ def _too_large_for_broker(size: int, limit: int) -> ApiError:
         413, "payload_too_large",
         f"the task's record takes {size} bytes; the broker accepts at most {limit} bytes per task",
     )
+
+
+async def claim_idempotency_key(state: ApiState, key: str, task_id: str) -> str | None:
+    """Claim ``key`` for this submission; None when claimed. When an earlier submission
+    holds it: its task id once that one was accepted, waiting up to IDEMPOTENCY_WAIT_S
+    while it is still under way (it may yet fail and free the key for this one); 409 with
+    Retry-After if it is still under way then. Never the id of a task never accepted."""
+    settings = state.settings
+    # Longer than any submission can take: the broker's timeout and Redis's pool wait, twice.
+    pending_ttl_s = int(2 * (settings.kafka_request_timeout_ms / 1000 + settings.redis_pool_timeout_s)) + 5
+    deadline = time.monotonic() + IDEMPOTENCY_WAIT_S
+    while True:
+        held = await state.store.claim_idempotency_key(key, task_id, pending_ttl_s)
+        if held is None:
+            return None
+        if not held.pending:
+            return held.task_id
+        if time.monotonic() >= deadline:
+            raise ApiError(
+                409, "idempotency_key_in_use",
+                "a request with this Idempotency-Key is still being accepted; retry shortly", {"Retry-After": "1"},
+            )
+        await asyncio.sleep(IDEMPOTENCY_POLL_S)
+
+
+async def commit_idempotency_key(state: ApiState, key: str, task_id: str) -> None:
+    """Bind the key to its task for the retention time, now that the task is accepted. The
+    task is on the broker whatever happens here: a failure is logged, never answered."""
+    try:
+        if not await state.store.commit_idempotency_key(key, task_id):
+            log.error("Idempotency-Key claim lapsed before its task was accepted", extra={"task_id": task_id})
+    except RedisError as error:
+        log.error("could not bind an Idempotency-Key to its task", extra={"task_id": task_id, "error": str(error)})
+
+
+async def release_idempotency_key(state: ApiState, key: str, task_id: str) -> None:
+    """Free the key of a submission that was not accepted; if Redis fails now, the claim
+    lapses by itself (and retries meanwhile hear 409, never a task that does not exist)."""
+    try:
+        await state.store.release_idempotency_key(key, task_id)
+    except RedisError as error:
+        log.warning("could not free an Idempotency-Key; it lapses by itself", extra={"task_id": task_id, "error": str(error)})
 
 
 async def take_tokens(state: ApiState, principal: Principal, count: int) -> None:

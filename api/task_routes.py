@@ -18,8 +18,11 @@ from brimful.api.submission import (
     Submission,
     check_admission,
     check_payload,
+    claim_idempotency_key,
+    commit_idempotency_key,
     enqueue,
     parse_submission,
+    release_idempotency_key,
     take_tokens,
 )
 from brimful.api.task_waiters import read_own_task
@@ -90,7 +93,7 @@ async def submit_task(request: Request, principal: Principal = Depends(requires(
                 f"Idempotency-Key must be 1-{IDEMPOTENCY_KEY_MAX_LENGTH} visible ASCII characters",
             )
         key = f"{principal.tenant}/{key}"  # one tenant's keys never meet another's
-        original = await state.store.claim_idempotency_key(key, task_id)
+        original = await claim_idempotency_key(state, key, task_id)
         if original is not None:
             record = await state.store.get(original)
             answer = task_answer(original, record) if record else {"task_id": original, "status": TaskStatus.QUEUED.value}
@@ -106,9 +109,12 @@ async def submit_task(request: Request, principal: Principal = Depends(requires(
             check_payload(submission, limits)
             await take_tokens(state, principal, 1)
             await enqueue(state, submission, task_id, principal.tenant, limits.max_in_flight)
-        except ApiError:
-            await state.store.release_idempotency_key(key, task_id)
+        except BaseException:  # whatever stopped it (a refusal, Redis, a cancelled request)
+            if key is not None:
+                await release_idempotency_key(state, key, task_id)
             raise
+        if key is not None:
+            await commit_idempotency_key(state, key, task_id)
         if finished is not None:
             record = await state.waiters.wait_final(task_id, principal.tenant, finished, deadline)
             if record is not None and not record.status.is_final and time.monotonic() < deadline:

@@ -78,8 +78,34 @@ redis.call('ZADD', KEYS[2], submitted, ARGV[6])
 return -1
 """
 
+# KEYS[1]: a key. ARGV: the value it must hold, the value to set instead ("" deletes it),
+# the new value's TTL in seconds. Returns 1 when swapped, 0 when the key held anything else.
+_SWAP_IF_LUA = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+if ARGV[2] == '' then
+  redis.call('DEL', KEYS[1])
+else
+  redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[3])
+end
+return 1
+"""
+
+# What an Idempotency-Key holds while its first submission is under way.
+_PENDING = "pending:"
+
 _NOT_FINAL = f"{TaskStatus.QUEUED},{TaskStatus.RUNNING},*"
 _QUEUED = f"{TaskStatus.QUEUED}"
+
+
+@dataclass(frozen=True)
+class IdempotencyHold:
+    """What an Idempotency-Key is bound to: the task it was first used for, and whether
+    that first submission is still under way (its task may never be accepted)."""
+
+    task_id: str
+    pending: bool
 
 
 @dataclass(frozen=True)
@@ -131,6 +157,7 @@ class TaskStore:
         self._ttl_s = ttl_s
         self._transition = redis.register_script(_TRANSITION_LUA)
         self._create_queued = redis.register_script(_CREATE_QUEUED_LUA)
+        self._swap_if = redis.register_script(_SWAP_IF_LUA)
 
     @property
     def keys(self) -> RedisKeys:
@@ -174,25 +201,31 @@ class TaskStore:
             pipe.expire(key, self._ttl_s)
             await pipe.execute()
 
-    async def claim_idempotency_key(self, key: str, task_id: str) -> str | None:
-        """Bind an Idempotency-Key to ``task_id`` for the retention time, unless it is bound
-        already: then return the task_id it was first used for."""
+    async def claim_idempotency_key(self, key: str, task_id: str, pending_ttl_s: int) -> IdempotencyHold | None:
+        """Claim an Idempotency-Key for ``task_id`` while its submission is under way (the
+        claim lapses after ``pending_ttl_s`` unless committed); None when claimed. Otherwise
+        what the key holds: the task it was first used for, and whether that submission is
+        still under way."""
         redis_key = self._keys.idempotency(key)
-        if await self._redis.set(redis_key, task_id, nx=True, ex=self._ttl_s):
-            return None
-        original = await self._redis.get(redis_key)
-        return original.decode() if original else None
+        for _ in range(3):  # a claim that lapses between the two reads: claim again
+            if await self._redis.set(redis_key, _PENDING + task_id, nx=True, ex=pending_ttl_s):
+                return None
+            held = await self._redis.get(redis_key)
+            if held is not None:
+                value = held.decode()
+                return IdempotencyHold(value.removeprefix(_PENDING), pending=value.startswith(_PENDING))
+        raise RedisError(f"Idempotency-Key {key!r} kept lapsing while being claimed")
 
-    async def release_idempotency_key(self, key: str | None, task_id: str) -> None:
-        """Free a key whose task was never accepted, so the client's retry can use it."""
-        if key is None:
-            return
-        redis_key = self._keys.idempotency(key)
-        try:
-            if (await self._redis.get(redis_key)) == task_id.encode():
-                await self._redis.delete(redis_key)
-        except RedisError:
-            pass  # it expires with the retention time anyway
+    async def commit_idempotency_key(self, key: str, task_id: str) -> bool:
+        """Bind the key to ``task_id`` for the retention time, now that the task is accepted;
+        False if the claim had lapsed meanwhile."""
+        return bool(await self._swap_if(keys=[self._keys.idempotency(key)], args=[_PENDING + task_id, task_id, self._ttl_s]))
+
+    async def release_idempotency_key(self, key: str, task_id: str) -> None:
+        """Free a key whose task was never accepted, so the client's retry can use it
+        (only if it still holds this submission's claim). Raises on a Redis error: the
+        claim then lapses by itself."""
+        await self._swap_if(keys=[self._keys.idempotency(key)], args=[_PENDING + task_id, "", 0])
 
     async def forget(self, task_id: str, tenant: str = "") -> None:
         """Remove a task that was never accepted (its enqueue failed), and its slot in flight."""

@@ -61,7 +61,9 @@ def retry_delay(policy: RetryPolicy, attempt: int, response: httpx.Response | No
     if attempt >= policy.attempts:
         return None
     if response is not None:
-        if response.status_code not in _RETRYABLE:
+        # 409 with Retry-After: an earlier try with this Idempotency-Key is still being accepted.
+        in_use = response.status_code == 409 and "retry-after" in response.headers
+        if response.status_code not in _RETRYABLE and not in_use:
             return None
         header = response.headers.get("retry-after", "")
         if header.isdigit():

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 
+from redis.asyncio import Redis
+
+from brimful.core.redis_keys import RedisKeys
+from brimful.stack import EmbeddedStack
 from tests.integration.test_pipeline import expected_outputs
 from tests.task_client import TaskClient
 
@@ -38,3 +43,26 @@ async def test_malformed_key_is_400(client: TaskClient) -> None:
     assert status == 400 and body["error"]["code"] == "invalid_idempotency_key"
     status, body = await post(client, "x", "k" * 256)
     assert status == 400
+
+
+async def test_a_key_whose_first_use_failed_midway_is_free_for_the_retry(stack: EmbeddedStack, client: TaskClient) -> None:
+    """A Redis error after the key is claimed (here: the tenants' limits hash is not a
+    hash) used to leave the key bound to a task never accepted: the retry heard
+    "200, queued" for an id whose GET was 404 for ever."""
+    redis = Redis.from_url(stack.settings.redis_url)
+    limits = RedisKeys(stack.settings.key_prefix).tenant_limits
+    key = f"midway-{uuid.uuid4()}"
+    await redis.set(limits, "not a hash")
+    try:
+        deadline = time.monotonic() + 5
+        while (await client.request("POST", "/v1/tasks", json={"inputs": {"TEXT": "probe"}}))[0] != 503:
+            assert time.monotonic() < deadline, "the API kept its cached limits"  # cached for up to 1 s
+        status, body = await post(client, "retried after a failure", key)
+        assert status == 503 and body["error"]["code"] == "dependency_unavailable", body
+    finally:
+        await redis.delete(limits)
+        await redis.aclose()
+    status, body = await post(client, "retried after a failure", key)
+    assert status == 202, body
+    task = await client.wait_final(body["task_id"])
+    assert task["status"] == "done" and task["outputs"] == expected_outputs("retried after a failure")

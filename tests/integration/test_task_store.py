@@ -151,3 +151,18 @@ async def test_a_task_counts_in_flight_for_its_tenant_until_final_and_again_when
     # Entries older than the retention time (60 s here) are dropped: a lost task cannot hold a slot forever.
     assert await store.create_queued(uuid.uuid4().hex, now_ms() + 120_000, "t1", max_in_flight=1) is None
     await redis.aclose()
+
+
+async def test_an_idempotency_key_names_a_task_only_once_it_was_accepted(store: TaskStore) -> None:
+    first, second = uuid.uuid4().hex, uuid.uuid4().hex
+    assert await store.claim_idempotency_key("k", first, pending_ttl_s=30) is None
+    held = await store.claim_idempotency_key("k", second, pending_ttl_s=30)
+    assert held is not None and held.task_id == first and held.pending  # under way: not yet a task to name
+    await store.release_idempotency_key("k", second)  # another submission's release frees nothing
+    assert (await store.claim_idempotency_key("k", second, pending_ttl_s=30)).pending  # type: ignore[union-attr]
+    await store.release_idempotency_key("k", first)  # the first was refused: the key is free again
+    assert await store.claim_idempotency_key("k", second, pending_ttl_s=30) is None
+    assert await store.commit_idempotency_key("k", second)
+    held = await store.claim_idempotency_key("k", first, pending_ttl_s=30)
+    assert held is not None and held.task_id == second and not held.pending
+    assert not await store.commit_idempotency_key("k", first)  # only the claim's owner binds it

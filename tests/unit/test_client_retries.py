@@ -18,6 +18,9 @@ def test_retry_after_is_honoured_and_capped() -> None:
     assert retry_delay(policy, 1, httpx.Response(422)) is None  # the request itself is wrong
     assert retry_delay(policy, 5, httpx.Response(503)) is None  # attempts used up
     assert retry_delay(policy, 1, None) == 0.5  # connection lost
+    # an earlier try with the same Idempotency-Key is still being accepted
+    assert retry_delay(policy, 1, httpx.Response(409, headers={"Retry-After": "1"})) == 1
+    assert retry_delay(policy, 1, httpx.Response(409)) is None  # a cancel that came too late
 
 
 def test_a_retried_submission_keeps_its_idempotency_key() -> None:
