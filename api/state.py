@@ -35,7 +35,7 @@ class ApiState:
         self.settings = settings
         self.redis = make_redis(settings)
         keys = RedisKeys(settings.key_prefix)
-        self.store = TaskStore(self.redis, keys, settings.result_ttl_s)
+        self.store = TaskStore(self.redis, keys, settings.result_ttl_s, settings.task_wait_ttl_s)
         self.stats = SharedStats(self.redis, keys)
         self.producer: AIOKafkaProducer = make_producer(settings)
         self.producer_started = False

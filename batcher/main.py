@@ -94,7 +94,7 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
         runner = BatchRunner(
             model=model,
             signature=signature,
-            store=TaskStore(redis, keys, settings.result_ttl_s),
+            store=TaskStore(redis, keys, settings.result_ttl_s, settings.task_wait_ttl_s),
             stats=SharedStats(redis, keys),
             dead_letters=dead_letters,
             retry=BatchRetryPolicy(

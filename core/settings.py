@@ -80,7 +80,13 @@ class Settings(BaseSettings):
 
     # --- Redis -----------------------------------------------------------------------
     redis_url: str = Field("redis://127.0.0.1:6379/0", description="Redis holding task state and results.")
-    result_ttl_s: int = Field(3600, ge=1, description="How long task state and results are kept.")
+    result_ttl_s: int = Field(3600, ge=1, description="How long a finished task's state and result are kept.")
+    task_wait_ttl_s: int = Field(
+        7 * 24 * 3600,
+        ge=1,
+        description="How long an unfinished task's record is kept (queued or running): far beyond any backlog, so "
+        "a task never expires while it waits in Kafka.",
+    )
     key_prefix: str = Field("brimful", description="Prefix of every Redis key Brimful writes.")
     redis_max_connections: int = Field(64, ge=1, description="Redis connections per process; more requests queue.")
     redis_pool_timeout_s: float = Field(

@@ -18,8 +18,8 @@ from brimful.core.task_status import TaskStatus
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-# KEYS: task hashes. ARGV: ttl_s, now_ms, new status, allowed-from statuses
-# (comma-separated; "*" also admits a missing hash), field name, channel to publish
+# KEYS: task hashes. ARGV: ttl_s (kept from now on), now_ms, new status, allowed-from
+# statuses (comma-separated; a missing hash never moves), field name, channel to publish
 # every moved task on ("" for none; see FinishedMessage for the format), the prefix of
 # the tenants' in-flight sets to remove a moved task from ("" when the new status is
 # not final), then one field value per key ("" writes no field). Returns the 1-based
@@ -30,13 +30,7 @@ local in_flight_prefix = ARGV[7]
 local moved = {}
 for i, key in ipairs(KEYS) do
   local current = redis.call('HGET', key, 'status')
-  local ok
-  if current then
-    ok = string.find(',' .. allowed .. ',', ',' .. current .. ',', 1, true) ~= nil
-  else
-    ok = string.find(',' .. allowed .. ',', ',*,', 1, true) ~= nil
-  end
-  if ok then
+  if current and string.find(',' .. allowed .. ',', ',' .. current .. ',', 1, true) then
     redis.call('HSET', key, 'status', new_status, 'updated_at_ms', now)
     local value = ARGV[7 + i]
     if field ~= '' and value ~= '' then
@@ -95,7 +89,9 @@ return 1
 # What an Idempotency-Key holds while its first submission is under way.
 _PENDING = "pending:"
 
-_NOT_FINAL = f"{TaskStatus.QUEUED},{TaskStatus.RUNNING},*"
+# A task whose record is gone (it expired once final, or its enqueue was undone) is never
+# recreated: a task cancelled long ago must not run, nor one its client was told failed.
+_NOT_FINAL = f"{TaskStatus.QUEUED},{TaskStatus.RUNNING}"
 _QUEUED = f"{TaskStatus.QUEUED}"
 
 
@@ -151,10 +147,12 @@ class FinishedMessage:
 class TaskStore:
     """Reads and writes task state; one instance per process, sharing one Redis pool."""
 
-    def __init__(self, redis: Redis, keys: RedisKeys, ttl_s: int) -> None:
+    def __init__(self, redis: Redis, keys: RedisKeys, ttl_s: int, waiting_ttl_s: int = 7 * 24 * 3600) -> None:
         self._redis = redis
         self._keys = keys
-        self._ttl_s = ttl_s
+        self._ttl_s = ttl_s  # a final task's record
+        # An unfinished task's record: far longer, so it never expires while it waits.
+        self._waiting_ttl_s = max(ttl_s, waiting_ttl_s)
         self._transition = redis.register_script(_TRANSITION_LUA)
         self._create_queued = redis.register_script(_CREATE_QUEUED_LUA)
         self._swap_if = redis.register_script(_SWAP_IF_LUA)
@@ -175,7 +173,8 @@ class TaskStore:
         refused = await self._create_queued(
             keys=[self._keys.task(task_id), self._keys.in_flight(tenant)],
             args=[
-                self._ttl_s, submitted_at_ms, tenant, max_in_flight, submitted_at_ms - self._ttl_s * 1000, task_id,
+                self._waiting_ttl_s, submitted_at_ms, tenant, max_in_flight,
+                submitted_at_ms - self._waiting_ttl_s * 1000, task_id,
                 TaskStatus.QUEUED.value,
             ],
         )
@@ -198,7 +197,7 @@ class TaskStore:
                     "tenant": tenant,
                 },
             )
-            pipe.expire(key, self._ttl_s)
+            pipe.expire(key, self._waiting_ttl_s)
             await pipe.execute()
 
     async def claim_idempotency_key(self, key: str, task_id: str, pending_ttl_s: int) -> IdempotencyHold | None:
@@ -305,6 +304,7 @@ class TaskStore:
         keys = [self._keys.task(t) for t in task_ids]
         channel = self._keys.finished_channel if publish else ""
         in_flight_prefix = self._keys.in_flight_prefix if status.is_final else ""
-        args = [self._ttl_s, now_ms(), status.value, allowed_from, field, channel, in_flight_prefix, *values]
+        ttl = self._ttl_s if status.is_final else self._waiting_ttl_s
+        args = [ttl, now_ms(), status.value, allowed_from, field, channel, in_flight_prefix, *values]
         positions = await self._transition(keys=keys, args=args)
         return [task_ids[int(position) - 1] for position in positions]

@@ -6,11 +6,15 @@ import asyncio
 import time
 import uuid
 
+from aiokafka import AIOKafkaProducer
 from redis.asyncio import Redis
 
 from brimful.core.clock import now_ms
 from brimful.core.redis_keys import RedisKeys
+from brimful.core.model_signature import TensorSpec
 from brimful.core.task_store import TaskStore
+from brimful.core.tensor_codec import encode_input
+from brimful.schemas import TaskRequest
 from brimful.stack import EmbeddedStack
 from tests.conftest import rows_seen_by_model, tune_live
 from tests.integration.test_pipeline import expected_outputs
@@ -116,4 +120,37 @@ async def test_a_long_poll_learns_its_result_though_the_push_was_lost_with_the_s
             assert status == 200 and body["status"] == "done" and body["outputs"] == {"ROUND": round_number}
             assert time.monotonic() - finished_at < 3, "the waiter sat on although its task had finished"
     finally:
+        await redis.aclose()
+
+
+async def test_a_task_whose_record_is_gone_is_never_run(stack: EmbeddedStack, client: TaskClient) -> None:
+    """A task cancelled an hour before the batcher reaches it (its record expired since),
+    or one whose enqueue was undone after the broker had in fact appended it: the record
+    on the topic must not run, nor bring the task back."""
+    settings = stack.settings
+    redis = Redis.from_url(settings.redis_url)
+    store = TaskStore(redis, RedisKeys(settings.key_prefix), settings.result_ttl_s)
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all")
+    await producer.start()
+    try:
+        task_id = uuid.uuid4().hex
+        text = f"cancelled long ago {task_id}"
+        await store.create_queued(task_id, now_ms())
+        assert await store.cancel(task_id)
+        await redis.delete(store.keys.task(task_id))  # what its expiry does, an hour later
+        request = TaskRequest(task_id=task_id, model=settings.model_name, submitted_at_ms=now_ms())
+        request.inputs["TEXT"].CopyFrom(encode_input(TensorSpec("TEXT", "BYTES", (1,)), text))
+        sent = await producer.send_and_wait(settings.requests_topic, request.SerializeToString(), key=task_id.encode())
+        deadline = time.monotonic() + 30
+        while not any(
+            state["committed"] > sent.offset
+            for batcher in (await client.stats())["batchers"]
+            for number, state in batcher["partitions"].items()
+            if int(number) == sent.partition
+        ):
+            assert time.monotonic() < deadline, "the batcher never got past the record"
+        assert text not in rows_seen_by_model(stack)
+        assert await store.get(task_id) is None
+    finally:
+        await producer.stop()
         await redis.aclose()

@@ -21,7 +21,7 @@ from brimful.stack import EmbeddedStack
 async def store(stack: EmbeddedStack) -> AsyncIterator[TaskStore]:
     redis = Redis.from_url(stack.settings.redis_url)
     # A prefix of its own, so this test's keys and counters touch nothing else.
-    yield TaskStore(redis, RedisKeys(f"store-test-{uuid.uuid4().hex[:8]}"), ttl_s=60)
+    yield TaskStore(redis, RedisKeys(f"store-test-{uuid.uuid4().hex[:8]}"), ttl_s=60, waiting_ttl_s=60)
     await redis.aclose()
 
 
@@ -148,7 +148,8 @@ async def test_a_task_counts_in_flight_for_its_tenant_until_final_and_again_when
     assert await limits.in_flight("t1") == 1
     await store.forget(refused, "t2")  # an enqueue that failed gives its slot back
     assert await limits.in_flight("t2") == 0
-    # Entries older than the retention time (60 s here) are dropped: a lost task cannot hold a slot forever.
+    # Entries older than an unfinished task's retention (60 s here) are dropped: a lost task
+    # cannot hold a slot forever.
     assert await store.create_queued(uuid.uuid4().hex, now_ms() + 120_000, "t1", max_in_flight=1) is None
     await redis.aclose()
 
@@ -166,3 +167,27 @@ async def test_an_idempotency_key_names_a_task_only_once_it_was_accepted(store: 
     held = await store.claim_idempotency_key("k", first, pending_ttl_s=30)
     assert held is not None and held.task_id == second and not held.pending
     assert not await store.commit_idempotency_key("k", first)  # only the claim's owner binds it
+
+
+async def test_an_unfinished_task_outlives_the_result_retention_and_a_gone_one_is_never_recreated(
+    stack: EmbeddedStack,
+) -> None:
+    redis = Redis.from_url(stack.settings.redis_url)
+    store = TaskStore(redis, RedisKeys(f"wait-test-{uuid.uuid4().hex[:8]}"), ttl_s=60, waiting_ttl_s=600)
+    try:
+        waiting, cancelled = uuid.uuid4().hex, uuid.uuid4().hex
+        await store.create_queued(waiting, now_ms(), "t1")
+        assert 60 < await redis.ttl(store.keys.task(waiting)) <= 600  # it may wait in Kafka past the hour
+        await store.mark_running([waiting])
+        assert 60 < await redis.ttl(store.keys.task(waiting)) <= 600
+        await store.mark_done({waiting: {"Y": 1}})
+        assert 0 < await redis.ttl(store.keys.task(waiting)) <= 60  # final: kept for the result retention
+
+        await store.create_queued(cancelled, now_ms(), "t1")
+        assert await store.cancel(cancelled)
+        await redis.delete(store.keys.task(cancelled))  # as its expiry would, long before it is consumed
+        assert await store.mark_running([cancelled]) == []  # so it never runs
+        assert await store.mark_done({cancelled: {"Y": 1}}) == 0
+        assert await store.get(cancelled) is None
+    finally:
+        await redis.aclose()
