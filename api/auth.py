@@ -24,6 +24,18 @@ class Principal:
     scopes: frozenset[str]
     key_id: str
 
+    @property
+    def tenants_seen(self) -> str | None:
+        """Whose dead letters the caller may work on: its own tenant's, or (None) every
+        tenant's for an operator key."""
+        return None if Scope.OPERATOR.value in self.scopes else self.tenant
+
+    def actor(self, request: Request) -> str:
+        """Who did it, for the audit record: the key id, which the caller cannot choose,
+        with the name it gives itself (``X-Brimful-Actor``) as a remark."""
+        said = request.headers.get("x-brimful-actor", "")[:64]
+        return f"key {self.key_id}" + (f" ({said})" if said else "")
+
 
 OPEN = Principal(tenant="", scopes=frozenset(s.value for s in Scope), key_id="open")
 _CHALLENGE = {"WWW-Authenticate": "Bearer"}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from brimful.api.auth import requires
+from brimful.api.auth import Principal, requires
 from brimful.api.errors import ApiError
 from brimful.api.request_body import parse_json, read_body
 from brimful.api.state import api_state
@@ -37,14 +37,13 @@ async def get_policy(request: Request) -> dict[str, Any]:
     return {"params": await tuning.values(), "defaults": tuning.defaults, "history": await tuning.history()}
 
 
-@router.patch("/v1/admin/policy", dependencies=[Depends(requires(Scope.ADMIN))])
-async def change_policy(request: Request) -> dict[str, Any]:
+@router.patch("/v1/admin/policy")
+async def change_policy(request: Request, principal: Principal = Depends(requires(Scope.ADMIN))) -> dict[str, Any]:
     """Change flush-policy parameters of every running batcher (applied within ~1 s)."""
     document = parse_json(await read_body(request, POLICY_BODY_LIMIT_BYTES))
     if not isinstance(document, dict):
         raise ApiError(422, "invalid_request", 'body must be a JSON object like {"max_wait_ms": 100}')
-    actor = request.headers.get("x-brimful-actor", request.client.host if request.client else "")
     try:
-        return await api_state(request).tuning.update(document, actor=actor)
+        return await api_state(request).tuning.update(document, actor=principal.actor(request))
     except TuningError as error:
         raise ApiError(422, "invalid_policy", str(error)) from error

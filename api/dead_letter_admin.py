@@ -36,9 +36,12 @@ class DeadLetterFilter:
     model: str | None = None
     ids: tuple[str, ...] = ()  # entry ids or task ids
     include_resolved: bool = False
+    tenant: str | None = None  # only this tenant's entries; None: every tenant's
 
     def matches(self, entry: "DeadLetterEntry") -> bool:
         letter = entry.letter
+        if self.tenant is not None and letter.request.tenant != self.tenant:
+            return False
         if self.ids and entry.entry_id not in self.ids and letter.request.task_id not in self.ids:
             return False
         if not self.include_resolved and entry.resolution is not None:

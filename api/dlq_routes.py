@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from brimful.api.auth import requires
+from brimful.api.auth import Principal, requires
 from brimful.api.dead_letter_admin import DeadLetterAdmin, DeadLetterFilter
 from brimful.api.errors import ApiError
 from brimful.api.request_body import parse_json
@@ -13,7 +13,9 @@ from brimful.core.api_keys import Scope
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 
-router = APIRouter(prefix="/v1/admin/dlq", tags=["dead letters"], dependencies=[Depends(requires(Scope.ADMIN))])
+# An admin key works on its own tenant's entries; an operator key on every tenant's.
+router = APIRouter(prefix="/v1/admin/dlq", tags=["dead letters"])
+ADMIN = Depends(requires(Scope.ADMIN))
 
 # The filters every DLQ operation takes, with their JSON schema as query parameters (the
 # OpenAPI document shows these; ``parse_filter`` accepts exactly these names).
@@ -31,11 +33,7 @@ def _admin(request: Request) -> DeadLetterAdmin:
     return request.app.state.brimful.dead_letters  # type: ignore[no-any-return]
 
 
-def _actor(request: Request) -> str:
-    return request.headers.get("x-brimful-actor", request.client.host if request.client else "")
-
-
-def parse_filter(values: dict[str, Any]) -> DeadLetterFilter:
+def parse_filter(values: dict[str, Any], principal: Principal) -> DeadLetterFilter:
     """A filter from query parameters or a JSON body; 422 naming a bad field."""
     unknown = sorted(set(values) - set(FILTER_FIELDS))
     if unknown:
@@ -63,24 +61,25 @@ def parse_filter(values: dict[str, Any]) -> DeadLetterFilter:
         model=values.get("model") or None,
         ids=tuple(ids),
         include_resolved=include in (True, "true", "1", "yes"),
+        tenant=principal.tenants_seen,
     )
 
 
-async def _body_filter(request: Request) -> DeadLetterFilter:
+async def _body_filter(request: Request, principal: Principal) -> DeadLetterFilter:
     body = await request.body()
     document = parse_json(body) if body else {}
     if not isinstance(document, dict):
         raise ApiError(422, "invalid_request", "body must be a JSON object of filters")
-    selection = parse_filter(document)
+    selection = parse_filter(document, principal)
     if not (selection.ids or selection.since_ms or selection.until_ms or selection.error_class or selection.model):
         raise ApiError(422, "invalid_request", "say which entries: ids, or a since_ms/until_ms/error_class/model filter")
     return selection
 
 
 @router.get("")
-async def list_dead_letters(request: Request) -> dict[str, Any]:
+async def list_dead_letters(request: Request, principal: Principal = ADMIN) -> dict[str, Any]:
     """Matching entries (open ones unless ``all=true``), oldest first, with counts by error class."""
-    entries = await _admin(request).entries(parse_filter(dict(request.query_params)))
+    entries = await _admin(request).entries(parse_filter(dict(request.query_params), principal))
     summaries = [entry.summary() for entry in entries]
     return {
         "count": len(summaries),
@@ -90,31 +89,33 @@ async def list_dead_letters(request: Request) -> dict[str, Any]:
 
 
 @router.get("/export")
-async def export_dead_letters(request: Request) -> Response:
+async def export_dead_letters(request: Request, principal: Principal = ADMIN) -> Response:
     """Matching entries as a Parquet file."""
     admin = _admin(request)
-    data = admin.export(await admin.entries(parse_filter(dict(request.query_params))))
+    data = admin.export(await admin.entries(parse_filter(dict(request.query_params), principal)))
     return Response(data, media_type="application/vnd.apache.parquet")
 
 
 @router.get("/{entry}")
-async def show_dead_letter(entry: str, request: Request) -> dict[str, Any]:
+async def show_dead_letter(entry: str, request: Request, principal: Principal = ADMIN) -> dict[str, Any]:
     """One entry in full, by entry id (``partition-offset``) or task id."""
-    found = await _admin(request).entries(DeadLetterFilter(ids=(entry,), include_resolved=True))
+    selection = DeadLetterFilter(ids=(entry,), include_resolved=True, tenant=principal.tenants_seen)
+    found = await _admin(request).entries(selection)
     if not found:
         raise ApiError(404, "dead_letter_not_found", f"no dead letter {entry[:64]!r}")
     return found[-1].details()
 
 
 @router.post("/replay")
-async def replay_dead_letters(request: Request) -> dict[str, Any]:
+async def replay_dead_letters(request: Request, principal: Principal = ADMIN) -> dict[str, Any]:
     """Send matching open entries back to the requests topic under their task ids."""
-    replayed, skipped = await _admin(request).replay(await _body_filter(request), _actor(request))
+    selection = await _body_filter(request, principal)
+    replayed, skipped = await _admin(request).replay(selection, principal.actor(request))
     return {"replayed": len(replayed), "task_ids": replayed, "skipped": skipped}
 
 
 @router.post("/purge")
-async def purge_dead_letters(request: Request) -> dict[str, Any]:
+async def purge_dead_letters(request: Request, principal: Principal = ADMIN) -> dict[str, Any]:
     """Mark matching open entries purged (kept in the topic until its retention ends)."""
-    purged = await _admin(request).purge(await _body_filter(request), _actor(request))
+    purged = await _admin(request).purge(await _body_filter(request, principal), principal.actor(request))
     return {"purged": len(purged), "ids": purged}

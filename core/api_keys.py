@@ -23,9 +23,10 @@ KEY_ID_LENGTH = 12
 
 
 class Scope(StrEnum):
-    SUBMIT = "submit"  # POST and DELETE tasks
-    READ = "read"      # GET tasks and stats
-    ADMIN = "admin"    # tuning, the DLQ
+    SUBMIT = "submit"      # POST and DELETE tasks
+    READ = "read"          # GET tasks and stats
+    ADMIN = "admin"        # tuning; the DLQ entries of the key's own tenant
+    OPERATOR = "operator"  # with admin: every tenant's DLQ entries (on-call)
 
 
 @dataclass(frozen=True)

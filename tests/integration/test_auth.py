@@ -48,7 +48,7 @@ def new_key(stack: EmbeddedStack, tenant: str, scopes: str) -> str:
 
 
 async def call(stack: EmbeddedStack, method: str, path: str, key: str | None = None, **kwargs: object) -> tuple[int, dict]:
-    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    headers = {**({"Authorization": f"Bearer {key}"} if key else {}), **kwargs.pop("headers", {})}  # type: ignore[dict-item]
     async with aiohttp.ClientSession() as session:
         async with session.request(method, f"{stack.api_url}{path}", headers=headers, **kwargs) as response:  # type: ignore[arg-type]
             body = await response.json(content_type=None)
@@ -251,3 +251,29 @@ async def test_invalid_items_of_a_bulk_call_take_tokens_too(auth_stack: Embedded
     assert status == 200 and body["accepted"] == 0 and len(body["results"]) == BURST
     status, body = await call(auth_stack, "POST", "/v1/tasks:batch", key, json=invalid)
     assert status == 429 and body["error"]["code"] == "rate_limited"  # the first call used up the burst
+
+
+async def test_dead_letters_are_scoped_by_tenant_and_the_audit_names_the_key(auth_stack: EmbeddedStack) -> None:
+    acme = new_key(auth_stack, "dlq-acme", "submit,read,admin")
+    globex = new_key(auth_stack, "dlq-globex", "admin")
+    on_call, on_call_id = create_key(auth_stack, "ops", "admin,operator")
+    status, body = await call(auth_stack, "POST", "/v1/tasks", acme, params={"wait": "20"},
+                              json={"inputs": {"TEXT": "!fail in acme"}})
+    assert status == 200 and body["status"] == "failed", body
+    task_id = body["task_id"]
+
+    def listed(answer: dict) -> set[str]:
+        return {entry["task_id"] for entry in answer["entries"]}
+
+    assert task_id in listed((await call(auth_stack, "GET", "/v1/admin/dlq", acme))[1])
+    assert task_id not in listed((await call(auth_stack, "GET", "/v1/admin/dlq", globex))[1])
+    assert (await call(auth_stack, "GET", f"/v1/admin/dlq/{task_id}", globex))[0] == 404
+    status, body = await call(auth_stack, "POST", "/v1/admin/dlq/purge", globex, json={"ids": [task_id]},
+                              headers={"X-Brimful-Actor": "mallory"})
+    assert status == 200 and body["purged"] == 0  # another tenant's entry: untouched
+    assert task_id in listed((await call(auth_stack, "GET", "/v1/admin/dlq", on_call))[1])
+    status, body = await call(auth_stack, "POST", "/v1/admin/dlq/purge", on_call, json={"ids": [task_id]},
+                              headers={"X-Brimful-Actor": "mallory"})
+    assert status == 200 and body["purged"] == 1
+    status, entry = await call(auth_stack, "GET", f"/v1/admin/dlq/{task_id}", acme)
+    assert status == 200 and entry["resolution"]["actor"] == f"key {on_call_id} (mallory)"
