@@ -40,20 +40,19 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         process.stop()
 
 
-@pytest.fixture(scope="module")
-def fault_stack(tmp_path_factory: pytest.TempPathFactory, s3_server: str) -> Iterator[EmbeddedStack]:
-    workdir = tmp_path_factory.mktemp("fault-stack")
-    settings = stack_settings(
-        infer_timeout_s=1.5,
-        breaker_max_open_s=1.0,
-        max_backlog=MAX_BACKLOG,
-        kafka_request_timeout_ms=5000,
-        kafka_fetch_max_wait_ms=500,  # Tansu on S3 answers shorter fetch waits with nothing, forever
-    )
-    running = start_stack(
+def durable_stack(workdir: Path, s3_server: str, model_host_args: tuple[str, ...], **settings: object) -> EmbeddedStack:
+    """A stack that keeps what it accepted across restarts, as production does: the broker
+    on the local S3 server, Redis with AOF."""
+    return start_stack(
         workdir,
-        settings,
-        model_host_args=("--call-ms", str(MODEL_CALL_MS), "--hang-ms", "4000"),
+        stack_settings(
+            infer_timeout_s=1.5,
+            breaker_max_open_s=1.0,
+            kafka_request_timeout_ms=5000,
+            kafka_fetch_max_wait_ms=500,  # Tansu on S3 answers shorter fetch waits with nothing, forever
+            **settings,
+        ),
+        model_host_args=model_host_args,
         redis_append_only=True,
         broker_storage="s3://tansu/",
         broker_env={
@@ -63,6 +62,14 @@ def fault_stack(tmp_path_factory: pytest.TempPathFactory, s3_server: str) -> Ite
             "AWS_SECRET_ACCESS_KEY": "brimful",
             "AWS_DEFAULT_REGION": "us-east-1",
         },
+    )
+
+
+@pytest.fixture(scope="module")
+def fault_stack(tmp_path_factory: pytest.TempPathFactory, s3_server: str) -> Iterator[EmbeddedStack]:
+    running = durable_stack(
+        tmp_path_factory.mktemp("fault-stack"), s3_server, ("--call-ms", str(MODEL_CALL_MS), "--hang-ms", "4000"),
+        max_backlog=MAX_BACKLOG,
     )
     yield running
     running.stop()
