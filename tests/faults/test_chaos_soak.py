@@ -121,14 +121,18 @@ async def test_every_accepted_task_ends_right_through_a_chaos_schedule(
 
 
 def write_report(path: Path, figures: dict[str, object], schedule: list[str]) -> None:
+    """Rewrite the page's figures; the sections after them (findings, from ``## `` on) stay."""
     rows = "\n".join(f"| {name} | {value} |" for name, value in figures.items())
+    kept = ""
+    if path.exists() and "\n## " in path.read_text():
+        kept = "\n## " + path.read_text().split("\n## ", 1)[1]
     path.write_text(
         "# Reliability: the chaos soak\n\n"
         "`make soak` (tests/faults/test_chaos_soak.py with BRIMFUL_SOAK_S and BRIMFUL_SOAK_REPORT) runs steady load\n"
         "against the embedded stack, with the broker on S3 storage and Redis with AOF, while a seeded schedule kills\n"
         "and restarts the batcher, the model endpoint, Redis and the broker, and drops the pub/sub connections.\n"
         "Every task that got a 202 must end done with its own correct result, or failed with exactly one dead\n"
-        "letter. `make test` runs the same soak for two minutes.\n\n"
-        f"Last run ({time.strftime('%Y-%m-%d')}):\n\n| figure | value |\n|---|---|\n{rows}\n\n"
-        f"Fault order: {', '.join(schedule)}.\n"
+        "letter. `make test` runs the same soak for two minutes. A run rewrites these figures.\n\n"
+        f"Last run ({time.strftime('%Y-%m-%d')}, {figures['seconds']} s, seed {figures['seed']}):\n\n"
+        f"| figure | value |\n|---|---|\n{rows}\n\nFault order: {', '.join(schedule)}.\n{kept}"
     )
