@@ -112,6 +112,8 @@ async def test_every_accepted_task_ends_right_through_a_chaos_schedule(
         "rows the model ran twice (redelivery after a kill)": rerun_rows,
     }
     print("\nchaos soak:", figures)
+    if stuck:  # what the batchers say of their partitions: offsets committed, the log's end, rows held
+        print("batchers at the end:", (await chaos_client.stats())["batchers"])
     if REPORT:
         write_report(Path(REPORT), figures, schedule)
     assert set(FAULTS) <= set(schedule), f"the soak was too short for every fault: {schedule}"
