@@ -253,7 +253,7 @@ class BatcherService:
                 except (DecodeError, TypeError) as error:  # TypeError: a record with no value
                     task = asyncio.create_task(self._dead_letter_undecodable(state, record, error))
                     state.in_flight.add(task)
-                    task.add_done_callback(state.in_flight.discard)
+                    task.add_done_callback(lambda done, state=state: self._letter_written(state, done))
                     continue
                 flush_by = None
                 if request.deadline_at_ms:
@@ -365,6 +365,12 @@ class BatcherService:
             for offset in offsets:
                 state.tracker.finish(offset)
         self._commit_wanted.set()
+
+    def _letter_written(self, state: PartitionState, task: asyncio.Task[None]) -> None:
+        # It held one of the partition's in-flight places: the loop must look again, or rows
+        # fetched meanwhile wait for the next fetch to wake it.
+        state.in_flight.discard(task)
+        self._wakeup.set()
 
     def _batch_finished(self, state: PartitionState, task: asyncio.Task[None]) -> None:
         state.in_flight.discard(task)

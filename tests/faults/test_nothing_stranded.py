@@ -6,10 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from typing import AsyncIterator, Iterator
 
 import pytest
 from aiokafka import AIOKafkaProducer
+from brimful.core.clock import now_ms
+from brimful.core.model_signature import TensorSpec
+from brimful.core.redis_keys import RedisKeys
+from brimful.core.task_store import TaskStore
+from brimful.core.tensor_codec import encode_input
+from brimful.schemas import TaskRequest
+from redis.asyncio import Redis
 
 from brimful.stack import EmbeddedStack
 from tests.conftest import stack_settings, start_stack, tune_live
@@ -45,14 +53,27 @@ async def lean_client(lean_stack: EmbeddedStack) -> AsyncIterator[TaskClient]:
 async def test_records_the_batcher_cannot_decode_go_to_the_dlq_and_the_partition_moves_on(
     lean_stack: EmbeddedStack, lean_client: TaskClient
 ) -> None:
-    producer = AIOKafkaProducer(bootstrap_servers=lean_stack.settings.kafka_bootstrap, acks="all")
+    settings = lean_stack.settings
+    redis = Redis.from_url(settings.redis_url)
+    store = TaskStore(redis, RedisKeys(settings.key_prefix), settings.result_ttl_s)
+    good = TaskRequest(task_id=uuid.uuid4().hex, model=settings.model_name, submitted_at_ms=now_ms())
+    good.inputs["TEXT"].CopyFrom(encode_input(TensorSpec("TEXT", "BYTES", (1,)), "after the bad records"))
+    await store.create_queued(good.task_id, good.submitted_at_ms)
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all", linger_ms=50)
     await producer.start()
     try:
-        await producer.send_and_wait(lean_stack.settings.requests_topic, value=None, key=b"no-value")
-        await producer.send_and_wait(lean_stack.settings.requests_topic, value=b"\xff\xfe not protobuf", key=b"garbage")
+        # Sent together, so the batcher fetches the good record while the bad ones' dead
+        # letters are being written.
+        sends = [
+            await producer.send(settings.requests_topic, value=None, key=b"no-value"),
+            await producer.send(settings.requests_topic, value=b"\xff\xfe not protobuf", key=b"garbage"),
+            await producer.send(settings.requests_topic, value=good.SerializeToString(), key=good.task_id.encode()),
+        ]
+        await asyncio.gather(*sends)
     finally:
         await producer.stop()
-    task = await lean_client.wait_final(await lean_client.submit({"TEXT": "after the bad records"}), timeout_s=30)
+        await redis.aclose()
+    task = await lean_client.wait_final(good.task_id, timeout_s=10)
     assert task["status"] == "done" and task["outputs"] == expected_outputs("after the bad records")
     letters = {letter.request.task_id: letter for letter in await read_dead_letters(lean_stack)}
     assert letters["no-value"].error_class == "undecodable" and letters["no-value"].raw_request == b""
