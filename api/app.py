@@ -7,6 +7,11 @@ from contextlib import asynccontextmanager
 from typing import AsyncIterator
 
 from aiokafka.errors import KafkaError
+from fastapi import FastAPI
+from fastapi.exceptions import RequestValidationError
+from redis.exceptions import RedisError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
 from brimful.api import batching_routes, dlq_routes, health_routes, openapi, task_routes
 from brimful.api.errors import (
     ApiError,
@@ -18,10 +23,6 @@ from brimful.api.errors import (
 from brimful.api.state import ApiState
 from brimful.core.logs import configure_logging
 from brimful.core.settings import Settings, get_settings
-from fastapi import FastAPI
-from fastapi.exceptions import RequestValidationError
-from redis.exceptions import RedisError
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
 
 def app_from_environment() -> FastAPI:

@@ -10,10 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Awaitable, Callable
 
+from fastapi import Request
+
 from brimful.api.errors import ApiError
 from brimful.api.state import api_state
 from brimful.core.api_keys import Scope
-from fastapi import Request
 
 
 @dataclass(frozen=True)

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from fastapi import APIRouter, Depends, Request
+
 from brimful.api.auth import Principal, requires
 from brimful.api.errors import ApiError
 from brimful.api.request_body import parse_json, read_body
 from brimful.api.state import api_state
 from brimful.core.api_keys import Scope
 from brimful.core.policy_tuning import TuningError
-from fastapi import APIRouter, Depends, Request
 
 router = APIRouter(tags=["batching"])
 

@@ -16,14 +16,15 @@ from typing import Any, Iterable
 import pyarrow as pa
 import pyarrow.parquet as pq
 from aiokafka import AIOKafkaProducer
+from google.protobuf.json_format import MessageToDict
+from redis.asyncio import Redis
+
 from brimful.core.clock import now_ms
 from brimful.core.kafka import read_whole_topic
 from brimful.core.redis_keys import RedisKeys
 from brimful.core.settings import Settings
 from brimful.core.task_store import TaskStore
 from brimful.schemas import DeadLetter
-from google.protobuf.json_format import MessageToDict
-from redis.asyncio import Redis
 
 
 @dataclass(frozen=True)

@@ -5,13 +5,14 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import Response
+
 from brimful.api.auth import Principal, requires
 from brimful.api.dead_letter_admin import DeadLetterAdmin, DeadLetterFilter
 from brimful.api.errors import ApiError
 from brimful.api.request_body import parse_json
 from brimful.core.api_keys import Scope
-from fastapi import APIRouter, Depends, Request
-from fastapi.responses import Response
 
 # An admin key works on its own tenant's entries; an operator key on every tenant's.
 router = APIRouter(prefix="/v1/admin/dlq", tags=["dead letters"])

@@ -6,11 +6,12 @@ import asyncio
 import os
 from typing import Any, Awaitable, Callable
 
-from brimful.api.state import api_state
-from brimful.core.metrics import MULTIPROCESS_DIR_ENV
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest, multiprocess
+
+from brimful.api.state import api_state
+from brimful.core.metrics import MULTIPROCESS_DIR_ENV
 
 router = APIRouter(tags=["health"])
 

@@ -7,6 +7,7 @@ import shutil
 import tempfile
 
 import uvicorn
+
 from brimful.api.app import create_app
 from brimful.core.logs import configure_logging
 from brimful.core.metrics import MULTIPROCESS_DIR_ENV

@@ -11,6 +11,9 @@ from __future__ import annotations
 from copy import deepcopy
 from typing import Any, Callable
 
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+
 from brimful.api.dlq_routes import FILTER_FIELDS
 from brimful.api.submission import ALLOWED_FIELDS, MAX_DEADLINE_MS
 from brimful.api.task_routes import IDEMPOTENCY_KEY_MAX_LENGTH, TASK_ID_PATTERN
@@ -18,8 +21,6 @@ from brimful.core.model_signature import ModelSignature, TensorSpec
 from brimful.core.policy_tuning import TUNABLE, UPPER_BOUNDS
 from brimful.core.settings import Settings
 from brimful.core.task_status import TaskStatus
-from fastapi import FastAPI
-from fastapi.openapi.utils import get_openapi
 
 _ERROR = {
     "type": "object",

@@ -11,8 +11,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from brimful.core.redis_keys import RedisKeys
 from redis.asyncio import Redis
+
+from brimful.core.redis_keys import RedisKeys
 
 # KEYS[1]: the bucket. ARGV: rate per second, burst, tokens wanted.
 # Returns {1, 0} when taken, or {0, seconds until enough tokens (as a string)}.

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from brimful.api.errors import ApiError
 from fastapi import Request
+
+from brimful.api.errors import ApiError
 
 
 async def read_body(request: Request, limit: int) -> bytes:

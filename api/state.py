@@ -7,6 +7,8 @@ import asyncio
 import logging
 
 from aiokafka import AIOKafkaProducer
+from fastapi import Request
+
 from brimful.api.backlog import BacklogMonitor
 from brimful.api.dead_letter_admin import DeadLetterAdmin
 from brimful.api.rate_limit import RateLimiter
@@ -23,7 +25,6 @@ from brimful.core.stats import SharedStats
 from brimful.core.status_board import StatusBoard
 from brimful.core.task_store import TaskStore
 from brimful.core.tenant_limits import TenantLimits, TenantLimitStore
-from fastapi import Request
 
 log = logging.getLogger("brimful.api")
 

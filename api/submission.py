@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiokafka.errors import KafkaError, MessageSizeTooLargeError
+from redis.exceptions import RedisError
+
 from brimful.api.auth import Principal
 from brimful.api.errors import ApiError
 from brimful.api.state import ApiState
@@ -24,7 +26,6 @@ from brimful.core.model_signature import ModelSignature
 from brimful.core.tenant_limits import TenantLimits
 from brimful.core.tensor_codec import InputValidationError, encode_input
 from brimful.schemas import InputTensor, TaskRequest
-from redis.exceptions import RedisError
 
 log = logging.getLogger("brimful.api")
 

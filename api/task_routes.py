@@ -10,6 +10,9 @@ import time
 import uuid
 from typing import Any
 
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse
+
 from brimful.api.auth import Principal, requires
 from brimful.api.errors import ApiError
 from brimful.api.request_body import parse_json, read_body
@@ -29,8 +32,6 @@ from brimful.api.task_waiters import read_own_task
 from brimful.core.api_keys import Scope
 from brimful.core.task_status import TaskStatus
 from brimful.core.task_store import TaskRecord
-from fastapi import APIRouter, Depends, Request
-from fastapi.responses import JSONResponse
 
 router = APIRouter(tags=["tasks"])
 

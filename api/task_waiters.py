@@ -15,11 +15,12 @@ from collections import defaultdict
 from contextlib import asynccontextmanager
 from typing import AsyncIterator
 
+from redis.asyncio import Redis
+
 from brimful.core import metrics
 from brimful.core.channel_follower import follow_channel
 from brimful.core.redis_keys import RedisKeys
 from brimful.core.task_store import FinishedMessage, TaskRecord, TaskStore
-from redis.asyncio import Redis
 
 
 async def read_own_task(store: TaskStore, task_id: str, tenant: str) -> TaskRecord | None:

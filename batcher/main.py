@@ -10,6 +10,8 @@ import socket
 import time
 from pathlib import Path
 
+from prometheus_client import start_http_server
+
 from brimful.batcher.service import BatcherLimits, BatcherService
 from brimful.batcher.traces import ArrivalRecorder
 from brimful.core.channel_follower import follow_channel
@@ -28,7 +30,6 @@ from brimful.workers.circuit_breaker import CircuitBreaker
 from brimful.workers.dead_letters import DeadLetterWriter
 from brimful.workers.retry_policy import BatchRetryPolicy
 from brimful.workers.triton_model import TritonModel
-from prometheus_client import start_http_server
 
 log = logging.getLogger("brimful.batcher")
 

@@ -19,6 +19,8 @@ from typing import Awaitable, Callable
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.structs import ConsumerRecord, OffsetAndMetadata
+from google.protobuf.message import DecodeError
+
 from brimful.batcher.accumulator import Accumulator, Pending
 from brimful.batcher.offsets import OffsetTracker
 from brimful.batcher.policy import FlushReason, WaitOrFullPolicy
@@ -28,7 +30,6 @@ from brimful.core.policy_params import PolicyParams
 from brimful.schemas import TaskRequest
 from brimful.workers.batch_runner import Batch, BatchItem, BatchRunner
 from brimful.workers.dead_letters import DeadLetterWriter, dead_letter
-from google.protobuf.message import DecodeError
 
 log = logging.getLogger("brimful.batcher")
 

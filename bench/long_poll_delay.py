@@ -37,7 +37,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from brimful.core.clock import now_ms  # noqa: E402
 from brimful.core.redis_keys import RedisKeys  # noqa: E402
 from brimful.core.task_store import TaskStore  # noqa: E402
-
 from brimful.stack import EmbeddedStack, settings_on_free_ports  # noqa: E402
 
 REGISTER_S = 0.03  # time given to a held GET to register its waiter before the result lands

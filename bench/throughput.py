@@ -42,9 +42,6 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from brimful.core.redis_keys import RedisKeys  # noqa: E402
-from brimful.model_server.model_host import dynamic_name  # noqa: E402
-
 from bench.process_usage import group_members, usage  # noqa: E402
 from bench.profile_summary import by_package, top_self_time  # noqa: E402
 from bench.throughput_plan import (  # noqa: E402
@@ -60,6 +57,8 @@ from bench.throughput_plan import (  # noqa: E402
     ModelRun,
 )
 from bench.throughput_report import plot, report  # noqa: E402
+from brimful.core.redis_keys import RedisKeys  # noqa: E402
+from brimful.model_server.model_host import dynamic_name  # noqa: E402
 from brimful.stack import (  # noqa: E402
     EmbeddedStack,
     ManagedProcess,

@@ -14,9 +14,10 @@ from dataclasses import asdict, dataclass
 from enum import StrEnum
 from typing import Iterable
 
+from redis.asyncio import Redis
+
 from brimful.core.clock import now_ms
 from brimful.core.redis_keys import RedisKeys
-from redis.asyncio import Redis
 
 KEY_PREFIX = "bf_"
 KEY_ID_LENGTH = 12

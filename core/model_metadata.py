@@ -11,6 +11,7 @@ import logging
 from typing import Self
 
 import tritonclient.grpc.aio as triton_aio
+
 from brimful.core.model_signature import ModelSignature
 from brimful.core.settings import Settings
 

@@ -14,12 +14,13 @@ import logging
 import math
 from typing import Any, Mapping
 
+from redis.asyncio import Redis
+from redis.exceptions import WatchError
+
 from brimful.core.clock import now_ms
 from brimful.core.policy_params import PolicyParams
 from brimful.core.redis_keys import RedisKeys
 from brimful.core.settings import Settings
-from redis.asyncio import Redis
-from redis.exceptions import WatchError
 
 log = logging.getLogger("brimful.tuning")
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from brimful.core.settings import Settings
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError, TimeoutError
+
+from brimful.core.settings import Settings
 
 
 def make_redis(settings: Settings) -> Redis:

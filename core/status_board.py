@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping
 
-from brimful.core.redis_keys import RedisKeys
 from redis.asyncio import Redis
+
+from brimful.core.redis_keys import RedisKeys
 
 
 class StatusBoard:

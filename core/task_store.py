@@ -12,11 +12,12 @@ import json
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
 from brimful.core.clock import now_ms
 from brimful.core.redis_keys import RedisKeys
 from brimful.core.task_status import TaskStatus
-from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
 # KEYS: task hashes. ARGV: ttl_s (kept from now on), now_ms, new status, allowed-from
 # statuses (comma-separated; a missing hash never moves), field name, channel to publish

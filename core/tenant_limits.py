@@ -19,8 +19,9 @@ import json
 import time
 from dataclasses import asdict, dataclass, replace
 
-from brimful.core.redis_keys import RedisKeys
 from redis.asyncio import Redis
+
+from brimful.core.redis_keys import RedisKeys
 
 CACHE_S = 1.0  # how stale an API replica's copy of a tenant's limits may be
 

@@ -12,6 +12,7 @@ import math
 from typing import Any, Mapping, Sequence
 
 import numpy as np
+
 from brimful.core.model_signature import TensorSpec
 from brimful.schemas import InputTensor
 

@@ -18,6 +18,7 @@ from types import FrameType
 from typing import Any, Callable
 
 import numpy as np
+
 from brimful.model_server.library_path import library_path
 from brimful.model_server.reference_model import MODEL_NAME, ReferenceModel
 

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any, AsyncIterator, Iterator
 
 import pytest
-from brimful.core.settings import Settings
 
+from brimful.core.settings import Settings
 from brimful.stack import EmbeddedStack, settings_on_free_ports
 from tests.task_client import TaskClient
 

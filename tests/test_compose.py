@@ -12,6 +12,7 @@ from urllib.parse import urlparse
 
 import pytest
 import yaml
+
 from brimful.core.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Awaitable, Callable
 
 import numpy as np
+
 from brimful.core import metrics
 from brimful.core.clock import now_ms
 from brimful.core.model_signature import ModelSignature

@@ -6,6 +6,7 @@ import asyncio
 from typing import Sequence
 
 from aiokafka import AIOKafkaProducer
+
 from brimful.core.model_signature import ModelSignature
 from brimful.schemas import Attempt, DeadLetter, TaskRequest
 

@@ -6,11 +6,12 @@ import asyncio
 from typing import Mapping
 
 import numpy as np
+from tritonclient.grpc import InferInput, InferRequestedOutput
+from tritonclient.utils import InferenceServerException
+
 from brimful.core.model_metadata import ModelMetadata
 from brimful.core.model_signature import ModelSignature
 from brimful.workers.model_errors import ErrorClass, ModelCallError, summarize
-from tritonclient.grpc import InferInput, InferRequestedOutput
-from tritonclient.utils import InferenceServerException
 
 _UNAVAILABLE_CODES = {"StatusCode.UNAVAILABLE", "StatusCode.NOT_FOUND", "StatusCode.CANCELLED"}
 _TIMEOUT_CODES = {"StatusCode.DEADLINE_EXCEEDED"}

@@ -11,14 +11,14 @@ from typing import AsyncIterator, Iterator
 
 import pytest
 from aiokafka import AIOKafkaProducer
+from redis.asyncio import Redis
+
 from brimful.core.clock import now_ms
 from brimful.core.model_signature import TensorSpec
 from brimful.core.redis_keys import RedisKeys
 from brimful.core.task_store import TaskStore
 from brimful.core.tensor_codec import encode_input
 from brimful.schemas import TaskRequest
-from redis.asyncio import Redis
-
 from brimful.stack import EmbeddedStack
 from tests.conftest import stack_settings, start_stack, tune_live
 from tests.integration.test_pipeline import expected_outputs, read_dead_letters

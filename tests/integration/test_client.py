@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from brimful_client import AsyncClient, BrimfulError, Client, TaskFailed
 
 from brimful.stack import EmbeddedStack
+from brimful_client import AsyncClient, BrimfulError, Client, TaskFailed
 from tests.integration.test_pipeline import expected_outputs
 
 

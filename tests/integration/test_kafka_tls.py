@@ -16,13 +16,13 @@ from typing import AsyncIterator, Iterator
 
 import pytest
 from aiokafka.errors import KafkaConnectionError
-from brimful.core.kafka import connection_options, ensure_topics, make_producer, read_whole_topic
-from brimful.core.settings import Settings
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from brimful.core.kafka import connection_options, ensure_topics, make_producer, read_whole_topic
+from brimful.core.settings import Settings
 from brimful.stack import ManagedProcess, free_port, tansu_binary, wait_until
 from brimful.stack.processes import port_open
 from tests.conftest import stack_settings

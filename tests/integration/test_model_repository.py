@@ -11,11 +11,11 @@ from typing import AsyncIterator
 
 import numpy as np
 import pytest
-from brimful.workers.model_errors import ErrorClass, ModelCallError
-from brimful.workers.triton_model import TritonModel
 
 from brimful.stack import ManagedProcess, free_port, wait_until
 from brimful.stack.processes import http_ok
+from brimful.workers.model_errors import ErrorClass, ModelCallError
+from brimful.workers.triton_model import TritonModel
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -11,9 +11,9 @@ from typing import Any
 
 import aiohttp
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
 from brimful.core.kafka import read_whole_topic
 from brimful.schemas import DeadLetter, TaskRequest
-
 from brimful.stack import EmbeddedStack
 from tests.task_client import TaskClient
 

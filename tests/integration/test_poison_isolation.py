@@ -5,19 +5,19 @@ from __future__ import annotations
 import uuid
 
 from aiokafka import AIOKafkaProducer
+from redis.asyncio import Redis
+
 from brimful.core.clock import now_ms
 from brimful.core.redis_keys import RedisKeys
 from brimful.core.stats import SharedStats
 from brimful.core.task_store import TaskStore
 from brimful.core.tensor_codec import encode_input
 from brimful.schemas import TaskRequest
+from brimful.stack import EmbeddedStack
 from brimful.workers.batch_runner import Batch, BatchItem, BatchRunner
 from brimful.workers.dead_letters import DeadLetterWriter
 from brimful.workers.retry_policy import BatchRetryPolicy
 from brimful.workers.triton_model import TritonModel
-from redis.asyncio import Redis
-
-from brimful.stack import EmbeddedStack
 from tests.integration.test_pipeline import expected_outputs, read_dead_letters
 
 

@@ -6,10 +6,10 @@ import hashlib
 
 import numpy as np
 import pytest
-from brimful.workers.model_errors import ErrorClass, ModelCallError
-from brimful.workers.triton_model import TritonModel
 
 from brimful.stack import EmbeddedStack
+from brimful.workers.model_errors import ErrorClass, ModelCallError
+from brimful.workers.triton_model import TritonModel
 
 
 @pytest.fixture

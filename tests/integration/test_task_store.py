@@ -6,14 +6,14 @@ import uuid
 from typing import AsyncIterator
 
 import pytest
+from redis.asyncio import Redis
+
 from brimful.core.clock import now_ms
 from brimful.core.redis_keys import RedisKeys
 from brimful.core.stats import SharedStats, StatsField
 from brimful.core.task_status import TaskStatus
 from brimful.core.task_store import FinishedMessage, TaskStore
 from brimful.core.tenant_limits import TenantLimits, TenantLimitStore
-from redis.asyncio import Redis
-
 from brimful.stack import EmbeddedStack
 
 

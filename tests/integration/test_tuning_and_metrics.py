@@ -8,8 +8,8 @@ import time
 from typing import Any
 
 import aiohttp
-from brimful.batcher.traces import read_trace
 
+from brimful.batcher.traces import read_trace
 from brimful.stack import EmbeddedStack
 from tests.conftest import policy_seen_by_batchers, tune, tune_live
 from tests.task_client import TaskClient

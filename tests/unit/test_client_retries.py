@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import httpx
 import pytest
+
 from brimful_client import BrimfulError, Client, RetryPolicy, retry_delay
 
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from brimful.batcher.offsets import OffsetTracker
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from brimful.batcher.offsets import OffsetTracker
 
 
 def test_nothing_finished_commits_the_start() -> None:

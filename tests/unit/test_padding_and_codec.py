@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from brimful.core.model_signature import ModelSignature, TensorSpec, UnsupportedModelError
 from brimful.core.tensor_codec import (
     InputValidationError,

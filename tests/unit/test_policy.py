@@ -5,11 +5,12 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from brimful.batcher.accumulator import Accumulator
 from brimful.batcher.policy import ArrivalRate, FlushReason, WaitOrFullPolicy
 from brimful.core.policy_params import PolicyParams
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 PARAMS = PolicyParams(batch_size=64, max_wait=0.250, min_wait=0.020, rate_halflife=0.5)
 

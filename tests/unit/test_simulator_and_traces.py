@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from brimful.batcher import traces
 from brimful.batcher.simulator import simulate
 from brimful.core.policy_params import PolicyParams
