@@ -2,16 +2,20 @@
 
 The DLQ is an append-only Kafka topic, so what on-call did to an entry (replayed it,
 purged it) is kept beside it in Redis, keyed by the entry's place in the topic
-(``partition-offset``). Listing reads the topic from the start; dead letters are rare,
-so that stays cheap, and the topic's own retention bounds it.
+(``partition-offset``). Every operation streams the topic a fetch at a time and works in
+pages that resume from a cursor (the id of the next entry to read), so a DLQ of a hundred
+thousand letters is listed, exported and replayed in bounded memory.
 """
 
 from __future__ import annotations
 
-import io
+import asyncio
 import json
-from dataclasses import dataclass
-from typing import Any, Iterable
+from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from dataclasses import dataclass, replace
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -20,11 +24,29 @@ from google.protobuf.json_format import MessageToDict
 from redis.asyncio import Redis
 
 from brimful.core.clock import now_ms
-from brimful.core.kafka import read_whole_topic
+from brimful.core.kafka import stream_topic
 from brimful.core.redis_keys import RedisKeys
 from brimful.core.settings import Settings
 from brimful.core.task_store import TaskStore
 from brimful.schemas import DeadLetter
+
+
+# The most entries one page answers, replays or purges; the default page. A bigger job is
+# several calls, each resuming at the cursor the last one returned (``brimful dlq`` loops).
+PAGE_LIMIT_MAX = 10_000
+PAGE_LIMIT_DEFAULT = 1_000
+# Entries written to the Parquet export per row group: the export's memory is one group.
+EXPORT_ROW_GROUP = 1_000
+# Replayed entries sent, acknowledged and marked together.
+_REPLAY_GROUP = 500
+
+
+def parse_cursor(text: str) -> tuple[int, int]:
+    """An entry id ``partition-offset`` as a place in the topic; ValueError otherwise."""
+    partition, _, offset = text.partition("-")
+    if not (partition.isdigit() and offset.isdigit()) or len(text) > 40:
+        raise ValueError(f"not an entry id (partition-offset): {text[:64]!r}")
+    return int(partition), int(offset)
 
 
 @dataclass(frozen=True)
@@ -78,9 +100,87 @@ class DeadLetterEntry:
             "status": self.resolution["action"] if self.resolution else "open",
         }
 
+    def row(self) -> dict[str, Any]:
+        """The entry as one row of the Parquet export: the error first."""
+        letter = self.letter
+        return {
+            "id": self.entry_id,
+            "task_id": letter.request.task_id,
+            "failed_at_ms": letter.failed_at_ms,
+            "error_class": letter.error_class,
+            "error_message": letter.error_message,
+            "model": letter.model,
+            "model_version": letter.model_version,
+            "attempts": len(letter.attempts),
+            "batch_id": letter.batch_id,
+            "batch_task_ids": list(letter.batch_task_ids),
+            "source_partition": letter.source_partition,
+            "source_offset": letter.source_offset,
+            "status": self.resolution["action"] if self.resolution else "open",
+            "request": letter.request.SerializeToString(),
+        }
+
     def details(self) -> dict[str, Any]:
         letter = MessageToDict(self.letter, preserving_proto_field_name=True)
         return {**self.summary(), "resolution": self.resolution, "letter": letter}
+
+
+EXPORT_SCHEMA = pa.schema(
+    [
+        ("id", pa.string()),
+        ("task_id", pa.string()),
+        ("failed_at_ms", pa.int64()),
+        ("error_class", pa.string()),
+        ("error_message", pa.string()),
+        ("model", pa.string()),
+        ("model_version", pa.string()),
+        ("attempts", pa.int32()),
+        ("batch_id", pa.string()),
+        ("batch_task_ids", pa.list_(pa.string())),
+        ("source_partition", pa.int32()),
+        ("source_offset", pa.int64()),
+        ("status", pa.string()),
+        ("request", pa.binary()),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of a DLQ operation: the entries it took, where the next page starts
+    (None: the topic's end was reached) and how many letters it read to get there."""
+
+    entries: list[DeadLetterEntry]
+    next_cursor: str | None
+    read: int
+
+
+class _ChunkSink:
+    """A write-only file that hands what was written to whoever drains it: lets the
+    Parquet writer's output leave a row group at a time instead of piling up."""
+
+    def __init__(self) -> None:
+        self._parts: list[bytes] = []
+        self._written = 0
+        self.closed = False
+
+    def write(self, data: bytes) -> int:
+        self._parts.append(bytes(data))
+        self._written += len(data)
+        return len(data)
+
+    def tell(self) -> int:
+        return self._written
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+    def drain(self) -> bytes:
+        data, self._parts = b"".join(self._parts), []
+        return data
 
 
 class DeadLetterAdmin:
@@ -93,67 +193,116 @@ class DeadLetterAdmin:
         self._store = store
         self._keys = RedisKeys(settings.key_prefix)
 
-    async def entries(self, selection: DeadLetterFilter) -> list[DeadLetterEntry]:
-        """Every matching entry, oldest first."""
-        resolutions = {
-            key.decode(): json.loads(value) for key, value in (await self._redis.hgetall(self._keys.dlq_resolved)).items()
-        }
-        found = []
-        for partition, offset, value in await read_whole_topic(self._settings, self._settings.dlq_topic):
-            entry_id = f"{partition}-{offset}"
-            entry = DeadLetterEntry(entry_id, DeadLetter.FromString(value), resolutions.get(entry_id))
-            if selection.matches(entry):
-                found.append(entry)
-        return sorted(found, key=lambda e: (e.letter.failed_at_ms, e.entry_id))
+    async def scan(self, selection: DeadLetterFilter, after: str | None = None) -> AsyncIterator[tuple[DeadLetterEntry | None, str]]:
+        """Every letter from ``after`` (an entry id; None: the start) in topic order, as
+        (the entry if it matches else None, its id); what on-call did to each is read per
+        fetch, so memory stays at one fetch."""
+        start = parse_cursor(after) if after else None
+        async with aclosing(stream_topic(self._settings, self._settings.dlq_topic, start)) as chunks:
+            async for chunk in chunks:
+                ids = [f"{partition}-{offset}" for partition, offset, _ in chunk]
+                done = await self._redis.hmget(self._keys.dlq_resolved, ids)
+                for entry_id, (_, _, value), resolution in zip(ids, chunk, done):
+                    entry = DeadLetterEntry(entry_id, DeadLetter.FromString(value), json.loads(resolution) if resolution else None)
+                    yield (entry if selection.matches(entry) else None), entry_id
 
-    async def replay(self, selection: DeadLetterFilter, actor: str) -> tuple[list[str], list[str]]:
-        """Send matching open entries back to the requests topic with their task_ids; the
-        tasks read ``queued`` again. Returns (replayed task ids, skipped entry ids)."""
-        replayed, skipped = [], []
-        for entry in await self.entries(DeadLetterFilter(**{**vars(selection), "include_resolved": False})):
-            request = entry.letter.request
-            if not request.inputs:  # an undecodable record: nothing to send again
+    async def page(self, selection: DeadLetterFilter, after: str | None, limit: int) -> Page:
+        """Up to ``limit`` matching entries from ``after``, in topic order."""
+        taken: list[DeadLetterEntry] = []
+        read = 0
+        async with aclosing(self.scan(selection, after)) as letters:
+            async for entry, entry_id in letters:
+                if len(taken) == limit:  # one more letter exists: the next page starts here
+                    return Page(taken, entry_id, read)
+                read += 1
+                if entry is not None:
+                    taken.append(entry)
+        return Page(taken, None, read)
+
+    async def count(self, selection: DeadLetterFilter) -> Counter[str]:
+        """How many entries match, by error class (one streamed pass)."""
+        counts: Counter[str] = Counter()
+        async with aclosing(self.scan(selection)) as letters:
+            async for entry, _ in letters:
+                if entry is not None:
+                    counts[entry.letter.error_class] += 1
+        return counts
+
+    async def find(self, entry_or_task: str, tenant: str | None) -> DeadLetterEntry | None:
+        """One entry by its id (read at its place) or the latest for a task id (a scan)."""
+        selection = DeadLetterFilter(ids=(entry_or_task,), include_resolved=True, tenant=tenant)
+        place: str | None = entry_or_task
+        try:
+            parse_cursor(entry_or_task)
+        except ValueError:
+            place = None  # a task id: its letters may sit anywhere
+        found = None
+        async with aclosing(self.scan(selection, place)) as letters:
+            async for entry, entry_id in letters:
+                if entry is not None:
+                    found = entry
+                if place is not None and entry_id == place:
+                    break
+        return found
+
+    async def replay(self, selection: DeadLetterFilter, actor: str, after: str | None, limit: int, dry_run: bool = False) -> tuple[Page, list[str], list[str]]:
+        """Send up to ``limit`` matching open entries back to the requests topic with their
+        task_ids; the tasks read ``queued`` again. Returns (the page, replayed task ids,
+        skipped entry ids). ``dry_run`` says what would be replayed and changes nothing."""
+        page = await self.page(replace(selection, include_resolved=False), after, limit)
+        replayed, skipped, group = [], [], []
+        for entry in page.entries:
+            if not entry.letter.request.inputs:  # an undecodable or trimmed record: nothing to send again
                 skipped.append(entry.entry_id)
                 continue
+            replayed.append(entry.letter.request.task_id)
+            group.append(entry)
+            if len(group) == _REPLAY_GROUP and not dry_run:
+                await self._send_again(group, actor)
+                group = []
+        if not dry_run:
+            await self._send_again(group, actor)
+        return page, replayed, skipped
+
+    async def _send_again(self, entries: list[DeadLetterEntry], actor: str) -> None:
+        """Requeue, send and mark replayed one group: each task reads ``queued`` before the
+        batcher can see its record, and a dropped call re-sends at most one group."""
+        sends = []
+        for entry in entries:
+            request = entry.letter.request
             await self._store.requeue(request.task_id, request.submitted_at_ms, request.tenant)
-            await self._producer.send_and_wait(
-                self._settings.requests_topic, request.SerializeToString(), key=request.task_id.encode()
+            sends.append(
+                await self._producer.send(
+                    self._settings.requests_topic, request.SerializeToString(), key=request.task_id.encode()
+                )
             )
-            await self._resolve([entry], "replayed", actor)
-            replayed.append(request.task_id)
-        return replayed, skipped
+        await asyncio.gather(*sends)
+        await self._resolve(entries, "replayed", actor)
 
-    async def purge(self, selection: DeadLetterFilter, actor: str) -> list[str]:
-        """Mark matching open entries purged: they leave the default listing for good."""
-        entries = await self.entries(DeadLetterFilter(**{**vars(selection), "include_resolved": False}))
-        await self._resolve(entries, "purged", actor)
-        return [entry.entry_id for entry in entries]
+    async def purge(self, selection: DeadLetterFilter, actor: str, after: str | None, limit: int) -> Page:
+        """Mark up to ``limit`` matching open entries purged: they leave the default listing."""
+        page = await self.page(replace(selection, include_resolved=False), after, limit)
+        await self._resolve(page.entries, "purged", actor)
+        return page
 
-    @staticmethod
-    def export(entries: Iterable[DeadLetterEntry]) -> bytes:
-        """The entries as a Parquet file: one row each, the error first."""
-        rows = list(entries)
-        table = pa.table(
-            {
-                "id": [e.entry_id for e in rows],
-                "task_id": [e.letter.request.task_id for e in rows],
-                "failed_at_ms": pa.array([e.letter.failed_at_ms for e in rows], pa.int64()),
-                "error_class": [e.letter.error_class for e in rows],
-                "error_message": [e.letter.error_message for e in rows],
-                "model": [e.letter.model for e in rows],
-                "model_version": [e.letter.model_version for e in rows],
-                "attempts": pa.array([len(e.letter.attempts) for e in rows], pa.int32()),
-                "batch_id": [e.letter.batch_id for e in rows],
-                "batch_task_ids": [list(e.letter.batch_task_ids) for e in rows],
-                "source_partition": pa.array([e.letter.source_partition for e in rows], pa.int32()),
-                "source_offset": pa.array([e.letter.source_offset for e in rows], pa.int64()),
-                "status": [e.summary()["status"] for e in rows],
-                "request": [e.letter.request.SerializeToString() for e in rows],
-            }
-        )
-        sink = io.BytesIO()
-        pq.write_table(table, sink)
-        return sink.getvalue()
+    async def export(self, selection: DeadLetterFilter) -> AsyncIterator[bytes]:
+        """Every matching entry as a Parquet file, streamed a row group at a time."""
+        sink = _ChunkSink()
+        writer = pq.ParquetWriter(pa.PythonFile(sink, mode="w"), EXPORT_SCHEMA)
+        rows: list[dict[str, Any]] = []
+        async with aclosing(self.scan(selection)) as letters:
+            async for entry, _ in letters:
+                if entry is None:
+                    continue
+                rows.append(entry.row())
+                if len(rows) == EXPORT_ROW_GROUP:
+                    writer.write_table(pa.Table.from_pylist(rows, EXPORT_SCHEMA))
+                    rows = []
+                    yield sink.drain()
+        if rows:
+            writer.write_table(pa.Table.from_pylist(rows, EXPORT_SCHEMA))
+        writer.close()
+        yield sink.drain()
 
     async def _resolve(self, entries: list[DeadLetterEntry], action: str, actor: str) -> None:
         if not entries:

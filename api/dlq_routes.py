@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import Response
+from fastapi.responses import StreamingResponse
 
 from brimful.api.auth import Principal, requires
-from brimful.api.dead_letter_admin import DeadLetterAdmin, DeadLetterFilter
+from brimful.api.dead_letter_admin import (
+    PAGE_LIMIT_DEFAULT,
+    PAGE_LIMIT_MAX,
+    DeadLetterAdmin,
+    DeadLetterFilter,
+    parse_cursor,
+)
 from brimful.api.errors import ApiError
 from brimful.api.request_body import parse_json
 from brimful.core.api_keys import Scope
@@ -28,6 +33,39 @@ FILTER_FIELDS: dict[str, dict[str, Any]] = {
     "ids": {"type": "string", "description": "comma-separated entry or task ids"},
     "all": {"type": "boolean"},
 }
+# Where a page starts and how much it takes: list, replay and purge work a page at a time.
+PAGE_FIELDS: dict[str, dict[str, Any]] = {
+    "after": {"type": "string", "maxLength": 40, "pattern": "^[0-9]+-[0-9]+$",
+              "description": "the entry id the page starts at: the `next` of the page before"},
+    "limit": {"type": "integer", "minimum": 0, "maximum": PAGE_LIMIT_MAX, "default": PAGE_LIMIT_DEFAULT},
+}
+DRY_RUN_FIELD: dict[str, dict[str, Any]] = {
+    "dry_run": {"type": "boolean", "description": "say what would be replayed; change nothing"},
+}
+
+
+def _true(value: Any) -> bool:
+    return value in (True, "true", "1", "yes")
+
+
+def parse_page(values: dict[str, Any]) -> tuple[str | None, int]:
+    """(cursor, limit) from query parameters or a JSON body; 422 naming a bad field.
+    Removes the page fields from ``values``, leaving the filters."""
+    after = values.pop("after", None) or None
+    raw_limit = values.pop("limit", PAGE_LIMIT_DEFAULT)
+    if after is not None:
+        try:
+            parse_cursor(str(after))
+        except ValueError as error:
+            raise ApiError(422, "invalid_request", f"after: {error}") from error
+    limit = -1
+    if isinstance(raw_limit, int) and not isinstance(raw_limit, bool):
+        limit = raw_limit
+    elif isinstance(raw_limit, str) and raw_limit.isdigit() and len(raw_limit) <= 9:
+        limit = int(raw_limit)
+    if not 0 <= limit <= PAGE_LIMIT_MAX:
+        raise ApiError(422, "invalid_request", f"limit must be a whole number from 0 to {PAGE_LIMIT_MAX}")
+    return (str(after) if after else None), limit
 
 
 def _admin(request: Request) -> DeadLetterAdmin:
@@ -55,68 +93,78 @@ def parse_filter(values: dict[str, Any], principal: Principal) -> DeadLetterFilt
     if not isinstance(ids, (list, tuple)) or not all(isinstance(i, str) for i in ids):
         raise ApiError(422, "invalid_request", "ids must be a list of entry ids or task ids")
     include = values.get("all", False)
+    if not isinstance(values.get("error_class") or "", str) or not isinstance(values.get("model") or "", str):
+        raise ApiError(422, "invalid_request", "error_class and model must be strings")
     return DeadLetterFilter(
         since_ms=whole("since_ms"),
         until_ms=whole("until_ms"),
         error_class=values.get("error_class") or None,
         model=values.get("model") or None,
         ids=tuple(ids),
-        include_resolved=include in (True, "true", "1", "yes"),
+        include_resolved=_true(include),
         tenant=principal.tenants_seen,
     )
 
 
-async def _body_filter(request: Request, principal: Principal) -> DeadLetterFilter:
+async def _body_job(request: Request, principal: Principal, dry_run: bool = False) -> tuple[DeadLetterFilter, str | None, int, bool]:
+    """(filter, cursor, limit, dry run) from a replay or purge body."""
     body = await request.body()
     document = parse_json(body) if body else {}
     if not isinstance(document, dict):
         raise ApiError(422, "invalid_request", "body must be a JSON object of filters")
+    after, limit = parse_page(document)
+    dry = _true(document.pop("dry_run", False)) if dry_run else False
     selection = parse_filter(document, principal)
     if not (selection.ids or selection.since_ms or selection.until_ms or selection.error_class or selection.model):
         raise ApiError(422, "invalid_request", "say which entries: ids, or a since_ms/until_ms/error_class/model filter")
-    return selection
+    return selection, after, limit, dry
 
 
 @router.get("")
 async def list_dead_letters(request: Request, principal: Principal = ADMIN) -> dict[str, Any]:
-    """Matching entries (open ones unless ``all=true``), oldest first, with counts by error class."""
-    entries = await _admin(request).entries(parse_filter(dict(request.query_params), principal))
-    summaries = [entry.summary() for entry in entries]
-    return {
-        "count": len(summaries),
-        "by_error_class": dict(Counter(s["error_class"] for s in summaries).most_common()),
-        "entries": summaries,
-    }
+    """A page of matching entries (open ones unless ``all=true``) in topic order, and where
+    the next page starts; the first page (no ``after``) also counts every match by error class."""
+    values = dict(request.query_params)
+    after, limit = parse_page(values)
+    selection = parse_filter(values, principal)
+    admin = _admin(request)
+    page = await admin.page(selection, after, limit)
+    listing: dict[str, Any] = {"entries": [entry.summary() for entry in page.entries], "next": page.next_cursor}
+    if after is None:
+        counts = await admin.count(selection)
+        listing.update(count=sum(counts.values()), by_error_class=dict(counts.most_common()))
+    return listing
 
 
 @router.get("/export")
-async def export_dead_letters(request: Request, principal: Principal = ADMIN) -> Response:
-    """Matching entries as a Parquet file."""
-    admin = _admin(request)
-    data = admin.export(await admin.entries(parse_filter(dict(request.query_params), principal)))
-    return Response(data, media_type="application/vnd.apache.parquet")
+async def export_dead_letters(request: Request, principal: Principal = ADMIN) -> StreamingResponse:
+    """Every matching entry as a Parquet file, streamed a row group at a time."""
+    selection = parse_filter(dict(request.query_params), principal)
+    return StreamingResponse(_admin(request).export(selection), media_type="application/vnd.apache.parquet")
 
 
 @router.get("/{entry}")
 async def show_dead_letter(entry: str, request: Request, principal: Principal = ADMIN) -> dict[str, Any]:
     """One entry in full, by entry id (``partition-offset``) or task id."""
-    selection = DeadLetterFilter(ids=(entry,), include_resolved=True, tenant=principal.tenants_seen)
-    found = await _admin(request).entries(selection)
-    if not found:
+    found = await _admin(request).find(entry, principal.tenants_seen)
+    if found is None:
         raise ApiError(404, "dead_letter_not_found", f"no dead letter {entry[:64]!r}")
-    return found[-1].details()
+    return found.details()
 
 
 @router.post("/replay")
 async def replay_dead_letters(request: Request, principal: Principal = ADMIN) -> dict[str, Any]:
-    """Send matching open entries back to the requests topic under their task ids."""
-    selection = await _body_filter(request, principal)
-    replayed, skipped = await _admin(request).replay(selection, principal.actor(request))
-    return {"replayed": len(replayed), "task_ids": replayed, "skipped": skipped}
+    """Send a page of matching open entries back to the requests topic under their task ids."""
+    selection, after, limit, dry_run = await _body_job(request, principal, dry_run=True)
+    page, replayed, skipped = await _admin(request).replay(selection, principal.actor(request), after, limit, dry_run)
+    return {"replayed": len(replayed), "task_ids": replayed, "skipped": skipped, "dry_run": dry_run,
+            "next": page.next_cursor, "read": page.read}
 
 
 @router.post("/purge")
 async def purge_dead_letters(request: Request, principal: Principal = ADMIN) -> dict[str, Any]:
-    """Mark matching open entries purged (kept in the topic until its retention ends)."""
-    purged = await _admin(request).purge(await _body_filter(request, principal), principal.actor(request))
-    return {"purged": len(purged), "ids": purged}
+    """Mark a page of matching open entries purged (kept in the topic until its retention ends)."""
+    selection, after, limit, _ = await _body_job(request, principal)
+    page = await _admin(request).purge(selection, principal.actor(request), after, limit)
+    return {"purged": len(page.entries), "ids": [entry.entry_id for entry in page.entries],
+            "next": page.next_cursor, "read": page.read}

@@ -14,7 +14,7 @@ from typing import Any, Callable
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from brimful.api.dlq_routes import FILTER_FIELDS
+from brimful.api.dlq_routes import DRY_RUN_FIELD, FILTER_FIELDS, PAGE_FIELDS
 from brimful.api.submission import ALLOWED_FIELDS, MAX_DEADLINE_MS
 from brimful.api.task_routes import IDEMPOTENCY_KEY_MAX_LENGTH, TASK_ID_PATTERN
 from brimful.core.model_signature import ModelSignature, TensorSpec
@@ -144,9 +144,11 @@ def operations(signature: ModelSignature | None, settings: Settings) -> dict[tup
                                     for name in TUNABLE},
                      "example": {"max_wait_ms": 150}}
     selection = {"type": "object",
-                 "properties": {**FILTER_FIELDS, "ids": {"type": "array", "items": {"type": "string"}}},
+                 "properties": {**FILTER_FIELDS, **PAGE_FIELDS, "ids": {"type": "array", "items": {"type": "string"}}},
                  "additionalProperties": False}
+    replay_selection = {**selection, "properties": {**selection["properties"], **DRY_RUN_FIELD}}
     filters = [_query(name, schema) for name, schema in FILTER_FIELDS.items()]
+    paged = filters + [_query(name, schema) for name, schema in PAGE_FIELDS.items()]
     return {
         ("/v1/tasks", "post"): {
             "requestBody": {"required": True, **_json(submit)},
@@ -179,8 +181,9 @@ def operations(signature: ModelSignature | None, settings: Settings) -> dict[tup
         ("/healthz", "get"): {"responses": _responses({200: ("Alive.", _OBJECT)}, ())},
         ("/readyz", "get"): {"responses": _responses({200: ("Ready.", _OBJECT), 503: ("Not ready.", _OBJECT)}, ())},
         ("/v1/admin/dlq", "get"): {
-            "parameters": filters,
-            "responses": _responses({200: ("Entries, counted by error class.", _OBJECT)}, (401, 403, 422, 503)),
+            "parameters": paged,
+            "responses": _responses({200: ("A page of entries and the next cursor; the first page counts "
+                                           "every match by error class.", _OBJECT)}, (401, 403, 422, 503)),
         },
         ("/v1/admin/dlq/export", "get"): {
             "parameters": filters,
@@ -194,12 +197,14 @@ def operations(signature: ModelSignature | None, settings: Settings) -> dict[tup
             "responses": _responses({200: ("The entry in full.", _OBJECT)}, (401, 403, 404, 503)),
         },
         ("/v1/admin/dlq/replay", "post"): {
-            "requestBody": {"required": True, **_json(selection)},
-            "responses": _responses({200: ("Replayed task ids.", _OBJECT)}, (400, 401, 403, 422, 503)),
+            "requestBody": {"required": True, **_json(replay_selection)},
+            "responses": _responses({200: ("A page's replayed task ids and the next cursor.", _OBJECT)},
+                                    (400, 401, 403, 422, 503)),
         },
         ("/v1/admin/dlq/purge", "post"): {
             "requestBody": {"required": True, **_json(selection)},
-            "responses": _responses({200: ("Purged entry ids.", _OBJECT)}, (400, 401, 403, 422, 503)),
+            "responses": _responses({200: ("A page's purged entry ids and the next cursor.", _OBJECT)},
+                                    (400, 401, 403, 422, 503)),
         },
     }
 

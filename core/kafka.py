@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -98,30 +99,62 @@ async def ensure_topics(settings: Settings, attempts: int = 30) -> None:
             await admin.close()
 
 
-async def read_whole_topic(settings: Settings, topic: str, timeout_s: float = 30.0) -> list[tuple[int, int, bytes]]:
-    """Every record of ``topic`` as (partition, offset, value), read from the start to the
-    end. The end is the high watermark from fetch responses: a broker's "latest offset"
-    answer is not trusted (Tansu's is wrong)."""
+async def stream_topic(
+    settings: Settings,
+    topic: str,
+    start: tuple[int, int] | None = None,
+    stall_timeout_s: float = 30.0,
+) -> AsyncIterator[list[tuple[int, int, bytes]]]:
+    """The records of ``topic`` as (partition, offset, value), a fetch at a time, partition
+    by partition, from ``start`` ((partition, offset); None: the beginning) to the end the
+    topic had when each partition was reached. Memory stays at one fetch whatever the
+    topic's size. The end is the high watermark from fetch responses: a broker's "latest
+    offset" answer is not trusted (Tansu's is wrong). Raises TimeoutError when no record
+    arrives for ``stall_timeout_s`` before the end."""
+    # One fetch at a time, just big enough for the largest record the broker takes.
+    fetch_bytes = settings.kafka_max_message_bytes + 64 * 1024
     consumer = AIOKafkaConsumer(
         **connection_options(settings),
         enable_auto_commit=False,
-        max_partition_fetch_bytes=4 * 1024 * 1024,
+        max_partition_fetch_bytes=fetch_bytes,
+        fetch_max_bytes=fetch_bytes,
     )
     await consumer.start()
     try:
-        partitions = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or {0})]
-        consumer.assign(partitions)
-        await consumer.seek_to_beginning(*partitions)
-        records: list[tuple[int, int, bytes]] = []
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            fetched = await consumer.getmany(timeout_ms=200)
-            for batch in fetched.values():
-                records.extend((r.partition, r.offset, r.value) for r in batch)
-            ends = [consumer.highwater(tp) for tp in partitions]
-            positions = [await consumer.position(tp) for tp in partitions]
-            if all(end is not None and position >= end for position, end in zip(positions, ends)):
-                return records
-        raise TimeoutError(f"could not read {topic} to its end within {timeout_s:g} s")
+        first_partition, first_offset = start if start is not None else (0, 0)
+        for partition in sorted(consumer.partitions_for_topic(topic) or {0}):
+            if partition < first_partition:
+                continue
+            tp = TopicPartition(topic, partition)
+            consumer.assign([tp])
+            if partition == first_partition and first_offset > 0:
+                consumer.seek(tp, first_offset)
+            else:
+                await consumer.seek_to_beginning(tp)
+            end: int | None = None
+            stalled_at = time.monotonic() + stall_timeout_s
+            while True:
+                fetched = await consumer.getmany(tp, timeout_ms=200)
+                records = [(r.partition, r.offset, r.value) for r in fetched.get(tp, [])]
+                if end is None:
+                    end = consumer.highwater(tp)  # fixed once known: a scan never chases new letters
+                if end is not None:
+                    records = [record for record in records if record[1] < end]
+                if records:
+                    stalled_at = time.monotonic() + stall_timeout_s
+                    yield records
+                if end is not None and await consumer.position(tp) >= end:
+                    break
+                if time.monotonic() > stalled_at:
+                    raise TimeoutError(f"could not read {topic} partition {partition} to its end: no record for {stall_timeout_s:g} s")
     finally:
         await consumer.stop()
+
+
+async def read_whole_topic(settings: Settings, topic: str, timeout_s: float = 30.0) -> list[tuple[int, int, bytes]]:
+    """Every record of ``topic`` as (partition, offset, value), from the start to the end
+    (for small topics and tests; :func:`stream_topic` keeps memory flat)."""
+    records: list[tuple[int, int, bytes]] = []
+    async for chunk in stream_topic(settings, topic, stall_timeout_s=timeout_s):
+        records.extend(chunk)
+    return records

@@ -30,11 +30,11 @@ def auth_headers(api_key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
-def call(method: str, url: str, api_key: str = "", **kwargs: Any) -> Any:
+def call(method: str, url: str, api_key: str = "", timeout_s: float = 10.0, **kwargs: Any) -> Any:
     """One JSON call; CommandError with the server's own message on a 4xx/5xx."""
     headers = {**auth_headers(api_key), **kwargs.pop("headers", {})}
     try:
-        response = httpx.request(method, url, timeout=10, headers=headers, **kwargs)
+        response = httpx.request(method, url, timeout=timeout_s, headers=headers, **kwargs)
     except httpx.HTTPError as error:
         raise CommandError(f"cannot reach {url}: {error}") from error
     body = response.json() if response.content else None

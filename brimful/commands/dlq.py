@@ -1,10 +1,13 @@
 """``brimful dlq``: inspect, replay, purge and export dead letters.
 
-    brimful dlq list [--since 2h] [--class model_error] [--model M] [--all]
+    brimful dlq list [--since 2h] [--class model_error] [--model M] [--all] [--limit N] [--after ID]
     brimful dlq show ID                   # an entry id (partition-offset) or a task id
-    brimful dlq replay ID... | --since 2h [--class C] [--model M]
+    brimful dlq replay ID... | --since 2h [--class C] [--model M] [--dry-run]
     brimful dlq purge  ID... | --since 2h [--class C] [--model M] --yes
     brimful dlq export --out dlq.parquet [filters]
+
+Replay and purge work a page at a time (the API's page limit), showing progress, so a DLQ
+of any size is worked through in bounded memory on both sides; export is streamed.
 """
 
 from __future__ import annotations
@@ -56,11 +59,14 @@ def register(commands: argparse._SubParsersAction) -> None:
     listing = actions.add_parser("list", help="open entries, counted by error class, then a table")
     with_filters(listing, ids=False)
     listing.add_argument("--all", action="store_true", help="include replayed and purged entries")
+    listing.add_argument("--limit", type=int, default=100, help="entries to show (default 100)")
+    listing.add_argument("--after", help="start at this entry id (the 'next page' a listing names)")
     show = actions.add_parser("show", help="one entry in full")
     add_api_argument(show)
     show.add_argument("id", help="entry id (partition-offset) or task id")
     replay = actions.add_parser("replay", help="send entries back to the requests topic (same task ids)")
     with_filters(replay, ids=True)
+    replay.add_argument("--dry-run", action="store_true", help="say what would be replayed; change nothing")
     purge = actions.add_parser("purge", help="mark entries purged")
     with_filters(purge, ids=True)
     purge.add_argument("--yes", action="store_true", help="needed: purging cannot be undone")
@@ -101,9 +107,12 @@ def _local(ms: int) -> str:
 
 
 def render_list(listing: Mapping[str, Any]) -> str:
-    if not listing["count"]:
+    if not listing["entries"] and not listing.get("count"):
         return "no dead letters match"
-    lines = [f"{listing['count']} dead letter(s): " + ", ".join(f"{n} {c}" for c, n in listing["by_error_class"].items())]
+    if "count" in listing:
+        lines = [f"{listing['count']} dead letter(s): " + ", ".join(f"{n} {c}" for c, n in listing["by_error_class"].items())]
+    else:
+        lines = [f"{len(listing['entries'])} more dead letter(s)"]
     lines.append(f"{'failed at':<19}  {'age':>8}  {'error class':<12} {'error':<48} {'task id':<32} {'entry':<10} status")
     for entry in listing["entries"]:
         message = entry["error_message"].replace("\n", " ")
@@ -112,6 +121,8 @@ def render_list(listing: Mapping[str, Any]) -> str:
             f"{_local(entry['failed_at_ms']):<19}  {_age(entry['failed_at_ms']):>8}  {entry['error_class']:<12} "
             f"{message:<48} {entry['task_id']:<32} {entry['id']:<10} {entry['status']}"
         )
+    if listing.get("next"):
+        lines.append(f"(more: --after {listing['next']})")
     return "\n".join(lines)
 
 
@@ -134,32 +145,74 @@ def render_entry(entry: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+# Ids printed after a replay when there are no more than this many; beyond, the count.
+_IDS_SHOWN = 20
+
+
+def _pages(base: str, action: str, args: argparse.Namespace, body: dict[str, Any]) -> dict[str, Any]:
+    """Run a replay or purge page by page until the DLQ's end; progress on stderr.
+    Returns the totals: how many were done, their ids (the first few) and what was skipped."""
+    # How many match, to show progress against (one streamed count on the server).
+    counted = {**_filters(args), "limit": 0}
+    if "ids" in counted:
+        counted["ids"] = ",".join(counted["ids"])
+    total = call("GET", base, args.api_key, timeout_s=300, params=counted).get("count", 0)
+    actor = {"X-Brimful-Actor": getpass.getuser()}
+    done, ids, skipped, after = 0, [], [], None
+    while True:
+        page = call("POST", f"{base}/{action}", args.api_key, timeout_s=300, headers=actor,
+                    json={**body, **({"after": after} if after else {})})
+        count = page.get("replayed", page.get("purged", 0))
+        done += count
+        ids.extend((page.get("task_ids") or page.get("ids") or [])[: max(0, _IDS_SHOWN + 1 - len(ids))])
+        skipped.extend(page.get("skipped", [])[: max(0, _IDS_SHOWN + 1 - len(skipped))])
+        after = page["next"]
+        if total > _IDS_SHOWN or after:
+            print(f"  {done} of {total} ...", file=sys.stderr, flush=True)
+        if after is None:
+            return {"done": done, "ids": ids, "skipped": skipped}
+
+
+def _export(base: str, args: argparse.Namespace) -> None:
+    written = 0
+    with httpx.stream("GET", f"{base}/export", params=_filters(args), headers=auth_headers(args.api_key),
+                      timeout=httpx.Timeout(10, read=300)) as response:
+        if response.status_code >= 400:
+            raise CommandError(f"{response.status_code}: {response.read().decode(errors='replace')}")
+        with args.out.open("wb") as out:
+            for chunk in response.iter_bytes():
+                out.write(chunk)
+                written += len(chunk)
+    print(f"wrote {args.out} ({written} bytes)")
+
+
 def run(args: argparse.Namespace) -> int:
     base = f"{args.api.rstrip('/')}/v1/admin/dlq"
-    actor = {"X-Brimful-Actor": getpass.getuser()}
     try:
         if args.action == "list":
-            print(render_list(call("GET", base, args.api_key, params=_filters(args))))
+            params = {**_filters(args), "limit": args.limit, **({"after": args.after} if args.after else {})}
+            print(render_list(call("GET", base, args.api_key, timeout_s=300, params=params)))
         elif args.action == "show":
-            print(render_entry(call("GET", f"{base}/{args.id}", args.api_key)))
+            print(render_entry(call("GET", f"{base}/{args.id}", args.api_key, timeout_s=300)))
         elif args.action == "replay":
-            result = call("POST", f"{base}/replay", args.api_key, json=_filters(args), headers=actor)
-            print(f"replayed {result['replayed']} task(s); they read 'queued' again")
-            for task_id in result["task_ids"]:
-                print(f"  {task_id}")
+            body = {**_filters(args), **({"dry_run": True} if args.dry_run else {})}
+            result = _pages(base, "replay", args, body)
+            verb = "would replay" if args.dry_run else "replayed"
+            after = " (dry run: nothing was sent)" if args.dry_run else "; they read 'queued' again"
+            print(f"{verb} {result['done']} task(s){after}")
+            if result["done"] <= _IDS_SHOWN:
+                for task_id in result["ids"]:
+                    print(f"  {task_id}")
             if result["skipped"]:
-                print(f"skipped {len(result['skipped'])} entr(ies) with no request to send: {', '.join(result['skipped'])}")
+                shown = ", ".join(result["skipped"][:_IDS_SHOWN])
+                print(f"skipped entr(ies) with no request to send: {shown}")
         elif args.action == "purge":
             if not args.yes:
                 raise CommandError("purge cannot be undone: add --yes")
-            result = call("POST", f"{base}/purge", args.api_key, json=_filters(args), headers=actor)
-            print(f"purged {result['purged']} entr(ies)")
+            result = _pages(base, "purge", args, _filters(args))
+            print(f"purged {result['done']} entr(ies)")
         else:
-            response = httpx.get(f"{base}/export", params=_filters(args), headers=auth_headers(args.api_key), timeout=60)
-            if response.status_code >= 400:
-                raise CommandError(f"{response.status_code}: {response.text}")
-            args.out.write_bytes(response.content)
-            print(f"wrote {args.out}")
+            _export(base, args)
     except (CommandError, httpx.HTTPError) as error:
         print(f"brimful dlq {args.action}: {error}", file=sys.stderr)
         return 1

@@ -52,6 +52,19 @@ async def test_dlq_list_show_export_replay_purge(stack: EmbeddedStack, client: T
     # every call that carried the row: its own tries, plus a shared call if both landed in one batch
     assert rows[replay_id]["attempts"] >= stack.settings.max_attempts
 
+    # Pages: one entry at a time, each page naming where the next starts.
+    since = str(min(task["submitted_at_ms"] for task in failed))
+    status, first = await client.request("GET", "/v1/admin/dlq", params={"since_ms": since, "limit": 1})
+    assert status == 200 and len(first["entries"]) == 1 and first["next"] and first["count"] >= 2
+    status, second = await client.request("GET", "/v1/admin/dlq", params={"since_ms": since, "limit": 1, "after": first["next"]})
+    assert status == 200 and "count" not in second
+    assert second["entries"][0]["id"] != first["entries"][0]["id"]
+
+    dry = brimful("dlq", "replay", *api, replay_id, "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert "would replay 1 task(s)" in dry.stdout and replay_id in dry.stdout
+    assert (await client.get(replay_id))["status"] == "failed"  # a dry run sends nothing
+
     replayed = brimful("dlq", "replay", *api, replay_id)
     assert replayed.returncode == 0, replayed.stderr
     assert "replayed 1 task(s)" in replayed.stdout
@@ -78,6 +91,10 @@ async def test_dlq_http_refuses_vague_or_bad_requests(client: TaskClient) -> Non
     assert status == 422 and "say which entries" in body["error"]["message"]
     status, body = await client.request("GET", "/v1/admin/dlq", params={"since_ms": "yesterday"})
     assert status == 422 and "since_ms" in body["error"]["message"]
+    status, body = await client.request("GET", "/v1/admin/dlq", params={"limit": "100001"})
+    assert status == 422 and "limit" in body["error"]["message"]
+    status, body = await client.request("GET", "/v1/admin/dlq", params={"after": "../etc"})
+    assert status == 422 and "after" in body["error"]["message"]
     status, body = await client.request("GET", "/v1/admin/dlq", params={"colour": "red"})
     assert status == 422 and "colour" in body["error"]["message"]
     status, body = await client.request("GET", "/v1/admin/dlq/0-999999")
