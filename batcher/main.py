@@ -28,6 +28,7 @@ from brimful.core.task_store import TaskStore
 from brimful.workers.batch_runner import BatchRunner
 from brimful.workers.circuit_breaker import CircuitBreaker
 from brimful.workers.dead_letters import DeadLetterWriter
+from brimful.workers.isolation_budget import IsolationBudget
 from brimful.workers.retry_policy import BatchRetryPolicy
 from brimful.workers.triton_model import TritonModel
 
@@ -109,6 +110,7 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
                 probe_timeout_s=2 * settings.infer_timeout_s + 1,
             ),
             transient_give_up_s=settings.transient_give_up_s,
+            isolation=IsolationBudget(settings.tenant_isolation_calls_per_s, settings.tenant_isolation_burst),
         )
         member = f"{socket.gethostname()}-{os.getpid()}"
         recorder = ArrivalRecorder(Path(settings.trace_dir), member) if settings.trace_dir else None

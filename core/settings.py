@@ -151,6 +151,15 @@ class Settings(BaseSettings):
         3, ge=1, description="Transient failures in a row that open the model endpoint's circuit."
     )
     breaker_max_open_s: float = Field(5.0, gt=0, description="Longest wait between probes of an unreachable model.")
+    tenant_isolation_burst: int = Field(
+        200,
+        ge=0,
+        description="Model calls a tenant's refused rows may cost to find which of them fail (halving and retries "
+        "alone), per batcher; beyond it, that tenant's refused rows fail to the DLQ at once. 0: no bound.",
+    )
+    tenant_isolation_calls_per_s: float = Field(
+        1.0, gt=0, description="How fast a tenant's isolation budget refills, in model calls per second."
+    )
 
     # --- API -------------------------------------------------------------------------
     api_host: str = Field("127.0.0.1", description="Address the API listens on.")

@@ -9,7 +9,10 @@ Failures are handled by class (``brimful.workers.model_errors``):
 - **the model rejects the batch** (model error, malformed request): the batch is split in
   halves, each padded back to the full size, until the failing rows are alone; the good
   rows complete. A row that still fails alone is retried up to ``max_attempts`` calls in
-  all, then its task becomes ``failed`` and its request goes to the DLQ.
+  all, then its task becomes ``failed`` and its request goes to the DLQ. A refused batch
+  of several tenants is split by tenant first, and every call made to isolate a tenant's
+  rows is charged to that tenant's ``IsolationBudget``; once it is spent, that tenant's
+  refused rows fail at once.
 
 Running the same batch twice is harmless: final tasks are skipped and the store lets a
 task reach a final state once.
@@ -34,6 +37,7 @@ from brimful.core.tensor_codec import non_finite_rows, output_row_to_json, stack
 from brimful.schemas import Attempt, TaskRequest
 from brimful.workers.circuit_breaker import BreakerState, CircuitBreaker
 from brimful.workers.dead_letters import DeadLetterWriter, dead_letter
+from brimful.workers.isolation_budget import IsolationBudget
 from brimful.workers.model_errors import ErrorClass, ModelCallError
 from brimful.workers.padding import pad_batch, unpad
 from brimful.workers.retry_policy import BatchRetryPolicy
@@ -112,6 +116,7 @@ class BatchRunner:
         retry: BatchRetryPolicy,
         breaker: CircuitBreaker | None = None,
         transient_give_up_s: float = 900.0,
+        isolation: IsolationBudget | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -123,6 +128,7 @@ class BatchRunner:
         self.retry = retry
         self.breaker = breaker or CircuitBreaker()
         self.transient_give_up_s = transient_give_up_s
+        self.isolation = isolation or IsolationBudget()
         self._sleep = sleep
         self._clock = clock
 
@@ -176,6 +182,17 @@ class BatchRunner:
         """Bring every item to done or failed, splitting on model errors."""
         non_transient_calls = 0
         while True:
+            if isolating:  # only single-tenant groups are isolated: see the tenant split below
+                tenant = items[0].request.tenant
+                if not self.isolation.take(tenant, self._clock()):
+                    error = ModelCallError(
+                        ErrorClass.MODEL_ERROR,
+                        f"the model refused a batch holding this row, and tenant {tenant!r} has spent its budget of "
+                        "calls to find which of its rows fail; retry later or replay from the DLQ",
+                    )
+                    attempts.record(items, error)
+                    await self._fail(batch, items, error, attempts, outcome)
+                    return
             try:
                 outputs = await self._call_through_outages(batch, items, attempts, outcome, isolating)
             except TransientOutageTooLong as gave_up:
@@ -183,6 +200,14 @@ class BatchRunner:
                 return
             except ModelCallError as error:
                 non_transient_calls += 1
+                tenants = sorted({item.request.tenant for item in items})
+                if len(tenants) > 1:
+                    # Each tenant's rows are isolated apart, on its own budget: one tenant's
+                    # failing rows never cost another tenant calls or hold its rows back.
+                    for tenant in tenants:
+                        group = [item for item in items if item.request.tenant == tenant]
+                        await self._resolve(batch, group, attempts, outcome, isolating=True)
+                    return
                 if len(items) > 1:
                     middle = len(items) // 2
                     log.warning(

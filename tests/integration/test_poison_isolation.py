@@ -16,6 +16,7 @@ from brimful.schemas import TaskRequest
 from brimful.stack import EmbeddedStack
 from brimful.workers.batch_runner import Batch, BatchItem, BatchRunner
 from brimful.workers.dead_letters import DeadLetterWriter
+from brimful.workers.isolation_budget import IsolationBudget
 from brimful.workers.retry_policy import BatchRetryPolicy
 from brimful.workers.triton_model import TritonModel
 from tests.integration.test_pipeline import expected_outputs, read_dead_letters
@@ -64,6 +65,56 @@ async def test_one_failing_row_among_63_good_ones(stack: EmbeddedStack) -> None:
         assert letters[0].error_class == "model_error"
         assert len(letters[0].attempts) == 1 + 6 + 2  # every call that carried the poison row
         assert len(letters[0].batch_task_ids) == 64
+    finally:
+        await producer.stop()
+        await model.close()
+        await redis.aclose()
+
+
+async def test_a_tenant_that_only_sends_failing_rows_is_bounded_and_costs_others_nothing(stack: EmbeddedStack) -> None:
+    """32 always-failing rows of one tenant among 32 good rows of another: the good rows
+    are done after one more call, and the failing tenant's isolation stops at its budget."""
+    settings = stack.settings
+    model = TritonModel(settings.triton_url, settings.model_name, "", 64, timeout_s=10)
+    redis = Redis.from_url(settings.redis_url)
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all")
+    await producer.start()
+    try:
+        signature = await model.signature()
+        keys = RedisKeys(settings.key_prefix)
+        store = TaskStore(redis, keys, ttl_s=600)
+        items, tenants = [], {}
+        for offset in range(64):
+            tenant, text = ("mallory", f"!fail {offset}") if offset % 2 else ("alice", f"alice {offset}")
+            task_id = uuid.uuid4().hex
+            request = TaskRequest(task_id=task_id, model=signature.name, submitted_at_ms=now_ms(), tenant=tenant)
+            request.inputs["TEXT"].CopyFrom(encode_input(signature.inputs[0], text))
+            await store.create_queued(task_id, request.submitted_at_ms, tenant)
+            items.append(BatchItem(request, partition=0, offset=offset))
+            tenants[task_id] = (tenant, text)
+        budget = IsolationBudget(calls_per_s=0.001, burst=10)
+        runner = BatchRunner(
+            model, signature, store, SharedStats(redis, keys),
+            DeadLetterWriter(producer, settings.dlq_topic, settings.kafka_max_message_bytes),
+            BatchRetryPolicy(max_attempts=3, base_delay=0.01, max_delay=0.02), isolation=budget,
+        )
+        outcome = await runner.run(Batch(uuid.uuid4().hex, 0, items, "full"))
+
+        # the mixed call, alice's rows together, then mallory's ten budgeted calls
+        assert outcome.calls == 1 + 1 + 10
+        assert outcome.done == 32 and outcome.failed == 32
+        budget_spent = 0
+        for task_id, (tenant, text) in tenants.items():
+            record = await store.get(task_id)
+            assert record is not None
+            if tenant == "alice":
+                assert record.status == "done" and record.outputs == expected_outputs(text)
+            else:
+                assert record.status == "failed"
+                budget_spent += "spent its budget" in record.error["message"]  # type: ignore[index]
+        assert budget_spent >= 16  # most of mallory's rows were failed by the bound, not by a call
+        letters = {letter.request.task_id for letter in await read_dead_letters(stack)}
+        assert {t for t, (tenant, _) in tenants.items() if tenant == "mallory"} <= letters
     finally:
         await producer.stop()
         await model.close()
