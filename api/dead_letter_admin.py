@@ -44,8 +44,10 @@ _REPLAY_GROUP = 500
 def parse_cursor(text: str) -> tuple[int, int]:
     """An entry id ``partition-offset`` as a place in the topic; ValueError otherwise."""
     partition, _, offset = text.partition("-")
-    if not (partition.isdigit() and offset.isdigit()) or len(text) > 40:
+    if not (partition.isascii() and partition.isdigit() and offset.isascii() and offset.isdigit()) or len(text) > 40:
         raise ValueError(f"not an entry id (partition-offset): {text[:64]!r}")
+    if int(partition) >= 2**31 or int(offset) >= 2**63:  # Kafka's int32 partitions and int64 offsets
+        raise ValueError(f"no such place in a topic: {text[:64]!r}")
     return int(partition), int(offset)
 
 

@@ -167,10 +167,10 @@ def operations(signature: ModelSignature | None, settings: Settings) -> dict[tup
         },
         ("/v1/tasks/{task_id}", "get"): {
             "parameters": [wait],
-            "responses": _responses({200: ("The task.", _TASK_STATE)}, (400, 401, 403, 404, 503)),
+            "responses": _responses({200: ("The task.", _TASK_STATE)}, (400, 401, 403, 404, 429, 503)),
         },
         ("/v1/tasks/{task_id}", "delete"): {
-            "responses": _responses({200: ("Cancelled.", _ACCEPTED)}, (400, 401, 403, 404, 409, 503)),
+            "responses": _responses({200: ("Cancelled.", _ACCEPTED)}, (400, 401, 403, 404, 409, 429, 503)),
         },
         ("/v1/stats", "get"): {"responses": _responses({200: ("Totals and live batchers.", _OBJECT)}, (401, 403, 503))},
         ("/v1/admin/policy", "get"): {"responses": _responses({200: ("Values, defaults, history.", _OBJECT)}, (401, 403, 503))},

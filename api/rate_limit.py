@@ -1,7 +1,8 @@
-"""Per-tenant rate limit: a token bucket in Redis, taken atomically by a Lua script.
+"""Per-tenant rate limits: token buckets in Redis, taken atomically by a Lua script.
 
 Each tenant's bucket holds up to ``burst`` tokens and refills at ``rate`` per second;
-a submission of n tasks takes n tokens or none. The script reads Redis's own clock, so
+a submission of n tasks takes n tokens or none, and each read of a task (GET, long-poll,
+DELETE) takes one from a second bucket of its own. The script reads Redis's own clock, so
 every API replica shares one bucket per tenant and no race can admit more than the
 bucket holds.
 """
@@ -9,11 +10,12 @@ bucket holds.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from redis.asyncio import Redis
 
-from brimful.core.redis_keys import RedisKeys
+from brimful.api.errors import ApiError
 
 # KEYS[1]: the bucket. ARGV: rate per second, burst, tokens wanted.
 # Returns {1, 0} when taken, or {0, seconds until enough tokens (as a string)}.
@@ -45,12 +47,15 @@ class Verdict:
 
 
 class RateLimiter:
-    """``take(tenant, n)`` admits n tasks now or says how long to wait."""
+    """``take(tenant, n)`` admits n units now or says how long to wait; ``admit`` answers
+    429 with Retry-After instead. ``bucket`` names a tenant's bucket key; ``unit`` is what
+    is counted, for the message ("tasks", "reads")."""
 
-    def __init__(self, redis: Redis, keys: RedisKeys, rate_per_s: float, burst: int) -> None:
-        self._keys = keys
+    def __init__(self, redis: Redis, bucket: Callable[[str], str], rate_per_s: float, burst: int, unit: str) -> None:
+        self._bucket = bucket
         self.rate_per_s = rate_per_s
         self.burst = burst
+        self.unit = unit
         self._take = redis.register_script(_TAKE_LUA)
 
     @property
@@ -60,7 +65,19 @@ class RateLimiter:
     async def take(self, tenant: str, count: int = 1) -> Verdict:
         if not self.enabled:
             return Verdict(True, 0)
-        taken, wait = await self._take(keys=[self._keys.rate_bucket(tenant)], args=[self.rate_per_s, self.burst, count])
+        taken, wait = await self._take(keys=[self._bucket(tenant)], args=[self.rate_per_s, self.burst, count])
         if int(taken):
             return Verdict(True, 0)
         return Verdict(False, max(1, math.ceil(float(wait))))
+
+    async def admit(self, tenant: str, count: int = 1) -> None:
+        """Take ``count`` units, or answer 429 ``rate_limited`` with Retry-After."""
+        verdict = await self.take(tenant, count)
+        if not verdict.allowed:
+            raise ApiError(
+                429,
+                "rate_limited",
+                f"over the rate of {self.rate_per_s:g} {self.unit}/s (burst {self.burst}); "
+                f"retry in {verdict.retry_after_s} s",
+                {"Retry-After": str(verdict.retry_after_s)},
+            )

@@ -46,9 +46,12 @@ class ApiState:
         self.status_board = StatusBoard(self.redis, keys)
         self.dead_letters = DeadLetterAdmin(settings, self.redis, self.producer, self.store)
         self.backlog = BacklogMonitor(self.status_board, self.stats)
-        self.waiters = TaskWaiters(self.redis, keys, self.store)
+        self.waiters = TaskWaiters(self.redis, keys, self.store, settings.tenant_max_long_polls)
         self.api_keys = ApiKeys(self.redis, keys)
-        self.rate_limiter = RateLimiter(self.redis, keys, settings.rate_limit_per_s, settings.rate_limit_burst)
+        self.rate_limiter = RateLimiter(self.redis, keys.rate_bucket, settings.rate_limit_per_s, settings.rate_limit_burst, "tasks")
+        self.read_limiter = RateLimiter(
+            self.redis, keys.read_bucket, settings.read_rate_limit_per_s, settings.read_rate_limit_burst, "reads"
+        )
         self.tenant_limits = TenantLimitStore(
             self.redis, keys, TenantLimits(settings.tenant_max_payload_bytes, settings.tenant_max_in_flight)
         )

@@ -170,15 +170,7 @@ async def release_idempotency_key(state: ApiState, key: str, task_id: str) -> No
 
 async def take_tokens(state: ApiState, principal: Principal, count: int) -> None:
     """429 with Retry-After when the tenant is over its rate."""
-    verdict = await state.rate_limiter.take(principal.tenant, count)
-    if not verdict.allowed:
-        raise ApiError(
-            429,
-            "rate_limited",
-            f"over the rate of {state.rate_limiter.rate_per_s:g} tasks/s (burst {state.rate_limiter.burst}); "
-            f"retry in {verdict.retry_after_s} s",
-            {"Retry-After": str(verdict.retry_after_s)},
-        )
+    await state.rate_limiter.admit(principal.tenant, count)
 
 
 async def enqueue(state: ApiState, submission: Submission, task_id: str, tenant: str, max_in_flight: int) -> None:

@@ -99,10 +99,15 @@ async def submit_task(request: Request, principal: Principal = Depends(requires(
             record = await state.store.get(original)
             answer = task_answer(original, record) if record else {"task_id": original, "status": TaskStatus.QUEUED.value}
             return JSONResponse(answer, status_code=200, headers={"Idempotent-Replayed": "true"})
+    if wait_s > 0 and not state.waiters.has_room(principal.tenant):
+        wait_s = 0.0  # the tenant holds its limit of waiters here: accept, answer 202 at once
     async with contextlib.AsyncExitStack() as waiting:
         # Watch before the task exists: its result cannot be published unseen, and no
         # read of the store is needed to start waiting.
-        finished = await waiting.enter_async_context(state.waiters.watch(task_id)) if wait_s > 0 else None
+        finished = None
+        if wait_s > 0:
+            waiting.enter_context(state.waiters.holding(principal.tenant))
+            finished = await waiting.enter_async_context(state.waiters.watch(task_id))
         deadline = time.monotonic() + wait_s
         try:
             check_admission(state)
@@ -181,7 +186,12 @@ async def get_task(
     check_task_id(task_id)
     state = api_state(request)
     wait_s = parse_wait(request, state.settings.long_poll_max_s)
-    record = await state.waiters.read_when_final(task_id, principal.tenant, wait_s)
+    await state.read_limiter.admit(principal.tenant)
+    if wait_s > 0:
+        with state.waiters.holding(principal.tenant):
+            record = await state.waiters.read_when_final(task_id, principal.tenant, wait_s)
+    else:
+        record = await read_own_task(state.store, task_id, principal.tenant)
     if record is None:
         raise ApiError(404, "task_not_found", f"no task {task_id} (unknown, or expired after the retention time)")
     return task_answer(task_id, record)
@@ -194,6 +204,7 @@ async def cancel_task(
     """Cancel a task that has not been sent to the model; 409 once it has."""
     check_task_id(task_id)
     state = api_state(request)
+    await state.read_limiter.admit(principal.tenant)
     if await read_own_task(state.store, task_id, principal.tenant) is None:
         raise ApiError(404, "task_not_found", f"no task {task_id} (unknown, or expired after the retention time)")
     if await state.store.cancel(task_id):

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import defaultdict
-from contextlib import asynccontextmanager
-from typing import AsyncIterator
+from collections import Counter, defaultdict
+from contextlib import asynccontextmanager, contextmanager
+from typing import AsyncIterator, Iterator
 
 from redis.asyncio import Redis
 
+from brimful.api.errors import ApiError
 from brimful.core import metrics
 from brimful.core.channel_follower import follow_channel
 from brimful.core.redis_keys import RedisKeys
@@ -33,11 +34,36 @@ async def read_own_task(store: TaskStore, task_id: str, tenant: str) -> TaskReco
 class TaskWaiters:
     """Futures per task id, resolved when the task's final state is published."""
 
-    def __init__(self, redis: Redis, keys: RedisKeys, store: TaskStore) -> None:
+    def __init__(self, redis: Redis, keys: RedisKeys, store: TaskStore, max_per_tenant: int = 0) -> None:
         self._redis = redis
         self._keys = keys
         self._store = store
         self._waiting: dict[str, set[asyncio.Future[TaskRecord | None]]] = defaultdict(set)
+        self._max_per_tenant = max_per_tenant  # 0: no bound
+        self._held: Counter[str] = Counter()  # requests held waiting, by tenant
+
+    def has_room(self, tenant: str) -> bool:
+        """Whether one more of ``tenant``'s requests may be held waiting in this process."""
+        return not self._max_per_tenant or self._held[tenant] < self._max_per_tenant
+
+    @contextmanager
+    def holding(self, tenant: str) -> Iterator[None]:
+        """Count a request of ``tenant`` held waiting; 429 ``too_many_waiting`` when the
+        tenant already holds its limit here (each waiter costs memory and a connection)."""
+        if not self.has_room(tenant):
+            raise ApiError(
+                429,
+                "too_many_waiting",
+                f"tenant already holds {self._max_per_tenant} waiting requests here; poll without ?wait or retry later",
+                {"Retry-After": "1"},
+            )
+        self._held[tenant] += 1
+        try:
+            yield
+        finally:
+            self._held[tenant] -= 1
+            if not self._held[tenant]:
+                del self._held[tenant]
 
     @asynccontextmanager
     async def watch(self, task_id: str) -> AsyncIterator[asyncio.Future[TaskRecord | None]]:

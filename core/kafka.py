@@ -148,6 +148,9 @@ async def stream_topic(
                 if time.monotonic() > stalled_at:
                     raise TimeoutError(f"could not read {topic} partition {partition} to its end: no record for {stall_timeout_s:g} s")
     finally:
+        # Let the consumer's own background task begin before stopping it: stopped at once
+        # (no partition to read), aiokafka awaits that task cancelled before it ran and raises.
+        await asyncio.sleep(0)
         await consumer.stop()
 
 

@@ -45,6 +45,9 @@ class RedisKeys:
     def rate_bucket(self, tenant: str) -> str:
         return f"{self.prefix}:ratelimit:{tenant}"
 
+    def read_bucket(self, tenant: str) -> str:
+        return f"{self.prefix}:readlimit:{tenant}"
+
     @property
     def api_keys(self) -> str:
         return f"{self.prefix}:apikeys"

@@ -184,6 +184,16 @@ class Settings(BaseSettings):
         1000.0, ge=0, description="Tasks per second each tenant may submit (token bucket); 0: no limit."
     )
     rate_limit_burst: int = Field(5000, ge=1, description="How many tasks a tenant may submit at once, above the rate.")
+    read_rate_limit_per_s: float = Field(
+        5000.0, ge=0, description="Reads (GET, long-poll, DELETE of a task) per second each tenant may make; 0: no limit."
+    )
+    read_rate_limit_burst: int = Field(10_000, ge=1, description="How many reads a tenant may make at once, above the rate.")
+    tenant_max_long_polls: int = Field(
+        1000,
+        ge=0,
+        description="Most requests of one tenant held waiting (`?wait=`) at once in one API process: beyond it a GET "
+        "answers 429 and a POST is answered 202 without waiting. 0: no limit.",
+    )
     api_key: str = Field("", description="Key the `brimful` operator commands present to the API.")
     long_poll_max_s: float = Field(30.0, gt=0, description="Longest `?wait=` a client may ask a request to be held.")
     max_bulk_tasks: int = Field(1000, ge=1, description="Most tasks one POST /v1/tasks:batch may carry.")

@@ -19,11 +19,15 @@ from brimful.stack import EmbeddedStack, settings_env
 from tests.conftest import stack_settings, start_stack
 
 RATE, BURST = 5.0, 10
+READ_RATE, READ_BURST, LONG_POLLS = 20.0, 40, 3
 
 
 @pytest.fixture(scope="module")
 def auth_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedStack]:
-    settings = stack_settings(auth_enabled=True, rate_limit_per_s=RATE, rate_limit_burst=BURST)
+    settings = stack_settings(
+        auth_enabled=True, rate_limit_per_s=RATE, rate_limit_burst=BURST,
+        read_rate_limit_per_s=READ_RATE, read_rate_limit_burst=READ_BURST, tenant_max_long_polls=LONG_POLLS,
+    )
     running = start_stack(tmp_path_factory.mktemp("auth-stack"), settings)
     yield running
     running.stop()
@@ -277,3 +281,51 @@ async def test_dead_letters_are_scoped_by_tenant_and_the_audit_names_the_key(aut
     assert status == 200 and body["purged"] == 1
     status, entry = await call(auth_stack, "GET", f"/v1/admin/dlq/{task_id}", acme)
     assert status == 200 and entry["resolution"]["actor"] == f"key {on_call_id} (mallory)"
+
+
+async def test_reads_are_rate_limited_per_tenant(auth_stack: EmbeddedStack) -> None:
+    reader, other = new_key(auth_stack, "reader", "submit,read"), new_key(auth_stack, "other-reader", "submit,read")
+    status, body = await call(auth_stack, "POST", "/v1/tasks", reader, params={"wait": "10"}, json={"inputs": {"TEXT": "r"}})
+    assert status == 200, body
+    path = f"/v1/tasks/{body['task_id']}"
+    started = time.monotonic()
+    answers = await asyncio.gather(*(call(auth_stack, "GET", path, reader) for _ in range(2 * READ_BURST)))
+    elapsed = time.monotonic() - started
+    admitted = sum(1 for status, _ in answers if status == 200)
+    limited = [body for status, body in answers if status == 429]
+    assert READ_BURST - 1 <= admitted <= READ_BURST + READ_RATE * elapsed + 1, (admitted, elapsed)
+    assert admitted + len(limited) == 2 * READ_BURST
+    assert all(b["error"]["code"] == "rate_limited" and "reads/s" in b["error"]["message"] for b in limited)
+    # Another tenant's reads come from its own bucket.
+    assert (await call(auth_stack, "GET", f"/v1/tasks/{'0' * 32}", other))[0] == 404
+
+
+async def test_a_tenant_holds_a_bounded_number_of_long_polls(auth_stack: EmbeddedStack) -> None:
+    waiter, admin = new_key(auth_stack, "waiter", "submit,read"), new_key(auth_stack, "ops-waiter", "admin,read")
+    # A lone row waits 4 s for company: long-polls on it stay held while the test looks.
+    await set_policy(auth_stack, admin, max_wait_ms=4000, min_wait_ms=4000)
+    try:
+        status, body = await call(auth_stack, "POST", "/v1/tasks", waiter, json={"inputs": {"TEXT": "slow"}})
+        assert status == 202, body
+        path = f"/v1/tasks/{body['task_id']}"
+        held = [asyncio.create_task(call(auth_stack, "GET", path, waiter, params={"wait": "20"})) for _ in range(LONG_POLLS)]
+        deadline = time.monotonic() + 5
+        unknown = f"/v1/tasks/{'0' * 32}"  # a long-poll on it answers 404 at once when let through
+        while True:  # until the held ones are counted: then the next one is refused
+            status, refused = await call(auth_stack, "GET", unknown, waiter, params={"wait": "20"})
+            if status == 429:
+                break
+            assert status == 404
+            assert time.monotonic() < deadline, "the long-polls were never counted"
+            await asyncio.sleep(0.02)
+        assert refused["error"]["code"] == "too_many_waiting"
+        assert not any(task.done() for task in held)
+        # A POST with ?wait is still accepted, answered at once instead of held.
+        status, body = await call(auth_stack, "POST", "/v1/tasks", waiter, params={"wait": "20"}, json={"inputs": {"TEXT": "x"}})
+        assert status == 202 and body["status"] == "queued"
+        # A plain GET is never refused for the waiters.
+        assert (await call(auth_stack, "GET", path, waiter))[0] == 200
+    finally:
+        await set_policy(auth_stack, admin, max_wait_ms=auth_stack.settings.max_wait_ms, min_wait_ms=auth_stack.settings.min_wait_ms)
+    for status, body in await asyncio.gather(*held):
+        assert status == 200 and body["status"] == "done", body

@@ -93,8 +93,13 @@ async def test_dlq_http_refuses_vague_or_bad_requests(client: TaskClient) -> Non
     assert status == 422 and "since_ms" in body["error"]["message"]
     status, body = await client.request("GET", "/v1/admin/dlq", params={"limit": "100001"})
     assert status == 422 and "limit" in body["error"]["message"]
-    status, body = await client.request("GET", "/v1/admin/dlq", params={"after": "../etc"})
-    assert status == 422 and "after" in body["error"]["message"]
+    for after in ("../etc", "0-" + "9" * 30):
+        status, body = await client.request("GET", "/v1/admin/dlq", params={"after": after})
+        assert status == 422 and "after" in body["error"]["message"]
+    # a place past the topic's end, or in a partition it does not have: an empty last page
+    for after in ("0-99999999", "7770-0"):
+        status, body = await client.request("GET", "/v1/admin/dlq", params={"after": after, "limit": 5})
+        assert status == 200 and body == {"entries": [], "next": None}
     status, body = await client.request("GET", "/v1/admin/dlq", params={"colour": "red"})
     assert status == 422 and "colour" in body["error"]["message"]
     status, body = await client.request("GET", "/v1/admin/dlq/0-999999")
