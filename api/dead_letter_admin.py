@@ -103,22 +103,15 @@ class DeadLetterEntry:
         }
 
     def row(self) -> dict[str, Any]:
-        """The entry as one row of the Parquet export: the error first."""
+        """The entry as one row of the Parquet export (``EXPORT_SCHEMA``): the summary, and
+        what a replay or a post-mortem needs besides."""
         letter = self.letter
         return {
-            "id": self.entry_id,
-            "task_id": letter.request.task_id,
-            "failed_at_ms": letter.failed_at_ms,
-            "error_class": letter.error_class,
-            "error_message": letter.error_message,
-            "model": letter.model,
+            **self.summary(),
             "model_version": letter.model_version,
-            "attempts": len(letter.attempts),
-            "batch_id": letter.batch_id,
             "batch_task_ids": list(letter.batch_task_ids),
             "source_partition": letter.source_partition,
             "source_offset": letter.source_offset,
-            "status": self.resolution["action"] if self.resolution else "open",
             "request": letter.request.SerializeToString(),
         }
 
