@@ -12,6 +12,7 @@ from typing import Callable, Generic, TypeVar
 
 from brimful.batcher.policy import ArrivalRate, FlushPlan, FlushReason, WaitOrFullPolicy
 from brimful.core.policy_params import PolicyParams
+from brimful.core.pool_capacity import PoolCapacity
 
 T = TypeVar("T")
 
@@ -78,8 +79,9 @@ class Accumulator(Generic[T]):
             in_batch = min(in_batch, ArrivalRate.gap_factor / silence)
         return max(smoothed, in_batch)
 
-    def plan(self, now: float) -> FlushPlan | None:
-        """When the current batch should leave; None when nothing waits."""
+    def plan(self, now: float, capacity: PoolCapacity | None = None) -> FlushPlan | None:
+        """When the current batch should leave; None when nothing waits. ``capacity``:
+        what the model pool can take (see ``WaitOrFullPolicy.plan``)."""
         if not self._pending:
             return None
         deadlines = [p.flush_by for p in self._pending if p.flush_by is not None]
@@ -90,11 +92,12 @@ class Accumulator(Generic[T]):
             rate=self.effective_rate(now),
             earliest_request_deadline=min(deadlines) if deadlines else None,
             patient=self.patient,
+            capacity=capacity,
         )
 
-    def due(self, now: float) -> FlushReason | None:
+    def due(self, now: float, capacity: PoolCapacity | None = None) -> FlushReason | None:
         """The reason to flush now, or None if the batch should keep filling."""
-        plan = self.plan(now)
+        plan = self.plan(now, capacity)
         if plan is None or plan.at > now:
             return None
         return plan.reason

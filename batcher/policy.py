@@ -14,6 +14,18 @@ The test has hysteresis: a partition that is waiting keeps waiting until the exp
 gain falls below half of that. Without it, a rate estimate that wobbles around the
 threshold mixes short and long waits, which costs fill without lowering the p99 wait.
 
+That is the EWMA timer. When the caller also knows the model pool (``PoolCapacity``:
+how many calls it can take now, when the next slot frees, the fitted time of a full
+call), the plan knows the GPUs too:
+
+- every slot busy -> keep filling: the batch cannot leave before a slot frees, and what
+  arrives meanwhile rides along at no latency cost (Triton's batch-grows-while-busy);
+- a slot free -> leave at once unless waiting pays: waiting pays when the rows expected
+  before the latest moment the oldest row can leave and still meet ``latency_target``
+  (less the fitted call time) number ``min_worthwhile_rows``; then wait until the batch is
+  expected full, never past that moment (a control limit on the queue, set by the
+  target). ``max_wait`` stays a hard cap on any wait.
+
 Nothing here reads a clock or does I/O: the live batcher and the simulator pass
 ``now`` in, so both run this same code.
 """
@@ -25,13 +37,16 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from brimful.core.policy_params import PolicyParams
+from brimful.core.pool_capacity import PoolCapacity
 
 
 class FlushReason(StrEnum):
     """Why a batch left its accumulator (exported as a metric label)."""
 
     FULL = "full"
-    DEADLINE = "deadline"
+    DEADLINE = "deadline"  # the wait the policy planned (fill estimate, max_wait) is over
+    SLOT_FREE = "slot_free"  # a model slot is free and waiting is not expected to pay
+    TARGET = "target"  # later, the oldest row could not meet the latency target
     REQUEST_DEADLINE = "request_deadline"
     SHUTDOWN = "shutdown"
 
@@ -137,16 +152,53 @@ class WaitOrFullPolicy:
         rate: float,
         earliest_request_deadline: float | None = None,
         patient: bool = False,
+        capacity: PoolCapacity | None = None,
     ) -> FlushPlan:
         """The flush time of a batch of ``pending`` rows whose oldest arrived at ``oldest_arrival``.
 
         ``earliest_request_deadline`` is the latest moment a row carrying its own
-        deadline may leave (its deadline less the expected service time).
+        deadline may leave (its deadline less the expected service time). With
+        ``capacity`` the plan knows the model pool; without it, it is the EWMA timer.
         """
         if pending >= self.params.batch_size:
             return FlushPlan(now, FlushReason.FULL)
         waited = max(0.0, now - oldest_arrival)
-        at = oldest_arrival + self.wait_budget(pending, rate, waited, patient)
-        if earliest_request_deadline is not None and earliest_request_deadline < at:
-            return FlushPlan(earliest_request_deadline, FlushReason.REQUEST_DEADLINE)
-        return FlushPlan(at, FlushReason.DEADLINE)
+        if capacity is None:
+            plan = FlushPlan(oldest_arrival + self.wait_budget(pending, rate, waited, patient), FlushReason.DEADLINE)
+        else:
+            plan = self._plan_for_pool(now, pending, oldest_arrival, rate, capacity)
+        if earliest_request_deadline is not None and earliest_request_deadline < plan.at:
+            plan = FlushPlan(earliest_request_deadline, FlushReason.REQUEST_DEADLINE)
+        if capacity is not None and capacity.free_slots <= 0:
+            # Nothing can leave before a slot frees: the batch keeps filling until then.
+            plan = FlushPlan(max(plan.at, now + capacity.next_free_in), plan.reason)
+        return plan
+
+    def latest_flush(self, oldest_arrival: float, call_time: float) -> tuple[float, FlushReason]:
+        """The latest moment the oldest row may leave: in time for the latency target
+        after a call of ``call_time``, never before min_wait nor after max_wait."""
+        p = self.params
+        for_target = max(p.min_wait, p.latency_target - call_time)
+        if for_target <= p.max_wait:
+            return oldest_arrival + for_target, FlushReason.TARGET
+        return oldest_arrival + p.max_wait, FlushReason.DEADLINE
+
+    def _plan_for_pool(
+        self, now: float, pending: int, oldest_arrival: float, rate: float, capacity: PoolCapacity
+    ) -> FlushPlan:
+        p = self.params
+        latest, latest_reason = self.latest_flush(oldest_arrival, capacity.call_time)
+        earliest = oldest_arrival + p.min_wait
+        if now >= latest:
+            return FlushPlan(latest, latest_reason)
+        # From the moment a slot is free (now, or when one frees), how many more rows
+        # would waiting until ``latest`` gather?
+        free_from = now if capacity.free_slots > 0 else min(latest, now + capacity.next_free_in)
+        expected_gain = rate * (latest - free_from)
+        if rate <= 0 or expected_gain < p.min_worthwhile_rows:
+            # Work-conserving: no idle slot is kept waiting for rows that will not come.
+            return FlushPlan(max(earliest, free_from), FlushReason.SLOT_FREE)
+        expected_full = now + p.fill_slack * (p.batch_size - pending) / rate
+        if expected_full < latest:
+            return FlushPlan(max(earliest, expected_full), FlushReason.DEADLINE)
+        return FlushPlan(latest, latest_reason)

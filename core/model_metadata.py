@@ -31,9 +31,9 @@ class ModelMetadata:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Self:
-        """The model the settings name, on the Triton server they name."""
+        """The model the settings name, on the first endpoint of the pool they name."""
         return cls(
-            settings.triton_url, settings.model_name, settings.model_version, settings.batch_size,
+            settings.triton_endpoints[0], settings.model_name, settings.model_version, settings.batch_size,
             settings.infer_timeout_s,
         )
 

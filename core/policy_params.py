@@ -12,7 +12,10 @@ class PolicyParams:
 
     batch_size: int = 64
     max_wait: float = 0.250
-    min_wait: float = 0.020
+    min_wait: float = 0.002
+    # Arrival-to-result time the policy keeps within when the model pool has room: it
+    # waits for rows only while the batch can still leave in time for it.
+    latency_target: float = 0.050
     rate_halflife: float = 0.500
     fill_slack: float = 1.25
     min_worthwhile_rows: float = 4.0
@@ -24,6 +27,8 @@ class PolicyParams:
             raise ValueError("need 0 <= min_wait <= max_wait")
         if self.max_wait <= 0:
             raise ValueError("max_wait must be positive")
+        if self.latency_target <= 0:
+            raise ValueError("latency_target must be positive")
         if self.rate_halflife <= 0:
             raise ValueError("rate_halflife must be positive")
         if self.fill_slack < 1:

@@ -27,13 +27,15 @@ log = logging.getLogger("brimful.tuning")
 # Tunable parameter -> what it does. Times are in milliseconds, as in the settings.
 TUNABLE: dict[str, str] = {
     "max_wait_ms": "no request waits longer than this for its batch to fill",
-    "min_wait_ms": "short deadline when traffic is too thin to fill a batch soon",
+    "latency_target_ms": "arrival-to-result time kept while a model slot is free; high = fill first",
+    "min_wait_ms": "no batch leaves before its oldest row waited this long, unless full",
     "rate_halflife_ms": "half-life of the arrival-rate estimate",
     "fill_slack": "deadline = slack x expected time to fill the empty slots",
-    "min_worthwhile_rows": "wait past min_wait only if max_wait is expected to add this many rows",
+    "min_worthwhile_rows": "wait past min_wait only if the time left is expected to add this many rows",
 }
 # Highest sane value of each parameter: a typo must not park every batch for a day.
 UPPER_BOUNDS: dict[str, float] = {
+    "latency_target_ms": 60_000.0,
     "max_wait_ms": 60_000.0,
     "min_wait_ms": 60_000.0,
     "rate_halflife_ms": 600_000.0,
@@ -57,6 +59,7 @@ def params_from_values(values: Mapping[str, float], batch_size: int) -> PolicyPa
         batch_size=batch_size,
         max_wait=values["max_wait_ms"] / 1000,
         min_wait=values["min_wait_ms"] / 1000,
+        latency_target=values["latency_target_ms"] / 1000,
         rate_halflife=values["rate_halflife_ms"] / 1000,
         fill_slack=values["fill_slack"],
         min_worthwhile_rows=values["min_worthwhile_rows"],

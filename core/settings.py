@@ -94,7 +94,24 @@ class Settings(BaseSettings):
     )
 
     # --- Triton ----------------------------------------------------------------------
-    triton_url: str = Field("127.0.0.1:8001", description="Triton gRPC endpoint (host:port).")
+    triton_url: str = Field(
+        "127.0.0.1:8001",
+        description="Triton gRPC endpoints of the model pool, comma-separated host:port (one per GPU or node).",
+    )
+    triton_resolve_dns: bool = Field(
+        False,
+        description="Resolve each endpoint's host name to all its addresses, one endpoint each (a Kubernetes "
+        "headless Service), and re-resolve every endpoint_resolve_s without a restart.",
+    )
+    endpoint_resolve_s: float = Field(10.0, gt=0, description="How often endpoint names are re-resolved.")
+    endpoint_capacity: int = Field(
+        1, ge=1, le=64, description="Concurrent calls each endpoint serves well (its model instance count)."
+    )
+    endpoint_leases: bool = Field(
+        True,
+        description="Batchers lease endpoint slots in Redis, so several batchers together never send an endpoint "
+        "more concurrent calls than endpoint_capacity.",
+    )
     triton_http_port: int = Field(
         8000, ge=1, le=65535, description="HTTP port of the Triton server the embedded stack starts."
     )
@@ -111,7 +128,14 @@ class Settings(BaseSettings):
         250.0, gt=0, description="No request waits longer than this for its batch to fill."
     )
     min_wait_ms: float = Field(
-        20.0, ge=0, description="Short deadline used when traffic is too thin to fill a batch soon."
+        2.0, ge=0, description="No batch leaves before its oldest row waited this long, unless it is full."
+    )
+    latency_target_ms: float = Field(
+        50.0,
+        gt=0,
+        description="Arrival-to-result time the policy aims to keep (the one knob of docs/batching.md): while a "
+        "model slot is free it waits for more rows only when they are expected within this target, less the "
+        "fitted call time. High (with max_wait_ms) is the cost mode: fill first.",
     )
     rate_halflife_ms: float = Field(
         500.0, gt=0, description="Half-life of the EWMA arrival-rate estimate."
@@ -120,7 +144,7 @@ class Settings(BaseSettings):
         1.25, ge=1.0, description="Deadline = slack x expected time to fill the empty slots."
     )
     min_worthwhile_rows: float = Field(
-        4.0, ge=0, description="Wait past min_wait only if waiting max_wait is expected to add this many rows."
+        4.0, ge=0, description="Wait past min_wait only if the time left to wait is expected to add this many rows."
     )
     max_in_flight_per_partition: int = Field(
         2, ge=1, description="Batches of one partition at the model at once (one fills while one runs)."
@@ -230,7 +254,18 @@ class Settings(BaseSettings):
             raise ValueError("kafka_ssl_certfile and kafka_ssl_keyfile go together")
         if self.max_in_flight_per_partition > self.max_in_flight:
             raise ValueError("max_in_flight_per_partition must not exceed max_in_flight")
+        if not self.triton_endpoints:
+            raise ValueError("triton_url names no endpoint")
+        for endpoint in self.triton_endpoints:
+            host, _, port = endpoint.rpartition(":")
+            if not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ValueError(f"triton_url entry {endpoint!r} is not host:port")
         return self
+
+    @property
+    def triton_endpoints(self) -> list[str]:
+        """The model pool's endpoints as configured (``triton_url`` split on commas)."""
+        return [part.strip() for part in self.triton_url.split(",") if part.strip()]
 
 
 @lru_cache(maxsize=1)

@@ -61,6 +61,16 @@ class CircuitBreaker:
             return True
         return False
 
+    @property
+    def consecutive_failures(self) -> int:
+        """Transient failures since the last success."""
+        return self._consecutive_failures
+
+    def abort_probe(self) -> None:
+        """The probe ``allow`` let through was never made (its slot was taken elsewhere):
+        the next caller may probe."""
+        self._probe_in_flight = False
+
     def seconds_until_allowed(self, now: float) -> float:
         if self.state(now) is BreakerState.OPEN:
             return max(0.0, self._retry_at - now)

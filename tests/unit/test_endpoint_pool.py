@@ -1,0 +1,118 @@
+"""The endpoint pool and the call-time fit on a virtual clock: where calls go, what the
+policy is told, how failures and removals move traffic. No I/O."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from brimful.workers.call_time import CallTimeFit
+from brimful.workers.circuit_breaker import BreakerState, CircuitBreaker
+from brimful.workers.endpoint_pool import EndpointPool
+
+
+def pool(urls: list[str], capacity: int = 1) -> EndpointPool:
+    p = EndpointPool(capacity, lambda: CircuitBreaker(3, 0.5, 5.0, rng=random.Random(1)), initial_call_s=0.02)
+    p.sync(urls)
+    return p
+
+
+def test_the_fit_learns_a_line_and_a_constant_when_sizes_never_change() -> None:
+    fit = CallTimeFit(initial_s=1.0, weight=0.2)
+    assert fit.predict(64) == 1.0
+    for _ in range(50):
+        for rows in (8, 32, 64):
+            fit.observe(rows, 0.010 + 0.0005 * rows)
+    slope, base = fit.line()
+    assert slope == pytest.approx(0.0005, rel=1e-3) and base == pytest.approx(0.010, rel=1e-3)
+    constant = CallTimeFit()
+    for _ in range(20):
+        constant.observe(64, 0.02)
+    assert constant.predict(1) == pytest.approx(0.02) and constant.predict(64) == pytest.approx(0.02)
+
+
+def test_calls_go_to_the_endpoint_expected_to_finish_soonest() -> None:
+    p = pool(["a:1", "b:1"])
+    for _ in range(20):  # a is slow, b fast
+        p.end(p.endpoints["a:1"], 0.0, 0.060, 64, transient_failure=False)
+        p.end(p.endpoints["b:1"], 0.0, 0.020, 64, transient_failure=False)
+    assert p.choose(1.0, 64).url == "b:1"
+    p.begin(p.endpoints["b:1"], 1.0)  # b is now full: a takes the next one
+    assert p.choose(1.0, 64).url == "a:1"
+    p.begin(p.endpoints["a:1"], 1.0)
+    assert p.choose(1.0, 64) is None  # no endpoint is sent more than its capacity
+
+
+def test_equal_endpoints_share_the_calls() -> None:
+    p = pool(["a:1", "b:1", "c:1"], capacity=2)
+    picks = []
+    for i in range(30):
+        endpoint = p.choose(float(i), 64)
+        p.begin(endpoint, float(i))
+        picks.append(endpoint.url)
+        p.end(endpoint, float(i), float(i) + 0.02, 64, transient_failure=False)
+    assert {url: picks.count(url) for url in set(picks)} == {"a:1": 10, "b:1": 10, "c:1": 10}
+
+
+def test_an_endpoint_that_fails_loses_its_share_at_once_and_its_breaker_opens() -> None:
+    p = pool(["a:1", "b:1"], capacity=4)
+    a, b = p.endpoints["a:1"], p.endpoints["b:1"]
+    p.begin(a, 0.0)
+    p.end(a, 0.0, 0.001, 64, transient_failure=True)
+    assert all(p.choose(0.002, 64) is b for _ in range(3))  # b has room: a gets nothing
+    for _ in range(2):
+        p.end(a, 0.0, 0.003, 64, transient_failure=True)
+    assert a.breaker.state(0.003) is BreakerState.OPEN
+    assert p.capacity(0.003, 64).free_slots == 4
+    p.begin(b, 0.004)
+    p.begin(b, 0.004)
+    p.begin(b, 0.004)
+    p.begin(b, 0.004)
+    assert p.choose(0.004, 64) is None  # a is open and b is full
+    assert p.healthy(0.004)
+
+
+def test_an_open_endpoint_is_probed_by_one_call_when_its_breaker_allows() -> None:
+    p = pool(["a:1"])
+    a = p.endpoints["a:1"]
+    for _ in range(3):
+        p.end(a, 0.0, 0.0, 64, transient_failure=True)
+    assert not p.healthy(0.0) and p.choose(0.0, 64) is None
+    later = 10.0
+    assert p.choose(later, 64) is a  # the probe
+    p.held_elsewhere(a, later, later + 0.005)  # ... but another batcher held its slot
+    assert p.choose(later + 0.01, 64) is a  # the probe was given back
+    p.begin(a, later + 0.01)
+    p.end(a, later + 0.01, later + 0.03, 64, transient_failure=False)
+    assert p.healthy(later + 0.03)
+
+
+def test_removed_endpoints_take_no_new_calls_and_leave_once_idle() -> None:
+    p = pool(["a:1", "b:1"], capacity=2)
+    a = p.endpoints["a:1"]
+    p.begin(a, 0.0)
+    added, retired = p.sync(["b:1", "c:1"])
+    assert added == ["c:1"] and retired == ["a:1"]
+    assert all(p.choose(0.0, 64).url != "a:1" for _ in range(5))
+    assert p.drop_idle_retired() == []  # its call is still out
+    p.end(a, 0.0, 0.02, 64, transient_failure=False)
+    assert p.drop_idle_retired() == ["a:1"] and set(p.endpoints) == {"b:1", "c:1"}
+
+
+def test_the_policy_is_told_free_slots_and_when_the_next_one_frees() -> None:
+    p = pool(["a:1", "b:1"])
+    for e in p.endpoints.values():
+        for _ in range(30):
+            e.call_time.observe(64, 0.020)
+    assert p.capacity(0.0, 64).free_slots == 2
+    p.begin(p.endpoints["a:1"], 1.000)
+    p.begin(p.endpoints["b:1"], 1.005)
+    view = p.capacity(1.010, 64)
+    assert view.free_slots == 0
+    assert view.next_free_in == pytest.approx(0.010)  # a's call, started at 1.000, ends at 1.020
+    assert view.call_time == pytest.approx(0.020)
+    p.held_elsewhere(p.endpoints["b:1"], 1.01, 1.012)
+    p.end(p.endpoints["b:1"], 1.005, 1.011, 64, transient_failure=False)
+    assert p.capacity(1.011, 64).free_slots == 0  # b is free here but leased by another batcher
+    assert p.capacity(1.013, 64).free_slots == 1

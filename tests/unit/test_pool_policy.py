@@ -1,0 +1,160 @@
+"""The pool-aware flush policy on a virtual clock: what it does with free and busy slots
+and the latency target. No I/O, no real time."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from brimful.batcher.accumulator import Accumulator
+from brimful.batcher.policy import FlushReason, WaitOrFullPolicy
+from brimful.core.policy_params import PolicyParams
+from brimful.core.pool_capacity import PoolCapacity
+
+PARAMS = PolicyParams(batch_size=64, max_wait=0.250, min_wait=0.002, latency_target=0.050, min_worthwhile_rows=4)
+CALL = 0.020
+FREE = PoolCapacity(free_slots=1, next_free_in=0.0, call_time=CALL)
+
+
+def busy(next_free_in: float) -> PoolCapacity:
+    return PoolCapacity(free_slots=0, next_free_in=next_free_in, call_time=CALL)
+
+
+def steady(acc: Accumulator[int], rate: float, until: float, start: float = 0.0) -> float:
+    """Warm the rate estimate with ``rate`` rows/s until ``until``, emptying as it goes."""
+    now, gap = start, 1 / rate
+    while now < until:
+        acc.add(0, now)
+        now += gap
+    acc.drain()
+    return now
+
+
+def test_a_lone_row_with_a_free_slot_leaves_after_min_wait() -> None:
+    acc: Accumulator[int] = Accumulator(WaitOrFullPolicy(PARAMS))
+    acc.add(0, 10.0)
+    assert acc.due(10.0, FREE) is None  # not before min_wait
+    assert acc.due(10.0 + PARAMS.min_wait, FREE) is FlushReason.SLOT_FREE
+
+
+def test_thin_traffic_is_not_held_for_rows_that_will_not_come() -> None:
+    acc: Accumulator[int] = Accumulator(WaitOrFullPolicy(PARAMS))
+    now = steady(acc, rate=20.0, until=5.0)  # 20/s x 28 ms left = 0.6 rows: waiting does not pay
+    acc.add(1, now)
+    plan = acc.plan(now, FREE)
+    assert plan is not None and plan.reason is FlushReason.SLOT_FREE
+    assert plan.at == pytest.approx(now + PARAMS.min_wait)
+
+
+def test_traffic_that_pays_waits_for_rows_but_not_past_the_target() -> None:
+    acc: Accumulator[int] = Accumulator(WaitOrFullPolicy(PARAMS))
+    now = steady(acc, rate=600.0, until=5.0)  # 600/s x 28 ms = 17 rows: worth waiting; 64 will not come
+    acc.add(1, now)
+    plan = acc.plan(now, FREE)
+    assert plan is not None and plan.reason is FlushReason.TARGET
+    assert plan.at == pytest.approx(now + PARAMS.latency_target - CALL)
+
+
+def test_traffic_that_fills_the_batch_in_time_waits_for_it_to_fill() -> None:
+    acc: Accumulator[int] = Accumulator(WaitOrFullPolicy(PARAMS))
+    now = steady(acc, rate=10_000.0, until=2.0)
+    gap, leaving = 1e-4, None
+    for i in range(64):
+        acc.add(i, now)
+        leaving = acc.due(now, FREE)
+        if leaving is not None:
+            break
+        now += gap
+    assert leaving is FlushReason.FULL and len(acc) == 64
+
+
+def test_while_every_slot_is_busy_the_batch_keeps_filling_and_leaves_when_one_frees() -> None:
+    acc: Accumulator[int] = Accumulator(WaitOrFullPolicy(PARAMS))
+    now = steady(acc, rate=20.0, until=5.0)  # thin: a free slot would take a row at once
+    acc.add(0, now)
+    frees_at = now + 0.015
+    t = now
+    while t < frees_at - 1e-9:
+        assert acc.due(t, busy(frees_at - t)) is None
+        t += 0.001
+    plan = acc.plan(now, busy(frees_at - now))
+    assert plan is not None and plan.at == pytest.approx(frees_at)
+    assert acc.due(frees_at, FREE) is FlushReason.SLOT_FREE
+
+
+def test_without_a_pool_the_ewma_timer_decides_as_before() -> None:
+    policy = WaitOrFullPolicy(PARAMS)
+    with_timer = policy.plan(now=1.0, pending=1, oldest_arrival=1.0, rate=0.0)
+    assert with_timer.reason is FlushReason.DEADLINE and with_timer.at == pytest.approx(1.0 + PARAMS.min_wait)
+
+
+def test_a_high_target_is_the_cost_mode_it_waits_to_fill() -> None:
+    params = PolicyParams(batch_size=64, max_wait=2.0, min_wait=0.002, latency_target=2.0)
+    acc: Accumulator[int] = Accumulator(WaitOrFullPolicy(params))
+    now = steady(acc, rate=100.0, until=5.0)
+    acc.add(0, now)
+    plan = acc.plan(now, FREE)
+    # 63 empty slots at 100/s: expected full in 0.63 s x slack, well inside the 2 s target.
+    assert plan is not None and plan.reason is FlushReason.DEADLINE
+    assert plan.at == pytest.approx(now + params.fill_slack * 63 / acc.effective_rate(now), rel=0.01)
+
+
+arrival_gaps = st.lists(st.floats(min_value=1e-5, max_value=0.2), min_size=1, max_size=300)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    gaps=arrival_gaps,
+    target_ms=st.floats(min_value=5, max_value=500),
+    call_ms=st.floats(min_value=0, max_value=100),
+    worthwhile=st.floats(min_value=0, max_value=64),
+)
+def test_no_row_waits_past_the_latency_target_when_capacity_allows(
+    gaps: list[float], target_ms: float, call_ms: float, worthwhile: float
+) -> None:
+    params = PolicyParams(
+        batch_size=64, max_wait=1.0, min_wait=0.002, latency_target=target_ms / 1000, min_worthwhile_rows=worthwhile
+    )
+    capacity = PoolCapacity(free_slots=4, next_free_in=0.0, call_time=call_ms / 1000)
+    allowed = min(params.max_wait, max(params.min_wait, params.latency_target - capacity.call_time))
+    acc: Accumulator[int] = Accumulator(WaitOrFullPolicy(params))
+    arrivals = [sum(gaps[: i + 1]) for i in range(len(gaps))]
+    tick, now, index = 0.0005, 0.0, 0
+    while index < len(arrivals) or len(acc):
+        while index < len(arrivals) and arrivals[index] <= now:
+            acc.add(index, arrivals[index])
+            index += 1
+        while acc.due(now, capacity) is not None:
+            for row in acc.take():
+                assert now - row.arrived_at <= allowed + tick + 1e-9, (now, row.arrived_at, allowed)
+        now += tick
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    rate=st.floats(min_value=0, max_value=5_000),
+    pending=st.integers(min_value=1, max_value=63),
+    waited=st.floats(min_value=0, max_value=0.3),
+    target_ms=st.floats(min_value=5, max_value=500),
+)
+def test_a_free_slot_and_a_row_past_its_wait_is_never_left_waiting(
+    rate: float, pending: int, waited: float, target_ms: float
+) -> None:
+    """When a slot is free and the oldest row has waited min_wait, the batch leaves now
+    unless waiting until the target is expected to bring min_worthwhile_rows more."""
+    params = PolicyParams(batch_size=64, max_wait=1.0, min_wait=0.002, latency_target=target_ms / 1000)
+    policy = WaitOrFullPolicy(params)
+    now = 100.0
+    oldest = now - waited
+    plan = policy.plan(now, pending, oldest, rate, capacity=FREE)
+    latest, _ = policy.latest_flush(oldest, CALL)
+    pays = rate * max(0.0, latest - now) >= params.min_worthwhile_rows
+    if waited >= params.min_wait and not pays:
+        assert plan.at <= now and plan.reason in (FlushReason.SLOT_FREE, FlushReason.TARGET, FlushReason.DEADLINE)
+    if now >= latest:
+        assert plan.at <= now
+    assert plan.at <= max(now, latest) + 1e-9
+    assert not math.isnan(plan.at)

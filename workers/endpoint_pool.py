@@ -1,0 +1,190 @@
+"""The pool of model endpoints as the batcher sees it: pure state, on an injected clock.
+
+Each endpoint (a Triton server, one per GPU or node) has a capacity (calls it serves well
+at once), the calls in flight to it, its own circuit breaker, and a fitted call time
+(``CallTimeFit``). The pool answers three questions without I/O:
+
+- which endpoint a call should go to now (``choose``): among those whose circuit is
+  closed and that have a free slot, the one expected to finish it soonest; an endpoint
+  whose latest call failed comes last at once, before its breaker has seen enough to open;
+- what the flush policy may count on (``capacity``): free slots now, when the next busy
+  one is expected to free, and the time of a full call;
+- what is configured now (``sync``): endpoints added start taking calls; those gone are
+  retired (no new calls) and leave once their calls in flight return.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+from brimful.core.pool_capacity import PoolCapacity
+from brimful.workers.call_time import CallTimeFit
+from brimful.workers.circuit_breaker import BreakerState, CircuitBreaker
+
+
+@dataclass
+class Endpoint:
+    """One model endpoint and what the pool knows of it."""
+
+    url: str
+    capacity: int
+    breaker: CircuitBreaker
+    call_time: CallTimeFit
+    in_flight: int = 0
+    started: list[float] = field(default_factory=list)  # start times of the calls in flight
+    calls: int = 0
+    rows: int = 0
+    failures: int = 0
+    retired: bool = False
+    busy_elsewhere_until: float = 0.0  # its slots were all leased by other batchers at our last try
+
+    def open_slots(self, now: float) -> int:
+        """Calls it may start now: closed circuit, not retired, not held elsewhere."""
+        if self.retired or now < self.busy_elsewhere_until:
+            return 0
+        if self.breaker.state(now) is not BreakerState.CLOSED:
+            return 0
+        return max(0, self.capacity - self.in_flight)
+
+    def summary(self, now: float, batch_size: int) -> dict[str, object]:
+        """What ``/v1/stats`` shows of it."""
+        return {
+            "url": self.url,
+            "in_flight": self.in_flight,
+            "capacity": self.capacity,
+            "call_s": round(self.call_time.predict(batch_size), 4),
+            "breaker": self.breaker.state(now).value,
+            "calls": self.calls,
+            "rows": self.rows,
+            "failures": self.failures,
+            "retired": self.retired,
+        }
+
+
+class EndpointPool:
+    """Where each call goes, and what the pool can take."""
+
+    def __init__(
+        self,
+        capacity: int,
+        breaker: Callable[[], CircuitBreaker],
+        initial_call_s: float = 0.05,
+    ) -> None:
+        if capacity < 1:
+            raise ValueError("capacity must be at least 1")
+        self.capacity_per_endpoint = capacity
+        self._new_breaker = breaker
+        self._initial_call_s = initial_call_s
+        self.endpoints: dict[str, Endpoint] = {}
+        self._turn = itertools.count()  # rotates ties, so equal endpoints share the calls
+        self._last_pick: dict[str, int] = {}
+
+    # --- membership --------------------------------------------------------------------
+
+    def sync(self, urls: Iterable[str]) -> tuple[list[str], list[str]]:
+        """Make the pool the endpoints ``urls``; returns (added, retired). A retired
+        endpoint that comes back is reinstated with what was known of it."""
+        wanted = list(dict.fromkeys(urls))
+        added, retired = [], []
+        for url in wanted:
+            endpoint = self.endpoints.get(url)
+            if endpoint is None:
+                self.endpoints[url] = Endpoint(
+                    url, self.capacity_per_endpoint, self._new_breaker(), CallTimeFit(self._initial_call_s)
+                )
+                added.append(url)
+            elif endpoint.retired:
+                endpoint.retired = False
+                added.append(url)
+        for url, endpoint in self.endpoints.items():
+            if url not in wanted and not endpoint.retired:
+                endpoint.retired = True
+                retired.append(url)
+        return added, retired
+
+    def drop_idle_retired(self) -> list[str]:
+        """Forget retired endpoints with nothing in flight; returns their urls."""
+        gone = [url for url, e in self.endpoints.items() if e.retired and e.in_flight == 0]
+        for url in gone:
+            del self.endpoints[url]
+            self._last_pick.pop(url, None)
+        return gone
+
+    # --- decisions ---------------------------------------------------------------------
+
+    def choose(self, now: float, rows: int) -> Endpoint | None:
+        """The endpoint a call of ``rows`` rows should go to now, or None if none can take
+        it. A closed endpoint with a free slot first, expected to finish soonest; failing
+        that, an endpoint whose breaker lets a probe through (that call is the probe)."""
+        open_now = [e for e in self.endpoints.values() if e.open_slots(now) > 0]
+        if open_now:
+            return min(
+                open_now,
+                key=lambda e: (
+                    e.breaker.consecutive_failures > 0,
+                    round(e.call_time.predict(rows), 4),
+                    e.in_flight / e.capacity,
+                    self._last_pick.get(e.url, -1),
+                ),
+            )
+        for endpoint in self.endpoints.values():
+            if endpoint.retired or endpoint.in_flight >= endpoint.capacity or now < endpoint.busy_elsewhere_until:
+                continue
+            if endpoint.breaker.state(now) is BreakerState.HALF_OPEN and endpoint.breaker.allow(now):
+                return endpoint
+        return None
+
+    def begin(self, endpoint: Endpoint, now: float) -> None:
+        """A call to ``endpoint`` starts now."""
+        endpoint.in_flight += 1
+        endpoint.started.append(now)
+        self._last_pick[endpoint.url] = next(self._turn)
+
+    def end(self, endpoint: Endpoint, started_at: float, now: float, rows: int, transient_failure: bool) -> None:
+        """A call started at ``started_at`` returned. ``transient_failure``: the endpoint
+        did not answer (unreachable, timed out); any answer, a refusal included, means it
+        serves."""
+        endpoint.in_flight = max(0, endpoint.in_flight - 1)
+        if started_at in endpoint.started:
+            endpoint.started.remove(started_at)
+        if transient_failure:
+            endpoint.failures += 1
+            endpoint.breaker.record_failure(now)
+            return
+        endpoint.breaker.record_success()
+        endpoint.calls += 1
+        endpoint.rows += rows
+        endpoint.call_time.observe(rows, max(0.0, now - started_at))
+
+    def held_elsewhere(self, endpoint: Endpoint, now: float, until: float) -> None:
+        """Other batchers hold every slot of ``endpoint``: count it full until ``until``.
+        A probe ``choose`` let through for it is given back."""
+        endpoint.busy_elsewhere_until = until
+        if endpoint.breaker.state(now) is BreakerState.HALF_OPEN:
+            endpoint.breaker.abort_probe()
+
+    def healthy(self, now: float) -> bool:
+        """Whether any endpoint's circuit is closed (else the batcher pauses consuming)."""
+        return any(not e.retired and e.breaker.state(now) is BreakerState.CLOSED for e in self.endpoints.values())
+
+    def capacity(self, now: float, batch_size: int) -> PoolCapacity:
+        """Free slots now, when the next busy slot should free, and a full call's time."""
+        serving = [e for e in self.endpoints.values() if not e.retired and e.breaker.state(now) is BreakerState.CLOSED]
+        if not serving:
+            return PoolCapacity(0, self._initial_call_s, self._initial_call_s)
+        free = sum(e.open_slots(now) for e in serving)
+        call_time = min(e.call_time.predict(batch_size) for e in serving)
+        if free:
+            return PoolCapacity(free, 0.0, call_time)
+        frees_at = []
+        for e in serving:
+            if now < e.busy_elsewhere_until:
+                frees_at.append(e.busy_elsewhere_until)
+            frees_at.extend(start + e.call_time.predict(batch_size) for start in e.started)
+        next_free = min(frees_at) - now if frees_at else call_time
+        return PoolCapacity(0, max(0.0, next_free), call_time)
+
+    def summary(self, now: float, batch_size: int) -> list[dict[str, object]]:
+        return [e.summary(now, batch_size) for _, e in sorted(self.endpoints.items())]
