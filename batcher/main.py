@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from prometheus_client import start_http_server
+from redis.asyncio import Redis
 
 from brimful.batcher.service import BatcherLimits, BatcherService
 from brimful.batcher.traces import ArrivalRecorder
@@ -28,7 +29,10 @@ from brimful.core.task_store import TaskStore
 from brimful.workers.batch_runner import BatchRunner
 from brimful.workers.circuit_breaker import CircuitBreaker
 from brimful.workers.dead_letters import DeadLetterWriter
+from brimful.workers.endpoint_leases import EndpointLeases
+from brimful.workers.endpoint_pool import EndpointPool
 from brimful.workers.isolation_budget import IsolationBudget
+from brimful.workers.model_pool import ModelPool, Resolver, resolve_all
 from brimful.workers.retry_policy import BatchRetryPolicy
 from brimful.workers.triton_model import TritonModel
 
@@ -79,22 +83,54 @@ async def flush_trace(recorder: ArrivalRecorder) -> None:
         log.warning("could not write the arrival trace", extra={"error": repr(error)})
 
 
+def model_pool(settings: Settings, redis: Redis, keys: RedisKeys, resolve: Resolver = resolve_all) -> ModelPool:
+    """The pool of model endpoints the settings name (names resolved by ``resolve`` when
+    ``triton_resolve_dns`` is on)."""
+    endpoints = EndpointPool(
+        settings.endpoint_capacity,
+        lambda: CircuitBreaker(
+            failure_threshold=settings.breaker_failure_threshold,
+            max_open_s=settings.breaker_max_open_s,
+            probe_timeout_s=2 * settings.infer_timeout_s + 1,
+        ),
+    )
+    return ModelPool(
+        settings.triton_endpoints,
+        endpoints,
+        lambda url: TritonModel(url, settings.model_name, settings.model_version, settings.batch_size,
+                                settings.infer_timeout_s),
+        settings.batch_size,
+        # A lease outlives the longest call (and its client-side grace) it covers.
+        leases=EndpointLeases(redis, keys, ttl_s=settings.infer_timeout_s + 5) if settings.endpoint_leases else None,
+        resolve=resolve if settings.triton_resolve_dns else None,
+        resolve_every_s=settings.endpoint_resolve_s,
+    )
+
+
 async def serve(settings: Settings, stop: asyncio.Event) -> None:
     """Run one batcher until ``stop`` is set."""
     await ensure_topics(settings)
-    model = TritonModel.from_settings(settings)
     redis = make_redis(settings)
     keys = RedisKeys(settings.key_prefix)
+    pool = model_pool(settings, redis, keys)
     producer = make_producer(settings)
     consumer = make_consumer(settings, settings.consumer_group)
     try:
-        signature = await wait_for_signature(model, stop)
+        await pool.refresh()
+        while not pool.pool.endpoints and not stop.is_set():  # names that resolve to nothing yet
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=settings.endpoint_resolve_s)
+            except asyncio.TimeoutError:
+                await pool.refresh()
+        if stop.is_set():
+            return
+        signature = await wait_for_signature(pool.any_model(), stop)
         if signature is None:
             return
         await producer.start()
         dead_letters = DeadLetterWriter(producer, settings.dlq_topic, settings.kafka_max_message_bytes)
         runner = BatchRunner(
-            model=model,
+            pool=pool,
             signature=signature,
             store=TaskStore(redis, keys, settings.result_ttl_s, settings.task_wait_ttl_s),
             stats=SharedStats(redis, keys),
@@ -103,11 +139,6 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
                 max_attempts=settings.max_attempts,
                 base_delay=settings.retry_backoff_ms / 1000,
                 max_delay=settings.retry_backoff_max_ms / 1000,
-            ),
-            breaker=CircuitBreaker(
-                failure_threshold=settings.breaker_failure_threshold,
-                max_open_s=settings.breaker_max_open_s,
-                probe_timeout_s=2 * settings.infer_timeout_s + 1,
             ),
             transient_give_up_s=settings.transient_give_up_s,
             isolation=IsolationBudget(settings.tenant_isolation_calls_per_s, settings.tenant_isolation_burst),
@@ -141,13 +172,15 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
         cancellations = asyncio.create_task(
             follow_channel(redis, keys.cancelled_channel, lambda task_id: service.cancel(task_id.decode()), stop=stop)
         )
+        resolver = asyncio.create_task(pool.keep_resolved(stop), name="brimful-endpoints")
         await service.run(stop)
         await supervisor
         await cancellations
+        await resolver
     finally:
         await consumer.stop()
         await producer.stop()
-        await model.close()
+        await pool.close()
         await redis.aclose()
 
 

@@ -2,7 +2,9 @@
 
 One loop owns all state. It waits for whichever comes first: fetched records, the
 nearest flush deadline, a finished batch, or the stop signal; then it adds records to
-their accumulators and dispatches every batch that is due, within the in-flight bounds.
+their accumulators and dispatches every batch that is due, within the in-flight bounds
+and the free slots of the model pool. The policy plans with the pool's capacity, so a
+batch keeps filling while every slot is busy and leaves when one frees.
 Finished batches advance their partition's OffsetTracker, and a committer task commits
 the safe offsets, so a crash can only cause redelivery, never a skipped task.
 """
@@ -30,6 +32,7 @@ from brimful.core.policy_params import PolicyParams
 from brimful.schemas import TaskRequest
 from brimful.workers.batch_runner import Batch, BatchItem, BatchRunner
 from brimful.workers.dead_letters import DeadLetterWriter, dead_letter
+from brimful.workers.model_pool import Slot
 
 log = logging.getLogger("brimful.batcher")
 
@@ -141,13 +144,14 @@ class BatcherService:
     def snapshot(self) -> dict[str, object]:
         """What each partition's accumulator is doing now (for metrics and ``brimful stats``)."""
         now = self._clock()
+        capacity = self._runner.pool.capacity()
         partitions: dict[str, dict[str, float | int]] = {}
         for number, state in sorted(self._partitions.items()):
             accumulator = state.accumulator
             rate = accumulator.effective_rate(now)
+            plan = accumulator.plan(now, capacity)
             oldest = accumulator.oldest_arrival
-            waited = 0.0 if oldest is None else now - oldest
-            budget = accumulator.policy.wait_budget(max(1, len(accumulator)), rate, waited, accumulator.patient)
+            budget = 0.0 if plan is None or oldest is None else max(0.0, plan.at - oldest)
             partitions[str(number)] = {
                 "arrival_rate": round(rate, 3),
                 "wait_budget_s": round(budget, 4),
@@ -166,6 +170,9 @@ class BatcherService:
             "paused_for_outage": self._paused_for_outage,
             "in_flight": self._in_flight_total,
             "service_estimate_s": round(self._service_estimate, 4),
+            "pool": {"free_slots": capacity.free_slots, "next_free_in_s": round(capacity.next_free_in, 4),
+                     "call_s": round(capacity.call_time, 4)},
+            "endpoints": self._runner.pool.summary(),
         }
 
     def cancel(self, task_id: str) -> bool:
@@ -228,11 +235,12 @@ class BatcherService:
 
     def _seconds_to_next_flush(self) -> float | None:
         now = self._clock()
+        capacity = self._runner.pool.capacity()
         nearest: float | None = None
         for state in self._partitions.values():
             if not self._has_slot(state):
                 continue  # a finished batch wakes the loop
-            plan = state.accumulator.plan(now)
+            plan = state.accumulator.plan(now, capacity)
             if plan is not None and (nearest is None or plan.at < nearest):
                 nearest = plan.at
         return None if nearest is None else max(0.0, nearest - now)
@@ -293,23 +301,30 @@ class BatcherService:
 
     def _dispatch_due(self, force_reason: FlushReason | None = None) -> None:
         now = self._clock()
+        pool = self._runner.pool
+        capacity = pool.capacity()
         # Oldest waiting rows first, so one busy partition cannot starve the others.
         states = sorted(
             (s for s in self._partitions.values() if len(s.accumulator)),
-            key=lambda s: s.accumulator.plan(now).at,  # type: ignore[union-attr]
+            key=lambda s: s.accumulator.plan(now, capacity).at,  # type: ignore[union-attr]
         )
         for state in states:
             while len(state.accumulator) and self._has_slot(state):
-                reason = force_reason or state.accumulator.due(now)
+                reason = force_reason or state.accumulator.due(now, pool.capacity())
                 if reason is None:
                     break
-                self._start_batch(state, state.accumulator.take(), reason)
+                slot = pool.reserve(min(len(state.accumulator), self._params.batch_size))
+                if slot is None:
+                    break  # every slot is busy: the batch keeps filling until one frees
+                self._start_batch(state, state.accumulator.take(), reason, slot)
             if state.paused and len(state.accumulator) < self._limits.max_pending_per_partition // 2:
                 state.paused = False
                 if not self._paused_for_outage:
                     self._consumer.resume(state.tp)
 
-    def _start_batch(self, state: PartitionState, rows: list[Pending[BatchItem]], reason: FlushReason) -> None:
+    def _start_batch(
+        self, state: PartitionState, rows: list[Pending[BatchItem]], reason: FlushReason, slot: Slot
+    ) -> None:
         now = self._clock()
         label = str(state.tp.partition)
         metrics.FLUSHES.labels(label, reason.value).inc()
@@ -320,6 +335,7 @@ class BatcherService:
             partition=state.tp.partition,
             items=[row.item for row in rows],
             reason=reason.value,
+            slot=slot,
         )
         self._in_flight_total += 1
         task = asyncio.create_task(self._run_batch(state, batch), name=f"batch-{batch.batch_id}")

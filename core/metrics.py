@@ -42,7 +42,17 @@ ISOLATION_CALLS = Counter(
     "brimful_isolation_calls", "Extra model calls made on split batches to isolate failing rows."
 )
 MODEL_CALLS = Counter("brimful_model_calls", "Model calls, by outcome.", ["endpoint", "outcome"])
-IN_FLIGHT = Gauge("brimful_batches_in_flight", "Batches at the model right now.", ["endpoint"])
+IN_FLIGHT = Gauge("brimful_batches_in_flight", "Batches holding a slot of the endpoint right now.", ["endpoint"])
+ENDPOINT_CAPACITY = Gauge(
+    "brimful_endpoint_capacity", "Concurrent calls the endpoint serves well (its slots).", ["endpoint"]
+)
+ENDPOINT_CALL_SECONDS = Gauge(
+    "brimful_endpoint_call_seconds", "Fitted time of one full-batch call to the endpoint.", ["endpoint"]
+)
+ENDPOINT_BREAKER = Gauge(
+    "brimful_endpoint_breaker_state", "The endpoint's circuit: 0 closed, 1 half-open, 2 open.", ["endpoint"]
+)
+ENDPOINT_ROWS = Counter("brimful_endpoint_rows", "Real rows the endpoint computed.", ["endpoint"])
 TASK_LATENCY = Histogram(
     "brimful_task_latency_seconds", "Submit-to-result time of tasks that completed.", buckets=_LATENCY_BUCKETS
 )

@@ -23,6 +23,8 @@ class RedisKeys:
       scored by submission time (ms).
     - ``{prefix}:finished`` (pub/sub channel): task ids, as each reaches a final state.
     - ``{prefix}:cancelled`` (pub/sub channel): task ids cancelled while queued.
+    - ``{prefix}:slots:{endpoint}``: sorted set of the leases batchers hold on a model
+      endpoint's slots, scored by when each expires (ms, Redis's clock).
     """
 
     prefix: str = "brimful"
@@ -85,3 +87,6 @@ class RedisKeys:
     @property
     def batcher_status_pattern(self) -> str:
         return f"{self.prefix}:batcher:*"
+
+    def endpoint_slots(self, endpoint: str) -> str:
+        return f"{self.prefix}:slots:{endpoint}"

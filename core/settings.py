@@ -105,7 +105,11 @@ class Settings(BaseSettings):
     )
     endpoint_resolve_s: float = Field(10.0, gt=0, description="How often endpoint names are re-resolved.")
     endpoint_capacity: int = Field(
-        1, ge=1, le=64, description="Concurrent calls each endpoint serves well (its model instance count)."
+        2,
+        ge=1,
+        le=64,
+        description="Concurrent calls each endpoint is sent at most: its model instance count, or twice it so the "
+        "next batch's transfer overlaps the running one.",
     )
     endpoint_leases: bool = Field(
         True,

@@ -2,10 +2,11 @@
 
 Failures are handled by class (``brimful.workers.model_errors``):
 
-- **transient** (server unreachable, timeout, model still loading): the endpoint's
-  circuit breaker paces the retries and the batcher pauses consumption while it is open;
-  such retries use up no attempts, so an outage sends nothing to the DLQ. Only an outage
-  longer than ``transient_give_up_s`` does.
+- **transient** (server unreachable, timeout, model still loading): the call moves at
+  once to another endpoint of the pool (``ModelPool``) if one has a free slot, else waits
+  a backoff; each endpoint's circuit breaker hears it, and the batcher pauses consumption
+  while every circuit is open. Such retries use up no attempts, so an outage sends
+  nothing to the DLQ. Only an outage longer than ``transient_give_up_s`` does.
 - **the model rejects the batch** (model error, malformed request): the batch is split in
   halves, each padded back to the full size, until the failing rows are alone; the good
   rows complete. A row that still fails alone is retried up to ``max_attempts`` calls in
@@ -35,13 +36,12 @@ from brimful.core.stats import SharedStats, StatsField
 from brimful.core.task_store import TaskStore
 from brimful.core.tensor_codec import non_finite_rows, output_row_to_json, stack_rows
 from brimful.schemas import Attempt, TaskRequest
-from brimful.workers.circuit_breaker import BreakerState, CircuitBreaker
 from brimful.workers.dead_letters import DeadLetterWriter, dead_letter
 from brimful.workers.isolation_budget import IsolationBudget
 from brimful.workers.model_errors import ErrorClass, ModelCallError
+from brimful.workers.model_pool import ModelPool, Slot
 from brimful.workers.padding import pad_batch, unpad
 from brimful.workers.retry_policy import BatchRetryPolicy
-from brimful.workers.triton_model import TritonModel
 
 log = logging.getLogger("brimful.worker")
 
@@ -67,6 +67,16 @@ class Batch:
     partition: int
     items: list[BatchItem]
     reason: str
+    slot: Slot | None = None  # the model slot taken when it was dispatched; used by its first run
+
+
+@dataclass
+class _Seat:
+    """The slot a running batch holds while it calls the model (None between calls: its
+    Redis and broker work leaves the endpoint to others); a transient failure moves it to
+    another endpoint."""
+
+    slot: Slot | None
 
 
 @dataclass
@@ -104,29 +114,27 @@ class TransientOutageTooLong(Exception):
 
 
 class BatchRunner:
-    """Executes batches against one model endpoint; shared by all partitions of a batcher."""
+    """Executes batches on the model pool; shared by all partitions of a batcher."""
 
     def __init__(
         self,
-        model: TritonModel,
+        pool: ModelPool,
         signature: ModelSignature,
         store: TaskStore,
         stats: SharedStats,
         dead_letters: DeadLetterWriter,
         retry: BatchRetryPolicy,
-        breaker: CircuitBreaker | None = None,
         transient_give_up_s: float = 900.0,
         isolation: IsolationBudget | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.model = model
+        self.pool = pool
         self.signature = signature
         self.store = store
         self.stats = stats
         self.dead_letters = dead_letters
         self.retry = retry
-        self.breaker = breaker or CircuitBreaker()
         self.transient_give_up_s = transient_give_up_s
         self.isolation = isolation or IsolationBudget()
         self._sleep = sleep
@@ -134,20 +142,26 @@ class BatchRunner:
 
     @property
     def healthy(self) -> bool:
-        """False while the endpoint's circuit is open: the batcher stops consuming."""
-        return self.breaker.state(self._clock()) is BreakerState.CLOSED
+        """False while every endpoint's circuit is open: the batcher stops consuming."""
+        return self.pool.healthy
 
     async def run(self, batch: Batch) -> BatchOutcome:
         """Run the batch to a final state for every task in it; raises only on store or
         broker errors, after which running it again is safe."""
         outcome = BatchOutcome()
-        # Only tasks that this atomic move takes from queued to running reach the model:
-        # tasks already final (redelivered) or cancelled are left out.
-        running = set(await self.store.mark_running(item.task_id for item in batch.items))
-        items = [item for item in batch.items if item.task_id in running]
-        outcome.skipped = len(batch.items) - len(items)
-        if items:
-            await self._resolve(batch, items, _Attempts(), outcome, isolating=False)
+        slot, batch.slot = batch.slot, None  # a run repeated after a store error takes a new one
+        seat = _Seat(slot)
+        try:
+            # Only tasks that this atomic move takes from queued to running reach the model:
+            # tasks already final (redelivered) or cancelled are left out.
+            running = set(await self.store.mark_running(item.task_id for item in batch.items))
+            items = [item for item in batch.items if item.task_id in running]
+            outcome.skipped = len(batch.items) - len(items)
+            if items:
+                await self._resolve(batch, seat, items, _Attempts(), outcome, isolating=False)
+        finally:
+            if seat.slot is not None:
+                await self.pool.release(seat.slot)
         await self.stats.add({StatsField.flushes(batch.reason): 1})
         log.info(
             "batch finished",
@@ -169,6 +183,9 @@ class BatchRunner:
         """Give up a batch that keeps failing for a reason other than the model (a fault
         in Brimful or in what it was given): every task of it not yet final fails, with
         its dead letter. Safe to repeat."""
+        if batch.slot is not None:
+            await self.pool.release(batch.slot)
+            batch.slot = None
         unfinished = set(await self.store.unfinished(item.task_id for item in batch.items))
         items = [item for item in batch.items if item.task_id in unfinished]
         if items:
@@ -177,7 +194,8 @@ class BatchRunner:
         log.error("batch given up", extra={"batch_id": batch.batch_id, "tasks": len(items), "error": repr(error)})
 
     async def _resolve(
-        self, batch: Batch, items: list[BatchItem], attempts: _Attempts, outcome: BatchOutcome, isolating: bool
+        self, batch: Batch, seat: _Seat, items: list[BatchItem], attempts: _Attempts, outcome: BatchOutcome,
+        isolating: bool,
     ) -> None:
         """Bring every item to done or failed, splitting on model errors."""
         non_transient_calls = 0
@@ -194,7 +212,7 @@ class BatchRunner:
                     await self._fail(batch, items, error, attempts, outcome)
                     return
             try:
-                outputs = await self._call_through_outages(batch, items, attempts, outcome, isolating)
+                outputs = await self._call_through_outages(batch, seat, items, attempts, outcome, isolating)
             except TransientOutageTooLong as gave_up:
                 await self._fail(batch, items, gave_up.error, attempts, outcome)
                 return
@@ -206,7 +224,7 @@ class BatchRunner:
                     # failing rows never cost another tenant calls or hold its rows back.
                     for tenant in tenants:
                         group = [item for item in items if item.request.tenant == tenant]
-                        await self._resolve(batch, group, attempts, outcome, isolating=True)
+                        await self._resolve(batch, seat, group, attempts, outcome, isolating=True)
                     return
                 if len(items) > 1:
                     middle = len(items) // 2
@@ -215,7 +233,7 @@ class BatchRunner:
                         extra={"batch_id": batch.batch_id, "rows": len(items), "error": error.message},
                     )
                     for half in (items[:middle], items[middle:]):
-                        await self._resolve(batch, half, attempts, outcome, isolating=True)
+                        await self._resolve(batch, seat, half, attempts, outcome, isolating=True)
                     return
                 delay = self.retry.delay_before(non_transient_calls + 1)
                 if delay is None:
@@ -227,7 +245,8 @@ class BatchRunner:
             return
 
     async def _call_through_outages(
-        self, batch: Batch, items: list[BatchItem], attempts: _Attempts, outcome: BatchOutcome, isolating: bool
+        self, batch: Batch, seat: _Seat, items: list[BatchItem], attempts: _Attempts, outcome: BatchOutcome,
+        isolating: bool,
     ) -> dict[str, np.ndarray]:
         """One successful call, waiting out transient failures; raises ModelCallError
         for what the model itself refused."""
@@ -245,73 +264,67 @@ class BatchRunner:
         outage_started: float | None = None
         transient_retries = 0
         while True:
-            await self._wait_for_breaker()
+            seat.slot = await self.pool.secure(seat.slot or await self.pool.acquire(len(items)), len(items))
             outcome.calls += 1
             if isolating:
                 outcome.isolation_calls += 1
                 metrics.ISOLATION_CALLS.inc()
             metrics.BATCH_ROWS.labels(partition).observe(len(items))
             metrics.PADDED_SLOTS.labels(partition).inc(self.signature.batch_size - len(items))
+            started = self._clock()
             try:
-                outputs = await self._call(padded)
+                outputs = await self._call(seat.slot, padded)
             except ModelCallError as error:
                 attempts.record(items, error)
-                # The breaker hears the outcome before any I/O that could fail: a probe
-                # whose result it never heard would keep the door shut.
-                now = self._clock()
-                if error.error_class.is_transient:
-                    self.breaker.record_failure(now)
-                else:
-                    self.breaker.record_success()  # the endpoint answered; the batch is the problem
+                # The endpoint's breaker hears the outcome before any I/O that could fail: a
+                # probe whose result it never heard would keep the door shut. A refusal is an
+                # answer: the endpoint serves, the batch is the problem.
+                self.pool.record_call(seat.slot, started, len(items), transient_failure=error.error_class.is_transient)
+                if not error.error_class.is_transient:
+                    await self._leave_seat(seat)
                 await self.stats.add({**call_stats, StatsField.CALLS_FAILED: 1})
                 if not error.error_class.is_transient:
                     raise
+                now = self._clock()
                 outage_started = outage_started if outage_started is not None else now
                 if now - outage_started > self.transient_give_up_s:
+                    await self._leave_seat(seat)
                     raise TransientOutageTooLong(error) from error
                 transient_retries += 1
+                failed_at = seat.slot.endpoint
                 log.warning(
-                    "model unreachable; will retry",
-                    extra={"batch_id": batch.batch_id, "error_class": error.error_class.value, "error": error.message,
-                           "breaker": self.breaker.state(now).value},
+                    "model endpoint unreachable; will retry",
+                    extra={"batch_id": batch.batch_id, "endpoint": failed_at.url, "error_class": error.error_class.value,
+                           "error": error.message, "breaker": failed_at.breaker.state(now).value},
                 )
-                await self._sleep(self.retry.delay_before(min(transient_retries + 1, self.retry.max_attempts)) or 0.0)
+                if not self.pool.can_switch_now(len(items)):
+                    # No other endpoint can take it now: back off before trying again.
+                    await self._sleep(self.retry.delay_before(min(transient_retries + 1, self.retry.max_attempts)) or 0.0)
+                seat.slot = await self.pool.switch(seat.slot, len(items))
                 continue
-            self.breaker.record_success()
+            self.pool.record_call(seat.slot, started, len(items), transient_failure=False)
+            metrics.ENDPOINT_ROWS.labels(seat.slot.endpoint.url).inc(len(items))
+            await self._leave_seat(seat)
             await self.stats.add(call_stats)
             return outputs
 
+    async def _leave_seat(self, seat: _Seat) -> None:
+        if seat.slot is not None:
+            slot, seat.slot = seat.slot, None
+            await self.pool.release(slot)
+
     async def probe(self) -> None:
-        """Ask the endpoint whether it serves again, if the breaker lets a probe through
-        now. The batcher calls this while consumption is paused for an outage and no batch
-        is calling the model (after a long outage failed every batch to the DLQ, nothing
-        else would ever probe, and consumption would stay paused for good)."""
-        if not self.breaker.allow(self._clock()):
-            return
-        try:
-            ready = await asyncio.wait_for(self.model.is_ready(), timeout=self.model.timeout_s)
-        except asyncio.TimeoutError:
-            ready = False
-        if ready:
-            self.breaker.record_success()
-        else:
-            self.breaker.record_failure(self._clock())
-        log.info("probed the model endpoint", extra={"endpoint": self.model.url, "ready": ready})
+        """Ask the endpoints whose circuits are open whether they serve again (see
+        ``ModelPool.probe``)."""
+        await self.pool.probe()
 
-    async def _wait_for_breaker(self) -> None:
-        while not self.breaker.allow(self._clock()):
-            await self._sleep(min(0.25, max(0.01, self.breaker.seconds_until_allowed(self._clock()))))
-
-    async def _call(self, padded: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        endpoint = self.model.url
-        metrics.IN_FLIGHT.labels(endpoint).inc()
+    async def _call(self, slot: Slot, padded: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        endpoint = slot.endpoint.url
         try:
-            outputs = await self.model.infer(padded, self.signature)
+            outputs = await slot.model.infer(padded, self.signature)
         except ModelCallError as error:
             metrics.MODEL_CALLS.labels(endpoint, error.error_class.value).inc()
             raise
-        finally:
-            metrics.IN_FLIGHT.labels(endpoint).dec()
         metrics.MODEL_CALLS.labels(endpoint, "ok").inc()
         return outputs
 

@@ -136,19 +136,24 @@ class EndpointPool:
                 return endpoint
         return None
 
+    def reserve(self, now: float, rows: int) -> Endpoint | None:
+        """Choose an endpoint and take one of its slots (``choose`` then ``begin``)."""
+        endpoint = self.choose(now, rows)
+        if endpoint is not None:
+            self.begin(endpoint, now)
+        return endpoint
+
     def begin(self, endpoint: Endpoint, now: float) -> None:
-        """A call to ``endpoint`` starts now."""
+        """A batch takes one of ``endpoint``'s slots now; it makes its calls there, one at
+        a time, until it gives the slot back (``release``)."""
         endpoint.in_flight += 1
         endpoint.started.append(now)
         self._last_pick[endpoint.url] = next(self._turn)
 
-    def end(self, endpoint: Endpoint, started_at: float, now: float, rows: int, transient_failure: bool) -> None:
-        """A call started at ``started_at`` returned. ``transient_failure``: the endpoint
-        did not answer (unreachable, timed out); any answer, a refusal included, means it
-        serves."""
-        endpoint.in_flight = max(0, endpoint.in_flight - 1)
-        if started_at in endpoint.started:
-            endpoint.started.remove(started_at)
+    def record_call(self, endpoint: Endpoint, started_at: float, now: float, rows: int, transient_failure: bool) -> None:
+        """A call made on a slot of ``endpoint`` returned. ``transient_failure``: the
+        endpoint did not answer (unreachable, timed out); any answer, a refusal included,
+        means it serves."""
         if transient_failure:
             endpoint.failures += 1
             endpoint.breaker.record_failure(now)
@@ -157,6 +162,17 @@ class EndpointPool:
         endpoint.calls += 1
         endpoint.rows += rows
         endpoint.call_time.observe(rows, max(0.0, now - started_at))
+
+    def release(self, endpoint: Endpoint, taken_at: float) -> None:
+        """The slot taken at ``taken_at`` is free again."""
+        endpoint.in_flight = max(0, endpoint.in_flight - 1)
+        if taken_at in endpoint.started:
+            endpoint.started.remove(taken_at)
+
+    def end(self, endpoint: Endpoint, started_at: float, now: float, rows: int, transient_failure: bool) -> None:
+        """One call on a slot taken for it alone: ``record_call`` then ``release``."""
+        self.record_call(endpoint, started_at, now, rows, transient_failure)
+        self.release(endpoint, started_at)
 
     def held_elsewhere(self, endpoint: Endpoint, now: float, until: float) -> None:
         """Other batchers hold every slot of ``endpoint``: count it full until ``until``.

@@ -13,12 +13,12 @@ import sys
 from pathlib import Path
 
 from brimful.batcher import traces
-from brimful.batcher.simulator import SimulationResult, simulate
+from brimful.batcher.simulator import PoolModel, SimulationResult, simulate
 from brimful.commands.api_client import CommandError
 from brimful.core.policy_tuning import TUNABLE, TuningError, apply_changes, defaults_from_settings, params_from_values
 from brimful.core.settings import get_settings
 
-_COLUMNS = ("mean_rows_per_batch", "padded_share", "p50_wait_ms", "p99_wait_ms", "batches_per_s")
+_COLUMNS = ("mean_rows_per_batch", "padded_share", "p50_ms", "p99_ms", "p99_wait_ms", "batches_per_s")
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -30,8 +30,13 @@ def register(commands: argparse._SubParsersAction) -> None:
                         help=f"policy parameter for the replay ({', '.join(TUNABLE)})")
     parser.add_argument("--sweep", metavar="NAME=FROM:TO:N", help="replay N settings of one parameter and compare")
     parser.add_argument("--plot", type=Path, default=Path("sweep.png"), help="PNG written by --sweep")
-    parser.add_argument("--service-ms", type=float, default=5.0, help="model time per call (default 5)")
-    parser.add_argument("--in-flight", type=int, default=2, help="calls at the model per partition (default 2)")
+    pool = parser.add_argument_group("the model pool replayed against")
+    pool.add_argument("--endpoints", type=int, default=1, help="model endpoints (default 1)")
+    pool.add_argument("--slots", type=int, default=2, help="concurrent calls per endpoint (default 2)")
+    pool.add_argument("--call-ms", "--service-ms", dest="call_ms", type=float, default=5.0,
+                      help="time of a call whatever its rows (default 5)")
+    pool.add_argument("--per-row-ms", type=float, default=0.0, help="and for each real row (default 0)")
+    pool.add_argument("--jitter", type=float, default=0.0, help="each call's time x uniform(1-j, 1+j)")
     generate = parser.add_argument_group("generating (--generate)")
     generate.add_argument("--out", type=Path, help="where to write the generated trace")
     generate.add_argument("--duration", type=float, default=60.0, help="seconds of traffic (default 60)")
@@ -87,12 +92,12 @@ def plot_sweep(points: list[tuple[float, SimulationResult]], name: str, path: Pa
     except ImportError as error:
         raise CommandError("--sweep plots need matplotlib: pip install 'brimful[plot]'") from error
     figure, axes = plt.subplots(figsize=(7, 4.5))
-    waits = [r.wait_quantile(0.99) * 1000 for _, r in points]
+    waits = [r.latency_quantile(0.99) * 1000 for _, r in points]
     fills = [r.mean_rows_per_batch for _, r in points]
     axes.plot(waits, fills, marker="o")
     for (value, _), x, y in zip(points, waits, fills):
         axes.annotate(f"{value:g}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
-    axes.set_xlabel("p99 queue wait (ms)")
+    axes.set_xlabel("p99 arrival to result (ms)")
     axes.set_ylabel(f"mean real rows per batch (of {points[0][1].batch_size})")
     axes.set_title(f"fill versus p99 wait, sweeping {name}")
     axes.grid(True, alpha=0.3)
@@ -130,15 +135,22 @@ def _run(args: argparse.Namespace) -> int:
     if overrides:
         values = apply_changes(values, overrides, settings.batch_size)
     trace = traces.read_trace(args.trace)
-    service, in_flight = args.service_ms / 1000, args.in_flight
+    for name, value in (("--endpoints", args.endpoints), ("--slots", args.slots)):
+        if value < 1:
+            raise CommandError(f"{name} must be at least 1")
+    if args.call_ms < 0 or args.per_row_ms < 0 or not 0 <= args.jitter < 1:
+        raise CommandError("--call-ms and --per-row-ms must not be negative, --jitter must be in [0, 1)")
+    pool = PoolModel(args.endpoints, args.slots, args.call_ms / 1000, args.per_row_ms / 1000, args.jitter)
 
-    def replay(candidate: dict[str, float]) -> SimulationResult:
-        return simulate(trace, params_from_values(candidate, settings.batch_size), service, in_flight)
+    def replay(candidate: dict[str, float], aware: bool = True) -> SimulationResult:
+        return simulate(trace, params_from_values(candidate, settings.batch_size), pool, aware)
 
-    print(f"trace: {sum(len(t) for t in trace.values())} arrivals on {len(trace)} partition(s)")
+    print(f"trace: {sum(len(t) for t in trace.values())} arrivals on {len(trace)} partition(s); "
+          f"pool: {pool.endpoints} endpoint(s) x {pool.slots_per_endpoint} slot(s), "
+          f"{args.call_ms:g} ms + {args.per_row_ms:g} ms/row a call")
     print(header())
-    base = replay(values)
-    print(format_row("current", base))
+    print(format_row("pool-aware", replay(values)))
+    print(format_row("EWMA timer", replay(values, aware=False)))
     if not args.sweep:
         return 0
     name, grid = parse_sweep(args.sweep)

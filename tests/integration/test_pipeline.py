@@ -15,6 +15,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from brimful.core.kafka import read_whole_topic
 from brimful.schemas import DeadLetter, TaskRequest
 from brimful.stack import EmbeddedStack
+from tests.conftest import tune_live
 from tests.task_client import TaskClient
 
 _ALPHABET = "abcXYZ019 ñé漢字🙂\u0301\n\"\\"
@@ -54,8 +55,11 @@ async def triton_counts(stack: EmbeddedStack) -> tuple[int, int]:
 
 
 async def test_burst_of_2000_all_done_with_their_own_results_in_full_batches(
-    stack: EmbeddedStack, client: TaskClient
+    stack: EmbeddedStack, client: TaskClient, restore_policy: None
 ) -> None:
+    # The cost mode: a latency target as long as max_wait, so batches wait to fill (at
+    # the default target the batch leaves when its oldest row would miss 50 ms).
+    await tune_live(client, latency_target_ms=stack.settings.max_wait_ms)
     rng = random.Random(2000)
     texts = [random_text(rng) for _ in range(2000)]
     texts[:3] = ["", "a", "🙂" * 1024]  # the edges: empty, one byte, exactly 4 KB of emoji

@@ -17,11 +17,11 @@ from brimful.core.task_store import TaskStore
 from brimful.core.tensor_codec import encode_input
 from brimful.schemas import TaskRequest
 from brimful.stack import EmbeddedStack
+from brimful.batcher.main import model_pool
 from brimful.workers.batch_runner import Batch, BatchItem, BatchRunner
 from brimful.workers.dead_letters import DeadLetterWriter
 from brimful.workers.isolation_budget import IsolationBudget
 from brimful.workers.retry_policy import BatchRetryPolicy
-from brimful.workers.triton_model import TritonModel
 from tests.integration.test_pipeline import expected_outputs, read_dead_letters
 
 
@@ -32,13 +32,14 @@ async def runner_and_batch(
     """A runner on the stack's real Triton, Redis and broker, and one batch of ``rows``
     ((tenant, text) each), recorded as queued tasks."""
     settings = stack.settings
-    model = TritonModel(settings.triton_url, settings.model_name, "", 64, timeout_s=10)
     redis = Redis.from_url(settings.redis_url)
+    keys = RedisKeys(settings.key_prefix)
+    pool = model_pool(settings, redis, keys)
+    await pool.refresh()
     producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all")
     await producer.start()
     try:
-        signature = await model.signature()
-        keys = RedisKeys(settings.key_prefix)
+        signature = await pool.any_model().signature()
         store = TaskStore(redis, keys, ttl_s=600)
         items = []
         for offset, (tenant, text) in enumerate(rows):
@@ -48,14 +49,14 @@ async def runner_and_batch(
             await store.create_queued(task_id, request.submitted_at_ms, tenant)
             items.append(BatchItem(request, partition=0, offset=offset))
         runner = BatchRunner(
-            model, signature, store, SharedStats(redis, keys),
+            pool, signature, store, SharedStats(redis, keys),
             DeadLetterWriter(producer, settings.dlq_topic, settings.kafka_max_message_bytes),
             BatchRetryPolicy(max_attempts=3, base_delay=0.01, max_delay=0.02), isolation=isolation,
         )
         yield runner, store, Batch(uuid.uuid4().hex, 0, items, "full")
     finally:
         await producer.stop()
-        await model.close()
+        await pool.close()
         await redis.aclose()
 
 

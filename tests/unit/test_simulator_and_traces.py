@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from brimful.batcher import traces
-from brimful.batcher.simulator import simulate
+from brimful.batcher.simulator import PoolModel, simulate
 from brimful.core.policy_params import PolicyParams
 from brimful.core.policy_tuning import TuningError, apply_changes
 
@@ -16,7 +16,7 @@ PARAMS = PolicyParams(batch_size=64, max_wait=0.25, min_wait=0.02)
 
 def test_dense_traffic_makes_full_batches() -> None:
     trace = traces.poisson(rate=4000, duration=5, seed=1)
-    result = simulate(trace, PARAMS, service_time=0.005)
+    result = simulate(trace, PARAMS, PoolModel(call_s=0.005))
     assert result.rows == len(trace[0])
     assert result.mean_rows_per_batch > 63.5
     assert result.flushes["full"] >= result.batches - 1
@@ -41,10 +41,37 @@ def test_no_row_waits_past_max_wait_in_replay() -> None:
 
 def test_a_busy_model_holds_batches_back_and_they_fill_meanwhile() -> None:
     trace = traces.poisson(rate=1000, duration=5, seed=2)
-    idle = simulate(trace, PolicyParams(batch_size=64, max_wait=0.01, min_wait=0.01), service_time=0.001)
-    busy = simulate(trace, PolicyParams(batch_size=64, max_wait=0.01, min_wait=0.01), service_time=0.05, max_in_flight=1)
+    idle = simulate(trace, PolicyParams(batch_size=64, max_wait=0.01, min_wait=0.01), PoolModel(call_s=0.001))
+    busy = simulate(
+        trace, PolicyParams(batch_size=64, max_wait=0.01, min_wait=0.01), PoolModel(slots_per_endpoint=1, call_s=0.05)
+    )
     assert busy.mean_rows_per_batch > idle.mean_rows_per_batch
     assert busy.batches < idle.batches
+
+
+def test_knowing_the_pool_answers_light_load_sooner_and_fills_as_well_under_load() -> None:
+    """The pool-aware policy beside the EWMA timer on the same traces and the same GPU-like
+    pool (one endpoint, one slot, 20 ms a call)."""
+    pool = PoolModel(endpoints=1, slots_per_endpoint=1, call_s=0.020)
+    params = PolicyParams(batch_size=64)
+    light = traces.poisson(rate=100, duration=30, seed=7)
+    aware, timer = simulate(light, params, pool, aware=True), simulate(light, params, pool, aware=False)
+    assert aware.latency_quantile(0.5) < timer.latency_quantile(0.5) - 0.02
+    assert aware.latency_quantile(0.99) <= params.latency_target + 0.02  # a call at most behind its target
+    heavy = traces.poisson(rate=2400, duration=30, seed=7)  # 75% of 64 rows / 20 ms
+    aware, timer = simulate(heavy, params, pool, aware=True), simulate(heavy, params, pool, aware=False)
+    assert aware.mean_rows_per_batch >= 0.95 * timer.mean_rows_per_batch
+    assert aware.latency_quantile(0.99) <= timer.latency_quantile(0.99) * 1.05
+
+
+def test_four_endpoints_drain_four_times_the_rows_of_one() -> None:
+    backlog = {0: [0.0] * 20_000}  # everything already waiting: a drain
+    params = PolicyParams(batch_size=64)
+    one = simulate(backlog, params, PoolModel(endpoints=1, slots_per_endpoint=1, call_s=0.02))
+    four = simulate(backlog, params, PoolModel(endpoints=4, slots_per_endpoint=1, call_s=0.02))
+    drained = [max(r.latencies_s) for r in (one, four)]
+    assert one.mean_rows_per_batch > 63 and four.mean_rows_per_batch > 63
+    assert drained[0] / drained[1] == pytest.approx(4, rel=0.02)
 
 
 def test_generated_traces_have_their_rates(tmp_path: Path) -> None:

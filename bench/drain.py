@@ -1,0 +1,253 @@
+"""Drain: the batcher and the model pool alone, without the front door.
+
+    .venv/bin/python bench/drain.py [--tasks 20000] [--out-dir bench/results] [--quick]
+
+Fills the requests topic with tasks produced directly (recorded queued in Redis first,
+as the API does), then starts the batcher and measures rows/s from its first finished
+task to its last, against the pool's ceiling (endpoints x 64 rows / call time). Runs:
+
+1. one GPU-like endpoint, 20 ms a call (ceiling 3,200 rows/s);
+2. one and four GPU-like endpoints, 80 ms a call (a slower model, so four endpoints' ceiling
+   fits what one batcher on a small machine can feed): the scaling ratio;
+3. four endpoints, one killed a third of the way in: every task done and correct, none in
+   the DLQ, and how long until no batcher sends it calls.
+
+Every step's figures are written to ``drain.json`` as soon as they are measured and the
+report ``drain.md`` is rebuilt from it after each; a step that fails is recorded with its
+error and the run goes on. ``--render`` rebuilds the report from the saved figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from aiokafka import AIOKafkaProducer
+from redis.asyncio import Redis
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from brimful.core.clock import now_ms  # noqa: E402
+from brimful.core.kafka import ensure_topics, read_whole_topic  # noqa: E402
+from brimful.core.model_signature import TensorSpec  # noqa: E402
+from brimful.core.redis_keys import RedisKeys  # noqa: E402
+from brimful.core.task_store import TaskStore  # noqa: E402
+from brimful.core.tensor_codec import encode_input  # noqa: E402
+from brimful.schemas import TaskRequest  # noqa: E402
+from brimful.stack import EmbeddedStack, free_port, settings_on_free_ports  # noqa: E402
+
+ROWS = 64
+TEXT = TensorSpec("TEXT", "BYTES", (1,))
+
+
+def text_of(index: int) -> str:
+    return f"drain task {index}"
+
+
+def expected(index: int) -> dict[str, Any]:
+    data = text_of(index).encode()
+    return {"SHA256": hashlib.sha256(data).hexdigest(), "LENGTH": len(data)}
+
+
+async def fill(stack: EmbeddedStack, tasks: int) -> list[str]:
+    """Record ``tasks`` queued tasks and put them on the requests topic."""
+    settings = stack.settings
+    await ensure_topics(settings)
+    redis = Redis.from_url(settings.redis_url, max_connections=200)
+    store = TaskStore(redis, RedisKeys(settings.key_prefix), settings.result_ttl_s, settings.task_wait_ttl_s)
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all", linger_ms=5)
+    await producer.start()
+    task_ids = [f"{index:032x}" for index in range(tasks)]
+    try:
+        for start in range(0, tasks, 500):
+            chunk = range(start, min(tasks, start + 500))
+            submitted = now_ms()
+            for part in range(chunk.start, chunk.stop, 100):
+                await asyncio.gather(*(store.create_queued(task_ids[i], submitted)
+                                       for i in range(part, min(chunk.stop, part + 100))))
+            sends = []
+            for i in chunk:
+                request = TaskRequest(task_id=task_ids[i], model=settings.model_name, submitted_at_ms=submitted)
+                request.inputs["TEXT"].CopyFrom(encode_input(TEXT, text_of(i)))
+                sends.append(await producer.send(settings.requests_topic, request.SerializeToString(),
+                                                 key=task_ids[i].encode()))
+            await asyncio.gather(*sends)
+    finally:
+        await producer.stop()
+        await redis.aclose()
+    return task_ids
+
+
+async def endpoint_views(redis: Redis, keys: RedisKeys) -> list[dict[str, Any]]:
+    views = []
+    async for name in redis.scan_iter(match=keys.batcher_status_pattern):
+        raw = await redis.get(name)
+        if raw:
+            views.append({e["url"]: e for e in json.loads(raw).get("endpoints", [])})
+    return views
+
+
+async def drain(stack: EmbeddedStack, tasks: int, kill: str | None = None) -> dict[str, Any]:
+    """Start the batcher on the filled topic and time it until every task is final."""
+    settings = stack.settings
+    keys = RedisKeys(settings.key_prefix)
+    redis = Redis.from_url(settings.redis_url)
+    figures: dict[str, Any] = {}
+    try:
+        await asyncio.to_thread(stack.start_batcher)
+        first_done_at = None
+        samples: list[tuple[float, int]] = []
+        killed_at = off_after = None
+        deadline = time.monotonic() + 600
+        while True:
+            done = int(await redis.hget(keys.stats, "tasks_done") or 0)
+            failed = int(await redis.hget(keys.stats, "tasks_failed") or 0)
+            now = time.monotonic()
+            if done + failed and first_done_at is None:
+                first_done_at = now
+            samples.append((now, done + failed))
+            if kill and killed_at is None and done + failed >= tasks // 3:
+                stack.processes[kill].kill()
+                killed_at = time.monotonic()
+            if killed_at is not None and off_after is None:
+                victim = settings.triton_endpoints[stack.model_host_names.index(kill)]  # type: ignore[arg-type]
+                views = await endpoint_views(redis, keys)
+                if views and all(view.get(victim, {}).get("breaker", "closed") != "closed" for view in views):
+                    off_after = time.monotonic() - killed_at
+            if done + failed >= tasks:
+                break
+            if now > deadline:
+                raise RuntimeError(f"drain stalled at {done + failed} of {tasks}")
+            await asyncio.sleep(0.02)
+        assert first_done_at is not None
+        elapsed = samples[-1][0] - first_done_at
+        figures.update(seconds=round(elapsed, 3), rows_per_s=round(tasks / elapsed, 1),
+                       failed=failed, done=done)
+        if kill:
+            figures["traffic_off_after_s"] = None if off_after is None else round(off_after, 3)
+            store = TaskStore(redis, keys, settings.result_ttl_s, settings.task_wait_ttl_s)
+            wrong = 0
+            for index in range(tasks):
+                record = await store.get(f"{index:032x}")
+                if record is None or record.status.value != "done" or record.outputs != expected(index):
+                    wrong += 1
+            figures["wrong_or_missing"] = wrong
+            figures["dead_letters"] = len(await read_whole_topic(settings, settings.dlq_topic))
+        stats = {k.decode(): int(v) for k, v in (await redis.hgetall(keys.stats)).items()}
+        figures["rows_per_call"] = round(stats.get("rows_dispatched", 0) / max(1, stats.get("batches_dispatched", 1)), 2)
+    finally:
+        await redis.aclose()
+    return figures
+
+
+def run_step(name: str, endpoints: int, call_ms: float, tasks: int, kill: bool, results: dict[str, Any],
+             save: Any) -> None:
+    ceiling = endpoints * ROWS / (call_ms / 1000)
+    entry: dict[str, Any] = {"endpoints": endpoints, "call_ms": call_ms, "tasks": tasks, "ceiling_rows_per_s": ceiling}
+    print(f"{name}: {endpoints} endpoint(s), {call_ms:g} ms a call, {tasks} tasks (ceiling {ceiling:.0f} rows/s)",
+          flush=True)
+    workdir = Path(tempfile.mkdtemp(prefix="brimful-drain-"))
+    settings = settings_on_free_ports(
+        triton_url=",".join(f"127.0.0.1:{free_port()}" for _ in range(endpoints)),
+        topic_partitions=4,
+        max_in_flight=max(8, 2 * endpoints * 2),
+        max_in_flight_per_partition=max(2, endpoints * 2),
+        batcher_metrics_port=0,
+    )
+    stack = EmbeddedStack(settings, workdir, model_host_args=("--call-ms", str(call_ms)))
+    started = time.monotonic()
+    try:
+        stack.start(with_api=False, with_batcher=False)
+        asyncio.run(fill(stack, tasks))
+        entry.update(asyncio.run(drain(stack, tasks, kill=stack.model_host_names[-1] if kill else None)))
+        entry["of_ceiling"] = round(entry["rows_per_s"] / ceiling, 3)
+        print(f"  {entry['rows_per_s']:.0f} rows/s = {entry['of_ceiling']:.2f}x the ceiling; "
+              f"{entry['rows_per_call']} rows per call", flush=True)
+    except Exception as error:  # recorded, and the run goes on
+        entry["error"] = f"{type(error).__name__}: {error}"[:500]
+        print(f"  failed: {entry['error']}", flush=True)
+    finally:
+        stack.stop()
+        entry["wall_s"] = round(time.monotonic() - started, 1)
+        results["steps"][name] = entry
+        save()
+
+
+def render(results: dict[str, Any]) -> str:
+    steps = results["steps"]
+    lines = [
+        "# Drain: the batcher and the model pool, without the front door",
+        "",
+        f"Command: `{results['command']}`. Machine: {results['machine']}. Each step fills the requests topic "
+        "(4 partitions) with tasks produced directly, then starts one batcher and times it from its first "
+        "finished task to its last. GPU-like endpoints: PyTriton hosts of the reference model, every call "
+        "taking at least the stated time; each endpoint has 2 slots (`BRIMFUL_ENDPOINT_CAPACITY`).",
+        "",
+        "| step | endpoints | call ms | tasks | rows/s | ceiling rows/s | of ceiling | rows per call |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, s in steps.items():
+        if "error" in s:
+            lines.append(f"| {name} | {s['endpoints']} | {s['call_ms']:g} | {s['tasks']} | failed: {s['error']} | | | |")
+            continue
+        lines.append(f"| {name} | {s['endpoints']} | {s['call_ms']:g} | {s['tasks']} | {s['rows_per_s']:.0f} | "
+                     f"{s['ceiling_rows_per_s']:.0f} | {s['of_ceiling']:.2f}x | {s['rows_per_call']} |")
+    lines.append("")
+    one, four = steps.get("one-slow", {}), steps.get("four-slow", {})
+    if "rows_per_s" in one and "rows_per_s" in four:
+        lines.append(f"- Four endpoints drain **{four['rows_per_s'] / one['rows_per_s']:.2f}x** the rows/s of one "
+                     "(same model, same run).")
+    fast = steps.get("one-fast", {})
+    if "of_ceiling" in fast:
+        lines.append(f"- One endpoint at 20 ms a call: **{fast['of_ceiling']:.2f}x** its ceiling.")
+    killed = steps.get("four-kill-one", {})
+    if "rows_per_s" in killed:
+        lines.append(
+            f"- One of four endpoints killed a third of the way in: {killed['done']} of {killed['tasks']} tasks done, "
+            f"{killed['wrong_or_missing']} wrong or missing, {killed['failed']} failed, {killed['dead_letters']} "
+            f"dead letters; every batcher had stopped sending it calls (its circuit open) "
+            f"{killed['traffic_off_after_s']} s after the kill; the drain went on at {killed['rows_per_s']:.0f} rows/s.")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", type=int, default=20_000)
+    parser.add_argument("--out-dir", type=Path, default=Path("bench/results"))
+    parser.add_argument("--quick", action="store_true", help="2,000 tasks a step: a smoke run")
+    parser.add_argument("--render", action="store_true", help="rebuild drain.md from drain.json")
+    args = parser.parse_args()
+    json_path, md_path = args.out_dir / "drain.json", args.out_dir / "drain.md"
+    if args.render:
+        md_path.write_text(render(json.loads(json_path.read_text())))
+        return
+    tasks = 2_000 if args.quick else args.tasks
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    results: dict[str, Any] = {
+        "command": "python bench/drain.py" + (" --quick" if args.quick else f" --tasks {tasks}"),
+        "machine": f"{platform.machine()}, {len(__import__('os').sched_getaffinity(0))} CPU cores, "
+                   f"Python {platform.python_version()}",
+        "steps": {},
+    }
+
+    def save() -> None:
+        json_path.write_text(json.dumps(results, indent=2))
+        md_path.write_text(render(results))
+
+    run_step("one-fast", 1, 20, tasks, False, results, save)
+    run_step("one-slow", 1, 80, tasks // 4, False, results, save)
+    run_step("four-slow", 4, 80, tasks, False, results, save)
+    run_step("four-kill-one", 4, 80, tasks, True, results, save)
+    print(md_path.read_text())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,263 @@
+"""The model pool with its I/O: a Triton client per endpoint, slots leased across
+batchers, endpoint names re-resolved, probes while every circuit is open.
+
+The decisions are ``EndpointPool``'s (pure); this class turns them into connections and
+waits. A batch holds one slot from dispatch to its last stored result and makes its calls
+there one at a time; a transient failure moves it to another endpoint (``switch``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Awaitable, Callable
+
+from brimful.core import metrics
+from brimful.core.pool_capacity import PoolCapacity
+from brimful.workers.circuit_breaker import BreakerState
+from brimful.workers.endpoint_leases import EndpointLeases
+from brimful.workers.endpoint_pool import Endpoint, EndpointPool
+from brimful.workers.triton_model import TritonModel
+
+log = logging.getLogger("brimful.worker")
+
+Resolver = Callable[[str, int], Awaitable[list[str]]]
+
+_BREAKER_LEVEL = {BreakerState.CLOSED: 0, BreakerState.HALF_OPEN: 1, BreakerState.OPEN: 2}
+
+
+async def resolve_all(host: str, port: int) -> list[str]:
+    """Every address ``host`` resolves to, as ``address:port`` (a headless Service's pods)."""
+    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    addresses = []
+    for _family, _type, _proto, _name, sockaddr in infos:
+        address = str(sockaddr[0])
+        addresses.append(f"[{address}]:{port}" if ":" in address else f"{address}:{port}")
+    return sorted(set(addresses))
+
+
+@dataclass
+class Slot:
+    """A batch's place at one endpoint."""
+
+    endpoint: Endpoint
+    model: TritonModel
+    taken_at: float
+    holder: str
+    leased: bool = False
+
+
+class ModelPool:
+    """Endpoints to call, chosen by ``EndpointPool``."""
+
+    def __init__(
+        self,
+        configured: list[str],
+        pool: EndpointPool,
+        connect: Callable[[str], TritonModel],
+        batch_size: int,
+        leases: EndpointLeases | None = None,
+        resolve: Resolver | None = None,
+        resolve_every_s: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
+        lease_retry_s: float = 0.005,
+    ) -> None:
+        self.configured = list(configured)
+        self.pool = pool
+        self.batch_size = batch_size
+        self._connect = connect
+        self._leases = leases
+        self._resolve = resolve
+        self._resolve_every_s = resolve_every_s
+        self._clock = clock
+        self._lease_retry_s = lease_retry_s
+        self._models: dict[str, TritonModel] = {}
+        self._changed = asyncio.Event()  # a slot freed or the endpoints changed
+        pool.sync([])  # nothing until refresh()
+        self._sync(self.configured if resolve is None else [])
+
+    # --- membership --------------------------------------------------------------------
+
+    def _sync(self, urls: list[str]) -> None:
+        added, retired = self.pool.sync(urls)
+        for url in added:
+            if url not in self._models:
+                self._models[url] = self._connect(url)
+            metrics.ENDPOINT_CAPACITY.labels(url).set(self.pool.endpoints[url].capacity)
+        if added or retired:
+            log.info("model endpoints changed", extra={"added": added, "retired": retired,
+                                                        "endpoints": sorted(self.pool.endpoints)})
+        self._changed.set()
+
+    async def _drop_retired(self) -> None:
+        for url in self.pool.drop_idle_retired():
+            model = self._models.pop(url, None)
+            for gauge in (metrics.ENDPOINT_CAPACITY, metrics.IN_FLIGHT, metrics.ENDPOINT_BREAKER,
+                          metrics.ENDPOINT_CALL_SECONDS):
+                try:
+                    gauge.remove(url)
+                except KeyError:
+                    pass
+            if model is not None:
+                await model.close()
+
+    async def refresh(self) -> None:
+        """Re-resolve the configured names (with a resolver) and adopt the result. A name
+        that fails to resolve keeps its last addresses; nothing resolved keeps all."""
+        if self._resolve is None:
+            self._sync(self.configured)
+        else:
+            urls: list[str] = []
+            for entry in self.configured:
+                host, _, port = entry.rpartition(":")
+                try:
+                    urls.extend(await self._resolve(host.strip("[]"), int(port)))
+                except Exception as error:
+                    log.warning("could not resolve a model endpoint", extra={"endpoint": entry, "error": repr(error)})
+                    urls.extend(url for url in self.pool.endpoints if not self.pool.endpoints[url].retired)
+            if urls:
+                self._sync(urls)
+        await self._drop_retired()
+
+    async def keep_resolved(self, stop: asyncio.Event) -> None:
+        """Refresh every ``resolve_every_s`` until ``stop``."""
+        while not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=self._resolve_every_s)
+            except asyncio.TimeoutError:
+                pass
+            if not stop.is_set():
+                await self.refresh()
+
+    # --- slots -------------------------------------------------------------------------
+
+    def capacity(self) -> PoolCapacity:
+        """What the flush policy may count on now."""
+        return self.pool.capacity(self._clock(), self.batch_size)
+
+    @property
+    def healthy(self) -> bool:
+        """False while every endpoint's circuit is open: the batcher stops consuming."""
+        return self.pool.healthy(self._clock())
+
+    def reserve(self, rows: int) -> Slot | None:
+        """Take a slot now, without waiting, if one is free (the batcher's dispatch)."""
+        now = self._clock()
+        endpoint = self.pool.reserve(now, rows)
+        if endpoint is None:
+            return None
+        self._mark(endpoint)
+        return Slot(endpoint, self._models[endpoint.url], now, uuid.uuid4().hex)
+
+    async def acquire(self, rows: int) -> Slot:
+        """A slot, waiting for one as long as it takes (slots free as calls return; the
+        batcher stops consuming while every circuit is open)."""
+        while True:
+            slot = self.reserve(rows)
+            if slot is not None:
+                return slot
+            self._changed.clear()
+            try:
+                await asyncio.wait_for(self._changed.wait(), timeout=self._seconds_to_retry())
+            except asyncio.TimeoutError:
+                pass
+
+    async def secure(self, slot: Slot, rows: int) -> Slot:
+        """The slot, leased across batchers; if other batchers hold every slot of its
+        endpoint, another one (waiting if need be)."""
+        while self._leases is not None and not slot.leased:
+            if await self._leases.take(slot.endpoint.url, slot.endpoint.capacity, slot.holder):
+                slot.leased = True
+                break
+            now = self._clock()
+            self.pool.held_elsewhere(slot.endpoint, now, now + self._lease_retry_s)
+            self._free(slot)
+            slot = await self.acquire(rows)
+        return slot
+
+    def record_call(self, slot: Slot, started_at: float, rows: int, transient_failure: bool) -> None:
+        """What a call on ``slot`` came to (its breaker and call time hear it)."""
+        now = self._clock()
+        self.pool.record_call(slot.endpoint, started_at, now, rows, transient_failure)
+        metrics.ENDPOINT_BREAKER.labels(slot.endpoint.url).set(_BREAKER_LEVEL[slot.endpoint.breaker.state(now)])
+        if not transient_failure:
+            metrics.ENDPOINT_CALL_SECONDS.labels(slot.endpoint.url).set(slot.endpoint.call_time.predict(self.batch_size))
+
+    async def release(self, slot: Slot) -> None:
+        """Give the slot back (locally at once; its lease, if any, never raises)."""
+        self._free(slot)
+        if slot.leased and self._leases is not None:
+            slot.leased = False
+            await self._leases.give_back(slot.endpoint.url, slot.holder)
+
+    async def switch(self, slot: Slot, rows: int) -> Slot:
+        """After a transient failure: give the slot back and take another, which
+        ``EndpointPool.choose`` places away from the endpoint that failed where it can."""
+        await self.release(slot)
+        return await self.secure(await self.acquire(rows), rows)
+
+    def can_switch_now(self, rows: int) -> bool:
+        """Whether another endpoint could take the call at once (else back off first)."""
+        return self.pool.capacity(self._clock(), self.batch_size).free_slots > 0
+
+    def _free(self, slot: Slot) -> None:
+        self.pool.release(slot.endpoint, slot.taken_at)
+        metrics.IN_FLIGHT.labels(slot.endpoint.url).set(slot.endpoint.in_flight)
+        self._changed.set()
+
+    def _mark(self, endpoint: Endpoint) -> None:
+        metrics.IN_FLIGHT.labels(endpoint.url).set(endpoint.in_flight)
+
+    def _seconds_to_retry(self) -> float:
+        now = self._clock()
+        waits = [0.25]
+        for endpoint in self.pool.endpoints.values():
+            if endpoint.retired:
+                continue
+            if now < endpoint.busy_elsewhere_until:
+                waits.append(endpoint.busy_elsewhere_until - now)
+            elif endpoint.breaker.state(now) is BreakerState.OPEN:
+                waits.append(endpoint.breaker.seconds_until_allowed(now))
+        return max(0.001, min(waits))
+
+    # --- health ------------------------------------------------------------------------
+
+    async def probe(self) -> None:
+        """Ask each endpoint whose breaker lets a probe through whether it serves again.
+        The batcher calls this while consumption is paused for an outage and no batch is
+        calling (after a long outage failed every batch to the DLQ, nothing else would)."""
+        now = self._clock()
+        for endpoint in list(self.pool.endpoints.values()):
+            if endpoint.retired or endpoint.breaker.state(now) is BreakerState.CLOSED:
+                continue
+            if not endpoint.breaker.allow(now):
+                continue
+            model = self._models[endpoint.url]
+            try:
+                ready = await asyncio.wait_for(model.is_ready(), timeout=model.timeout_s)
+            except asyncio.TimeoutError:
+                ready = False
+            if ready:
+                endpoint.breaker.record_success()
+            else:
+                endpoint.breaker.record_failure(self._clock())
+            metrics.ENDPOINT_BREAKER.labels(endpoint.url).set(_BREAKER_LEVEL[endpoint.breaker.state(self._clock())])
+            log.info("probed a model endpoint", extra={"endpoint": endpoint.url, "ready": ready})
+        self._changed.set()
+
+    def summary(self) -> list[dict[str, object]]:
+        """Each endpoint: in flight, capacity, call time, breaker, calls, rows."""
+        return self.pool.summary(self._clock(), self.batch_size)
+
+    def any_model(self) -> TritonModel:
+        """A client of some endpoint (the model's metadata is the same on all)."""
+        return self._models[next(iter(self.pool.endpoints))]
+
+    async def close(self) -> None:
+        for model in self._models.values():
+            await model.close()
+        self._models.clear()
