@@ -201,7 +201,7 @@ class BatcherService:
             while not stop.is_set():
                 wake = asyncio.create_task(self._wakeup.wait())
                 timeout = self._seconds_to_next_flush()
-                if self._paused_for_outage:
+                if self._paused_for_outage or self._runner.pool.some_circuit_open:
                     timeout = 0.25 if timeout is None else min(timeout, 0.25)  # watch for recovery
                 await asyncio.wait({wake, stop_wait, fetcher}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
                 wake.cancel()
@@ -279,8 +279,10 @@ class BatcherService:
         """Pause every partition while the model's circuit is open, so an outage costs
         neither retries nor dead letters; resume by itself once it closes."""
         healthy = self._runner.healthy
-        if not healthy and self._in_flight_total == 0 and (self._probe is None or self._probe.done()):
-            # No batch is calling the model to find out when it is back: ask it ourselves.
+        idle_probe = not healthy and self._in_flight_total == 0
+        # An endpoint out of a pool that still serves gets no batches to find out when it is
+        # back (they go to the others): the batcher asks it, when its breaker allows.
+        if (idle_probe or self._runner.pool.some_circuit_open) and (self._probe is None or self._probe.done()):
             self._probe = asyncio.create_task(self._runner.probe(), name="brimful-probe")
             self._probe.add_done_callback(lambda _: self._wakeup.set())
         if not healthy and not self._paused_for_outage:

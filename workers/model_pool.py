@@ -226,6 +226,12 @@ class ModelPool:
 
     # --- health ------------------------------------------------------------------------
 
+    @property
+    def some_circuit_open(self) -> bool:
+        """Whether an endpoint is out of the pool for failing (a probe may bring it back)."""
+        now = self._clock()
+        return any(not e.retired and e.breaker.state(now) is not BreakerState.CLOSED for e in self.pool.endpoints.values())
+
     async def probe(self) -> None:
         """Ask each endpoint whose breaker lets a probe through whether it serves again.
         The batcher calls this while consumption is paused for an outage and no batch is

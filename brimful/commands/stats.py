@@ -45,6 +45,18 @@ def render(stats: dict[str, Any], previous: dict[str, Any] | None, interval: flo
             )
     if not stats.get("batchers"):
         lines.append("(no batcher has reported in the last few seconds)")
+        return "\n".join(lines)
+    lines.append("")
+    lines.append(f"{'batcher':<28} {'endpoint':<22} {'slots':>7} {'call ms':>8} {'breaker':>9} "
+                 f"{'calls':>8} {'rows':>9}")
+    for batcher in stats["batchers"]:
+        for endpoint in batcher.get("endpoints", []):
+            lines.append(
+                f"{batcher['member'][:28]:<28} {endpoint['url'][:22]:<22} "
+                f"{endpoint['in_flight']:>3}/{endpoint['capacity']:<3} {endpoint['call_s'] * 1000:>8.1f} "
+                f"{endpoint['breaker'] + (' (gone)' if endpoint['retired'] else ''):>9} {endpoint['calls']:>8} "
+                f"{endpoint['rows']:>9}"
+            )
     return "\n".join(lines)
 
 

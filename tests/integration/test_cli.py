@@ -32,12 +32,15 @@ def test_tune_shows_changes_and_refuses_nonsense(stack: EmbeddedStack) -> None:
     assert malformed.returncode == 1 and "NAME=VALUE" in malformed.stderr
 
 
-def test_stats_once_shows_totals_and_partitions(stack: EmbeddedStack) -> None:
+def test_stats_once_shows_totals_partitions_and_endpoints(stack: EmbeddedStack) -> None:
     shown = brimful("stats", "--api", stack.api_url, "--once")
     assert shown.returncode == 0, shown.stderr
     assert "mean rows/batch" in shown.stdout
     for partition in range(stack.settings.topic_partitions):
         assert any(line.split()[1:2] == [str(partition)] for line in shown.stdout.splitlines()[3:]), shown.stdout
+    for endpoint in stack.settings.triton_endpoints:
+        row = next(line.split() for line in shown.stdout.splitlines() if endpoint in line)
+        assert row[2].endswith(f"/{stack.settings.endpoint_capacity}") and row[4] == "closed", row
 
 
 def test_unreachable_api_is_one_clear_line() -> None:

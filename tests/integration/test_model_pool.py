@@ -32,6 +32,8 @@ def pool_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedSta
         topic_partitions=2,
         endpoint_capacity=1,
         breaker_failure_threshold=2,
+        batcher_metrics_port=0,  # two batchers on one host
+        tuning_poll_ms=100,  # the status board, where the test watches breakers, every 100 ms
     )
     stack = start_stack(tmp_path_factory.mktemp("pool-stack"), settings, model_host_args=("--call-ms", str(CALL_MS)))
     try:
