@@ -190,6 +190,7 @@ def run_step(name: str, endpoints: int, call_ms: float, tasks: int, kill: bool, 
         max_in_flight=max(8, 2 * endpoints * 2),
         max_in_flight_per_partition=max(2, endpoints * 2),
         batcher_metrics_port=0,
+        tuning_poll_ms=100,  # the status board, where the kill step watches the breakers, every 100 ms
     )
     stack = EmbeddedStack(settings, workdir, model_host_args=("--call-ms", str(call_ms)))
     started = time.monotonic()
