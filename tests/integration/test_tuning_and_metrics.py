@@ -133,8 +133,13 @@ async def test_metrics_add_up_after_traffic(stack: EmbeddedStack, client: TaskCl
     assert delta("brimful_task_latency_seconds_count") == rows
     assert delta("brimful_model_calls_total") == batches
     assert api_after["brimful_tasks_submitted_total"] - api_before.get("brimful_tasks_submitted_total", 0) == 300
+    assert delta("brimful_endpoint_rows_total") == rows
     for gauge in ("brimful_arrival_rate_per_second", "brimful_flush_deadline_seconds", "brimful_batches_in_flight"):
         assert gauge in after, f"{gauge} missing"
+    # Each endpoint of the pool: its slots, fitted call time and closed circuit.
+    assert after["brimful_endpoint_capacity"] == stack.settings.endpoint_capacity * len(stack.settings.triton_endpoints)
+    assert after["brimful_endpoint_call_seconds"] > 0
+    assert after["brimful_endpoint_breaker_state"] == 0
 
 
 async def test_batchers_record_arrival_traces_the_simulator_can_read(stack: EmbeddedStack, client: TaskClient) -> None:
