@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import signal
 import sys
 import threading
@@ -25,9 +26,19 @@ import ray
 from ray import serve
 from starlette.requests import Request
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from brimful.model_server.reference_model import ReferenceModel  # noqa: E402
+def _load_reference_model() -> Any:
+    """The reference model's module, read from its file: Ray's environment does not have
+    Brimful installed, and the module needs nothing of Brimful but itself."""
+    path = Path(__file__).resolve().parent.parent / "model_server" / "reference_model.py"
+    spec = importlib.util.spec_from_file_location("brimful_reference_model", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+ReferenceModel = _load_reference_model().ReferenceModel
 
 BATCH = 64
 
