@@ -48,6 +48,14 @@ class CircuitBreaker:
             return BreakerState.HALF_OPEN
         return self._state
 
+    def would_allow(self, now: float) -> bool:
+        """Whether ``allow`` would let a call through now, without taking the probe."""
+        state = self.state(now)
+        if state is BreakerState.CLOSED:
+            return True
+        probe_lost = self._probe_in_flight and now - self._probe_started >= self.probe_timeout_s
+        return state is BreakerState.HALF_OPEN and (not self._probe_in_flight or probe_lost)
+
     def allow(self, now: float) -> bool:
         """Whether a call may start now; in half-open, only the first caller's may."""
         state = self.state(now)

@@ -232,6 +232,15 @@ class ModelPool:
         now = self._clock()
         return any(not e.retired and e.breaker.state(now) is not BreakerState.CLOSED for e in self.pool.endpoints.values())
 
+    @property
+    def probe_due(self) -> bool:
+        """Whether an endpoint out of the pool would let a probe through now."""
+        now = self._clock()
+        return any(
+            not e.retired and e.breaker.state(now) is not BreakerState.CLOSED and e.breaker.would_allow(now)
+            for e in self.pool.endpoints.values()
+        )
+
     async def probe(self) -> None:
         """Ask each endpoint whose breaker lets a probe through whether it serves again.
         The batcher calls this while consumption is paused for an outage and no batch is

@@ -65,3 +65,14 @@ def test_a_probe_whose_outcome_is_never_reported_does_not_close_the_door_for_goo
     assert breaker.allow(now=12.0)  # presumed lost: another probe may go
     breaker.record_success()
     assert breaker.allow(now=12.5) and breaker.state(12.5) is BreakerState.CLOSED
+
+
+def test_would_allow_answers_as_allow_would_without_taking_the_probe() -> None:
+    b = breaker()
+    for _ in range(3):
+        b.record_failure(0.0)
+    assert not b.would_allow(0.0)  # open
+    later = 10.0
+    assert b.would_allow(later) and b.would_allow(later)  # asking twice takes nothing
+    assert b.allow(later)  # the probe
+    assert not b.would_allow(later) and not b.allow(later)  # one probe at a time
