@@ -93,6 +93,7 @@ def model_pool(settings: Settings, redis: Redis, keys: RedisKeys, resolve: Resol
             max_open_s=settings.breaker_max_open_s,
             probe_timeout_s=2 * settings.infer_timeout_s + 1,
         ),
+        instances=settings.endpoint_instances,
     )
     return ModelPool(
         settings.triton_endpoints,

@@ -307,8 +307,16 @@ def measure_model(name: str, workdir: Path, quick: bool, ray_missing: str, api_w
         measure_latency_tuned(stack, run, seconds)
         run.ray_missing = ray_missing or ("" if MODELS[name].ray else "its environment has no torch for this model")
         if not run.ray_missing:
-            measure_ray(stack, run, workdir, seconds)
-        profile_hottest(stack, run, workdir, seconds)
+            try:
+                measure_ray(stack, run, workdir, seconds)
+            except Exception as error:  # recorded in the report; the figures measured so far stay
+                run.ray, run.ray_missing = {}, f"failed: {type(error).__name__}: {error}"[:300]
+                print(f"  ray: {run.ray_missing}", flush=True)
+        try:
+            profile_hottest(stack, run, workdir, seconds)
+        except Exception as error:
+            run.profile = f"(the profile failed: {type(error).__name__}: {error})"[:300]
+            print(f"  profile: {run.profile}", flush=True)
     finally:
         stack.stop()
     return run

@@ -108,8 +108,16 @@ class Settings(BaseSettings):
         2,
         ge=1,
         le=64,
-        description="Concurrent calls each endpoint is sent at most: its model instance count, or twice it so the "
-        "next batch's transfer overlaps the running one.",
+        description="Concurrent calls each endpoint is sent at most: endpoint_instances, plus queueing slots so "
+        "the next batch's hand-over overlaps the running call.",
+    )
+    endpoint_instances: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="Calls each endpoint runs at once (its model instance count). The flush policy counts an "
+        "endpoint busy once this many calls run there; slots beyond it (endpoint_capacity) only queue the next "
+        "batch, sent just before a call ends.",
     )
     endpoint_leases: bool = Field(
         True,
@@ -258,6 +266,8 @@ class Settings(BaseSettings):
             raise ValueError("kafka_ssl_certfile and kafka_ssl_keyfile go together")
         if self.max_in_flight_per_partition > self.max_in_flight:
             raise ValueError("max_in_flight_per_partition must not exceed max_in_flight")
+        if self.endpoint_instances > self.endpoint_capacity:
+            raise ValueError("endpoint_instances must not exceed endpoint_capacity")
         if not self.triton_endpoints:
             raise ValueError("triton_url names no endpoint")
         for endpoint in self.triton_endpoints:

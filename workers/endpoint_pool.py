@@ -7,8 +7,13 @@ at once), the calls in flight to it, its own circuit breaker, and a fitted call 
 - which endpoint a call should go to now (``choose``): among those whose circuit is
   closed and that have a free slot, the one expected to finish it soonest; an endpoint
   whose latest call failed comes last at once, before its breaker has seen enough to open;
-- what the flush policy may count on (``capacity``): free slots now, when the next busy
-  one is expected to free, and the time of a full call;
+- what the flush policy may count on (``capacity``): idle model instances now, when the
+  next busy one is expected to free, and the time of a full call. An endpoint's slots may
+  exceed its instances (``capacity`` > ``instances``): the extra slots only queue the next
+  batch at the endpoint, so the policy counts an endpoint busy once its instances are, and
+  the next batch keeps filling until just before one frees (``handoff_s``) and only then
+  takes the queueing slot, which hides the hand-over without freezing a half-empty batch
+  in Triton's queue;
 - what is configured now (``sync``): endpoints added start taking calls; those gone are
   retired (no new calls) and leave once their calls in flight return.
 """
@@ -71,9 +76,15 @@ class EndpointPool:
         capacity: int,
         breaker: Callable[[], CircuitBreaker],
         initial_call_s: float = 0.05,
+        instances: int | None = None,
+        handoff_s: float = 0.003,
     ) -> None:
         if capacity < 1:
             raise ValueError("capacity must be at least 1")
+        self.instances = capacity if instances is None else instances
+        if not 1 <= self.instances <= capacity:
+            raise ValueError("need 1 <= instances <= capacity")
+        self.handoff_s = handoff_s
         self.capacity_per_endpoint = capacity
         self._new_breaker = breaker
         self._initial_call_s = initial_call_s
@@ -186,19 +197,23 @@ class EndpointPool:
         return any(not e.retired and e.breaker.state(now) is BreakerState.CLOSED for e in self.endpoints.values())
 
     def capacity(self, now: float, batch_size: int) -> PoolCapacity:
-        """Free slots now, when the next busy slot should free, and a full call's time."""
+        """Idle instances now (``free_slots``), when the next busy one should be ready for
+        another batch, and a full call's time."""
         serving = [e for e in self.endpoints.values() if not e.retired and e.breaker.state(now) is BreakerState.CLOSED]
         if not serving:
             return PoolCapacity(0, self._initial_call_s, self._initial_call_s)
-        free = sum(e.open_slots(now) for e in serving)
         call_time = min(e.call_time.predict(batch_size) for e in serving)
-        if free:
-            return PoolCapacity(free, 0.0, call_time)
+        idle = sum(min(e.open_slots(now), max(0, self.instances - e.in_flight)) for e in serving)
+        if idle:
+            return PoolCapacity(idle, 0.0, call_time)
         frees_at = []
         for e in serving:
             if now < e.busy_elsewhere_until:
                 frees_at.append(e.busy_elsewhere_until)
-            frees_at.extend(start + e.call_time.predict(batch_size) for start in e.started)
+            elif e.open_slots(now):  # a queueing slot is free: take it just before an instance frees
+                frees_at.extend(start + e.call_time.predict(batch_size) - self.handoff_s for start in e.started)
+            else:
+                frees_at.extend(start + e.call_time.predict(batch_size) for start in e.started)
         next_free = min(frees_at) - now if frees_at else call_time
         return PoolCapacity(0, max(0.0, next_free), call_time)
 

@@ -116,3 +116,24 @@ def test_the_policy_is_told_free_slots_and_when_the_next_one_frees() -> None:
     p.end(p.endpoints["b:1"], 1.005, 1.011, 64, transient_failure=False)
     assert p.capacity(1.011, 64).free_slots == 0  # b is free here but leased by another batcher
     assert p.capacity(1.013, 64).free_slots == 1
+
+
+def test_a_queueing_slot_is_offered_just_before_the_running_call_ends() -> None:
+    """One instance, two slots: while a call runs the policy is told the endpoint is busy
+    (the next batch keeps filling) until just before that call should end."""
+    p = EndpointPool(2, lambda: CircuitBreaker(rng=random.Random(1)), initial_call_s=0.02, instances=1, handoff_s=0.003)
+    p.sync(["a:1"])
+    a = p.endpoints["a:1"]
+    for _ in range(30):
+        a.call_time.observe(64, 0.020)
+    assert p.capacity(0.0, 64).free_slots == 1
+    p.begin(a, 1.000)
+    view = p.capacity(1.005, 64)
+    assert view.free_slots == 0 and view.next_free_in == pytest.approx(0.012)  # 1.020 - 0.003 - 1.005
+    assert p.choose(1.005, 64) is a  # the queueing slot is there when the policy sends a batch to it
+    p.begin(a, 1.017)
+    view = p.capacity(1.018, 64)
+    assert view.free_slots == 0 and view.next_free_in == pytest.approx(0.002)  # both slots held: the first call's end
+    assert p.choose(1.018, 64) is None
+    with pytest.raises(ValueError):
+        EndpointPool(1, CircuitBreaker, instances=2)
