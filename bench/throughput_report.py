@@ -84,9 +84,15 @@ def summary(runs: list[ModelRun], min_wait_ms: float, worthwhile_rows: float) ->
         "",
         "What stands in the way of the ceiling and of 300 us per request is one thing: the API, Python processes "
         f"(one worker per core here) that spend {api[name]:.0f} us of CPU per request ({brimful_cpu[name]:.0f} us with "
-        "the batcher). It is the busiest process at saturation, and the profile of it shows where the time goes: "
-        f"{framework[name]:.0%} in the web framework (uvicorn, Starlette, FastAPI routing and dependency "
-        f"resolution), {redis_share[name]:.0%} in the Redis client, {own:.0%} in Brimful's own code. On two shared "
+        "the batcher). It is the busiest process at saturation"
+        + (
+            f", and the profile of it shows where the time goes: {framework[name]:.0%} in the web framework "
+            f"(uvicorn, Starlette, FastAPI routing and dependency resolution), {redis_share[name]:.0%} in the Redis "
+            f"client, {own:.0%} in Brimful's own code. "
+            if focus.packages
+            else f" (its profile failed in this run: {focus.profile}). "
+        )
+        + "On two shared "
         f"cores, with the load generator taking its own share, that holds Brimful to {focus.sustained:.0f} requests a "
         f"second sustained, while the {name} model takes {focus.runs['ceiling']['achieved_rows_per_s']:.0f} rows a "
         "second in full batches. The cheap costs the profile showed are already cut: the finished-task push carries the "
