@@ -222,7 +222,7 @@ def render(results: dict[str, Any]) -> str:
         f"Command: `{results['command']}`. Machine: {results['machine']}. Each step fills the requests topic "
         "(4 partitions) with tasks produced directly, then starts one batcher and times it from its first "
         "finished task to its last. GPU-like endpoints: PyTriton hosts of the reference model, every call "
-        "taking at least the stated time; each endpoint has 2 slots (`BRIMFUL_ENDPOINT_CAPACITY`).",
+        "taking at least the stated time; each endpoint runs one call at a time (`BRIMFUL_ENDPOINT_INSTANCES`) and has 2 slots (`BRIMFUL_ENDPOINT_CAPACITY`).",
         "",
         "The nominal ceiling is endpoints x 64 rows / call time; the measured one is what the same endpoints "
         "did in the same run with full batches sent straight to them, two calls in flight on each (each "
