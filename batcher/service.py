@@ -278,14 +278,15 @@ class BatcherService:
     def _follow_model_health(self) -> None:
         """Pause every partition while the model's circuit is open, so an outage costs
         neither retries nor dead letters; resume by itself once it closes."""
-        healthy = self._runner.healthy
+        pool = self._runner.pool
+        healthy = pool.healthy
         # No batch is calling the model to find out when it is back, or an endpoint out of a
         # pool that still serves gets no batches (they go to the others): the batcher asks
         # it itself, whenever its breaker would let a probe through (the loop looks again
         # every 0.25 s while a circuit is open).
-        wanted = (not healthy and self._in_flight_total == 0) or healthy
-        if wanted and self._runner.pool.probe_due and (self._probe is None or self._probe.done()):
-            self._probe = asyncio.create_task(self._runner.probe(), name="brimful-probe")
+        wanted = healthy or self._in_flight_total == 0
+        if wanted and pool.probe_due and (self._probe is None or self._probe.done()):
+            self._probe = asyncio.create_task(pool.probe(), name="brimful-probe")
             self._probe.add_done_callback(lambda _: self._wakeup.set())
         if not healthy and not self._paused_for_outage:
             self._paused_for_outage = True

@@ -140,11 +140,6 @@ class BatchRunner:
         self._sleep = sleep
         self._clock = clock
 
-    @property
-    def healthy(self) -> bool:
-        """False while every endpoint's circuit is open: the batcher stops consuming."""
-        return self.pool.healthy
-
     async def run(self, batch: Batch) -> BatchOutcome:
         """Run the batch to a final state for every task in it; raises only on store or
         broker errors, after which running it again is safe."""
@@ -297,7 +292,7 @@ class BatchRunner:
                     extra={"batch_id": batch.batch_id, "endpoint": failed_at.url, "error_class": error.error_class.value,
                            "error": error.message, "breaker": failed_at.breaker.state(now).value},
                 )
-                if not self.pool.can_switch_now(len(items)):
+                if not self.pool.can_switch_now():
                     # No other endpoint can take it now: back off before trying again.
                     await self._sleep(self.retry.delay_before(min(transient_retries + 1, self.retry.max_attempts)) or 0.0)
                 seat.slot = await self.pool.switch(seat.slot, len(items))
@@ -312,11 +307,6 @@ class BatchRunner:
         if seat.slot is not None:
             slot, seat.slot = seat.slot, None
             await self.pool.release(slot)
-
-    async def probe(self) -> None:
-        """Ask the endpoints whose circuits are open whether they serve again (see
-        ``ModelPool.probe``)."""
-        await self.pool.probe()
 
     async def _call(self, slot: Slot, padded: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         endpoint = slot.endpoint.url

@@ -180,11 +180,6 @@ class EndpointPool:
         if taken_at in endpoint.started:
             endpoint.started.remove(taken_at)
 
-    def end(self, endpoint: Endpoint, started_at: float, now: float, rows: int, transient_failure: bool) -> None:
-        """One call on a slot taken for it alone: ``record_call`` then ``release``."""
-        self.record_call(endpoint, started_at, now, rows, transient_failure)
-        self.release(endpoint, started_at)
-
     def held_elsewhere(self, endpoint: Endpoint, now: float, until: float) -> None:
         """Other batchers hold every slot of ``endpoint``: count it full until ``until``.
         A probe ``choose`` let through for it is given back."""

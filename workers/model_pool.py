@@ -77,7 +77,6 @@ class ModelPool:
         self._lease_retry_s = lease_retry_s
         self._models: dict[str, TritonModel] = {}
         self._changed = asyncio.Event()  # a slot freed or the endpoints changed
-        pool.sync([])  # nothing until refresh()
         self._sync(self.configured if resolve is None else [])
 
     # --- membership --------------------------------------------------------------------
@@ -200,7 +199,7 @@ class ModelPool:
         await self.release(slot)
         return await self.secure(await self.acquire(rows), rows)
 
-    def can_switch_now(self, rows: int) -> bool:
+    def can_switch_now(self) -> bool:
         """Whether another endpoint could take the call at once (else back off first)."""
         return self.pool.capacity(self._clock(), self.batch_size).free_slots > 0
 

@@ -9,7 +9,13 @@ import pytest
 
 from brimful.workers.call_time import CallTimeFit
 from brimful.workers.circuit_breaker import BreakerState, CircuitBreaker
-from brimful.workers.endpoint_pool import EndpointPool
+from brimful.workers.endpoint_pool import Endpoint, EndpointPool
+
+
+def call_ended(p: EndpointPool, e: Endpoint, started_at: float, now: float, transient_failure: bool) -> None:
+    """A 64-row call on a slot taken for it alone returned: its outcome, then the slot."""
+    p.record_call(e, started_at, now, 64, transient_failure)
+    p.release(e, started_at)
 
 
 def pool(urls: list[str], capacity: int = 1) -> EndpointPool:
@@ -35,8 +41,8 @@ def test_the_fit_learns_a_line_and_a_constant_when_sizes_never_change() -> None:
 def test_calls_go_to_the_endpoint_expected_to_finish_soonest() -> None:
     p = pool(["a:1", "b:1"])
     for _ in range(20):  # a is slow, b fast
-        p.end(p.endpoints["a:1"], 0.0, 0.060, 64, transient_failure=False)
-        p.end(p.endpoints["b:1"], 0.0, 0.020, 64, transient_failure=False)
+        call_ended(p, p.endpoints["a:1"], 0.0, 0.060, transient_failure=False)
+        call_ended(p, p.endpoints["b:1"], 0.0, 0.020, transient_failure=False)
     assert p.choose(1.0, 64).url == "b:1"
     p.begin(p.endpoints["b:1"], 1.0)  # b is now full: a takes the next one
     assert p.choose(1.0, 64).url == "a:1"
@@ -51,7 +57,7 @@ def test_equal_endpoints_share_the_calls() -> None:
         endpoint = p.choose(float(i), 64)
         p.begin(endpoint, float(i))
         picks.append(endpoint.url)
-        p.end(endpoint, float(i), float(i) + 0.02, 64, transient_failure=False)
+        call_ended(p, endpoint, float(i), float(i) + 0.02, transient_failure=False)
     assert {url: picks.count(url) for url in set(picks)} == {"a:1": 10, "b:1": 10, "c:1": 10}
 
 
@@ -59,10 +65,10 @@ def test_an_endpoint_that_fails_loses_its_share_at_once_and_its_breaker_opens() 
     p = pool(["a:1", "b:1"], capacity=4)
     a, b = p.endpoints["a:1"], p.endpoints["b:1"]
     p.begin(a, 0.0)
-    p.end(a, 0.0, 0.001, 64, transient_failure=True)
+    call_ended(p, a, 0.0, 0.001, transient_failure=True)
     assert all(p.choose(0.002, 64) is b for _ in range(3))  # b has room: a gets nothing
     for _ in range(2):
-        p.end(a, 0.0, 0.003, 64, transient_failure=True)
+        call_ended(p, a, 0.0, 0.003, transient_failure=True)
     assert a.breaker.state(0.003) is BreakerState.OPEN
     assert p.capacity(0.003, 64).free_slots == 4
     p.begin(b, 0.004)
@@ -77,14 +83,14 @@ def test_an_open_endpoint_is_probed_by_one_call_when_its_breaker_allows() -> Non
     p = pool(["a:1"])
     a = p.endpoints["a:1"]
     for _ in range(3):
-        p.end(a, 0.0, 0.0, 64, transient_failure=True)
+        call_ended(p, a, 0.0, 0.0, transient_failure=True)
     assert not p.healthy(0.0) and p.choose(0.0, 64) is None
     later = 10.0
     assert p.choose(later, 64) is a  # the probe
     p.held_elsewhere(a, later, later + 0.005)  # ... but another batcher held its slot
     assert p.choose(later + 0.01, 64) is a  # the probe was given back
     p.begin(a, later + 0.01)
-    p.end(a, later + 0.01, later + 0.03, 64, transient_failure=False)
+    call_ended(p, a, later + 0.01, later + 0.03, transient_failure=False)
     assert p.healthy(later + 0.03)
 
 
@@ -96,7 +102,7 @@ def test_removed_endpoints_take_no_new_calls_and_leave_once_idle() -> None:
     assert added == ["c:1"] and retired == ["a:1"]
     assert all(p.choose(0.0, 64).url != "a:1" for _ in range(5))
     assert p.drop_idle_retired() == []  # its call is still out
-    p.end(a, 0.0, 0.02, 64, transient_failure=False)
+    call_ended(p, a, 0.0, 0.02, transient_failure=False)
     assert p.drop_idle_retired() == ["a:1"] and set(p.endpoints) == {"b:1", "c:1"}
 
 
@@ -113,7 +119,7 @@ def test_the_policy_is_told_free_slots_and_when_the_next_one_frees() -> None:
     assert view.next_free_in == pytest.approx(0.010)  # a's call, started at 1.000, ends at 1.020
     assert view.call_time == pytest.approx(0.020)
     p.held_elsewhere(p.endpoints["b:1"], 1.01, 1.012)
-    p.end(p.endpoints["b:1"], 1.005, 1.011, 64, transient_failure=False)
+    call_ended(p, p.endpoints["b:1"], 1.005, 1.011, transient_failure=False)
     assert p.capacity(1.011, 64).free_slots == 0  # b is free here but leased by another batcher
     assert p.capacity(1.013, 64).free_slots == 1
 
