@@ -15,7 +15,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -62,22 +62,31 @@ def serve(
     metrics_port: int,
     batch_size: int,
     workspace: Path,
-    served: Served,
+    served: Sequence[Served],
     with_dynamic: bool = False,
 ) -> None:
-    """Start Triton with the model bound and block until interrupted. With
-    ``with_dynamic``, also bind the same model under ``dynamic_name``: any number of
-    rows up to ``batch_size`` per call, behind Triton's own dynamic batcher (what a user
-    would pick if the model API were not fixed; the benchmarks compare)."""
+    """Start Triton with the model bound and block until interrupted. Each entry of
+    ``served`` is one instance of the same model (Triton runs them side by side, as it
+    would several instances on one GPU). With ``with_dynamic``, also bind the same model
+    under ``dynamic_name``: any number of rows up to ``batch_size`` per call, behind
+    Triton's own dynamic batcher (what a user would pick if the model API were not
+    fixed; the benchmarks compare), with as many instances."""
     os.environ["LD_LIBRARY_PATH"] = library_path(os.environ.get("LD_LIBRARY_PATH", ""))
     from pytriton.decorators import batch
     from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
     from pytriton.triton import Triton, TritonConfig
 
-    model = served.call
+    first = served[0]
 
-    def infer(requests: list) -> list[dict[str, np.ndarray]]:
-        return [model(request["TEXT"]) for request in requests]
+    def fixed(model: Callable[[np.ndarray], dict[str, np.ndarray]]) -> Callable[[list], list]:
+        def infer(requests: list) -> list[dict[str, np.ndarray]]:
+            return [model(request["TEXT"]) for request in requests]
+
+        return infer
+
+    def dynamic(model: Callable[[np.ndarray], dict[str, np.ndarray]]) -> Callable[..., dict[str, np.ndarray]]:
+        # @batch joins the queued requests into one call: the model's cost is per call.
+        return batch(lambda TEXT: model(TEXT))
 
     config = TritonConfig(
         grpc_port=grpc_port,
@@ -91,24 +100,23 @@ def serve(
     signal.signal(signal.SIGINT, _raise_interrupt)
     with Triton(config=config, workspace=str(workspace)) as triton:
         triton.bind(
-            model_name=served.name,
-            infer_func=infer,
+            model_name=first.name,
+            infer_func=[fixed(instance.call) for instance in served],
             inputs=[Tensor(name="TEXT", dtype=bytes, shape=(batch_size, 1))],
-            outputs=[Tensor(name=n, dtype=t, shape=(batch_size, *shape)) for n, t, shape in served.outputs],
+            outputs=[Tensor(name=n, dtype=t, shape=(batch_size, *shape)) for n, t, shape in first.outputs],
             config=ModelConfig(batching=False),
             strict=True,
         )
         if with_dynamic:
-            # @batch joins the queued requests into one call: the model's cost is per call.
             triton.bind(
-                model_name=dynamic_name(served.name),
-                infer_func=batch(lambda TEXT: model(TEXT)),
+                model_name=dynamic_name(first.name),
+                infer_func=[dynamic(instance.call) for instance in served],
                 inputs=[Tensor(name="TEXT", dtype=bytes, shape=(1,))],
-                outputs=[Tensor(name=n, dtype=t, shape=shape) for n, t, shape in served.outputs],
+                outputs=[Tensor(name=n, dtype=t, shape=shape) for n, t, shape in first.outputs],
                 config=ModelConfig(batching=True, max_batch_size=batch_size, batcher=DynamicBatcher()),
                 strict=True,
             )
-        log.info("serving %s on grpc 127.0.0.1:%d", served.name, grpc_port)
+        log.info("serving %s (%d instances) on grpc 127.0.0.1:%d", first.name, len(served), grpc_port)
         try:
             triton.serve()
         except KeyboardInterrupt:
@@ -131,6 +139,10 @@ def main() -> None:
         help="what to serve: the reference model (with its hooks) or MiniLM embeddings (needs the minilm extra)",
     )
     parser.add_argument(
+        "--instances", type=int, default=1,
+        help="model instances run side by side (each its own copy of the model; on a GPU, several per card)",
+    )
+    parser.add_argument(
         "--with-dynamic", action="store_true", help="also serve the model behind Triton's dynamic batcher (benchmarks)"
     )
     args = parser.parse_args()
@@ -143,9 +155,13 @@ def main() -> None:
         metrics_port=args.metrics_port,
         batch_size=args.batch_size,
         workspace=workspace,
-        served=minilm() if args.model == "minilm" else reference(ReferenceModel(
-            call_s=args.call_ms / 1000, hang_s=args.hang_ms / 1000, fault_file=args.fault_file, seen_log=args.seen_log
-        )),
+        served=[
+            minilm() if args.model == "minilm" else reference(ReferenceModel(
+                call_s=args.call_ms / 1000, hang_s=args.hang_ms / 1000, fault_file=args.fault_file,
+                seen_log=args.seen_log,
+            ))
+            for _ in range(max(1, args.instances))
+        ],
         with_dynamic=args.with_dynamic,
     )
 

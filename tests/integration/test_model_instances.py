@@ -1,0 +1,79 @@
+"""The model host's ``--instances``: several copies of the model in one Triton server run
+calls side by side (as several instances on one GPU do), measured from Triton's own side."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import tempfile
+import urllib.request
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import pytest
+
+from brimful.model_server.reference_model import MODEL_NAME
+from brimful.stack import ManagedProcess, free_port, wait_until
+from brimful.stack.processes import http_ok
+from brimful.workers.triton_model import TritonModel
+
+CALL_MS = 400  # long enough that a call queued behind another shows plainly in Triton's queue time
+
+
+def host(instances: int, workdir: Path) -> Iterator[tuple[str, int]]:
+    grpc_port, http_port, metrics_port = free_port(), free_port(), free_port()
+    scratch = Path(tempfile.mkdtemp(prefix="brimful-"))  # PyTriton's socket paths must stay short
+    process = ManagedProcess(
+        name=f"model-host-{instances}",
+        argv=[sys.executable, "-m", "brimful.model_server.model_host", "--grpc-port", str(grpc_port),
+              "--http-port", str(http_port), "--metrics-port", str(metrics_port), "--workspace", str(scratch / "ws"),
+              "--call-ms", str(CALL_MS), "--instances", str(instances)],
+        env=dict(os.environ),
+        log_path=workdir / f"model-host-{instances}.log",
+        stop_timeout_s=20.0,
+    )
+    process.start()
+    try:
+        wait_until(lambda: http_ok(f"http://127.0.0.1:{http_port}/v2/models/{MODEL_NAME}/ready"), 60, "model host", process)
+        yield f"127.0.0.1:{grpc_port}", metrics_port
+    finally:
+        process.stop()
+
+
+@pytest.fixture(scope="module", params=[1, 2], ids=["one-instance", "two-instances"])
+def model_host(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, str, int]]:
+    instances = int(request.param)
+    for url, metrics_port in host(instances, tmp_path_factory.mktemp(f"host-{instances}")):
+        yield instances, url, metrics_port
+
+
+def queued_us(metrics_port: int) -> float:
+    """Triton's own count of microseconds calls spent queued for a free instance."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("nv_inference_queue_duration_us{") and f'model="{MODEL_NAME}"' in line
+    )
+
+
+async def test_instances_run_calls_side_by_side(model_host: tuple[int, str, int]) -> None:
+    instances, url, metrics_port = model_host
+    clients = [TritonModel(url, MODEL_NAME, "", 64, timeout_s=30) for _ in range(2)]
+    try:
+        signature = await clients[0].signature()
+        text = np.full((64, 1), b"row", dtype=object)
+        before = queued_us(metrics_port)
+        await asyncio.gather(*(client.infer({"TEXT": text}, signature) for client in clients))
+        queued_ms = (queued_us(metrics_port) - before) / 1000
+    finally:
+        for client in clients:
+            await client.close()
+    if instances == 1:
+        # The control: one instance makes the second call wait out the first.
+        assert queued_ms > CALL_MS * 0.5
+    else:
+        assert queued_ms < CALL_MS * 0.5
