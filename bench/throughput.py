@@ -5,7 +5,8 @@
 For each model it starts the embedded stack (with the model also served behind Triton's
 dynamic batcher), and runs ``bench/loadgen.py`` in a process of its own against each path:
 
-1. ceiling: 64 real rows per call straight to Triton, two calls in flight (closed loop);
+1. ceiling: 64 real rows per call straight to Triton, one call more in flight than model
+   instances (closed loop);
 2. naive: one row per call padded to 64, straight to Triton, 256 clients (closed loop);
 3. Triton's dynamic batcher: one row per call, 256 clients (closed loop);
 4. Brimful end to end, 256 clients (closed loop): its saturation throughput, with the CPU
@@ -36,7 +37,7 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import redis
 
@@ -54,6 +55,7 @@ from bench.throughput_plan import (  # noqa: E402
     OTHER_PROCESSES,
     RAY_SWEEP,
     SWEEP,
+    Machine,
     ModelRun,
 )
 from bench.throughput_report import plot, report  # noqa: E402
@@ -253,7 +255,7 @@ def _ray_answers(url: str) -> bool:
 def profile_hottest(stack: EmbeddedStack, run: ModelRun, workdir: Path, seconds: float) -> None:
     """Restart the hottest Brimful process under pyinstrument and profile it at saturation."""
     name = max(BRIMFUL_PROCESSES, key=lambda n: run.cpu_us_per_request[n])
-    module = "api" if name == "api" else "batcher"
+    module = "brimful.api" if name == "api" else "brimful.batcher"
     stack.processes.pop(name).stop()
     session_path = workdir / f"profile-{name}.pyisession"
     profiled = ManagedProcess(
@@ -288,23 +290,36 @@ def profile_hottest(stack: EmbeddedStack, run: ModelRun, workdir: Path, seconds:
     run.packages = by_package(session)
 
 
-def measure_model(name: str, workdir: Path, quick: bool, ray_missing: str, api_workers: int) -> ModelRun:
+def measure_model(
+    run: ModelRun, workdir: Path, quick: bool, ray_missing: str, api_workers: int,
+    checkpoint: Callable[[ModelRun], None],
+) -> None:
+    """Measure one model into ``run``. ``checkpoint`` is called after every step, so a step
+    that fails later (or a killed run) leaves what was measured before it on disk."""
+    name, instances = run.name, run.instances
     seconds = 6.0 if quick else 10.0
     settings = settings_on_free_ports(
         rate_limit_per_s=0, tenant_max_in_flight=0, max_backlog=10_000_000, result_ttl_s=600, api_workers=api_workers,
         model_name=MODELS[name].model_name,
+        # Several instances run side by side; one more slot queues the next call behind them.
+        endpoint_instances=instances, endpoint_capacity=instances + 1,
     )
-    stack = EmbeddedStack(settings, workdir / name, model_host_args=(*MODELS[name].host_args, "--with-dynamic"))
-    print(f"{name}: starting the stack", flush=True)
+    host_args = (*MODELS[name].host_args, "--with-dynamic", "--instances", str(instances))
+    stack = EmbeddedStack(settings, workdir / name, model_host_args=host_args)
+    print(f"{name}: starting the stack ({instances} model instance{'s' if instances > 1 else ''})", flush=True)
     stack.start()
-    run = ModelRun(name)
     try:
-        run.runs["ceiling"] = loadgen(stack, "full", seconds, clients=2)
+        run.runs["ceiling"] = loadgen(stack, "full", seconds, clients=instances + 1)
+        checkpoint(run)
         run.runs["naive"] = loadgen(stack, "padded", seconds, clients=CLIENTS)
         run.runs["dynamic"] = loadgen(stack, "dynamic", seconds, clients=CLIENTS)
+        checkpoint(run)
         measure_saturation(stack, run, seconds)
+        checkpoint(run)
         measure_sweep(stack, run, seconds)
+        checkpoint(run)
         measure_latency_tuned(stack, run, seconds)
+        checkpoint(run)
         run.ray_missing = ray_missing or ("" if MODELS[name].ray else "its environment has no torch for this model")
         if not run.ray_missing:
             try:
@@ -312,14 +327,15 @@ def measure_model(name: str, workdir: Path, quick: bool, ray_missing: str, api_w
             except Exception as error:  # recorded in the report; the figures measured so far stay
                 run.ray, run.ray_missing = {}, f"failed: {type(error).__name__}: {error}"[:300]
                 print(f"  ray: {run.ray_missing}", flush=True)
+            checkpoint(run)
         try:
             profile_hottest(stack, run, workdir, seconds)
         except Exception as error:
             run.profile = f"(the profile failed: {type(error).__name__}: {error})"[:300]
             print(f"  profile: {run.profile}", flush=True)
+        checkpoint(run)
     finally:
         stack.stop()
-    return run
 
 
 def render_again(saved: Path, out_dir: Path) -> int:
@@ -335,8 +351,12 @@ def render_again(saved: Path, out_dir: Path) -> int:
         runs.append(run)
     for run in runs:
         plot(run, out_dir / f"throughput_{run.name}.png")
+    # A run saved before the machine was recorded is described as this one (all such runs were made here).
+    machine = Machine(**data["machine"]) if "machine" in data else Machine.here(API_WORKERS)
     defaults = settings_on_free_ports()
-    text = report(runs, data["command"], data["elapsed_s"], defaults.min_wait_ms, defaults.min_worthwhile_rows)
+    text = report(
+        runs, data["command"], data["elapsed_s"], machine, defaults.min_wait_ms, defaults.min_worthwhile_rows
+    )
     (out_dir / "throughput.md").write_text(text)
     print(text)
     return 0
@@ -352,31 +372,58 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="6 s per run instead of 10 (a smoke run)")
     parser.add_argument("--no-ray", action="store_true", help="skip Ray Serve (path e)")
     parser.add_argument("--api-workers", type=int, default=API_WORKERS, help="API worker processes (one per core)")
+    parser.add_argument(
+        "--instances", type=int, default=1, help="model instances in the one Triton server (e.g. 2 on a GPU)"
+    )
     parser.add_argument("--render", type=Path, help="only rewrite the report from a throughput.json a run wrote")
     args = parser.parse_args()
     if args.render:
         return render_again(args.render, args.out_dir)
     started = time.monotonic()
-    ray_missing = "skipped (--no-ray)" if args.no_ray else ensure_ray()
+    command = "python bench/throughput.py" + (" --quick" if args.quick else "") + (" --no-ray" if args.no_ray else "") + (
+        f" --models {args.models}" if args.models != ",".join(DEFAULT_MODELS) else "") + (
+        f" --api-workers {args.api_workers}" if args.api_workers != API_WORKERS else "") + (
+        f" --instances {args.instances}" if args.instances != 1 else "")
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    machine = Machine.here(args.api_workers)
     runs: list[ModelRun] = []
+
+    def save(_: ModelRun | None = None) -> None:
+        # Written after every step: a later failure or a kill keeps what was measured.
+        saved = {
+            "command": command, "elapsed_s": time.monotonic() - started, "machine": machine.__dict__,
+            "runs": [run.__dict__ for run in runs],
+        }
+        (args.out_dir / "throughput.json").write_text(json.dumps(saved, indent=1, default=str))
+
+    ray_missing = "skipped (--no-ray)" if args.no_ray else ensure_ray()
+    failed: list[str] = []
     with tempfile.TemporaryDirectory(prefix="brimful-bench-") as scratch:
         for name in args.models.split(","):
-            runs.append(measure_model(name.strip(), Path(scratch), args.quick, ray_missing, args.api_workers))
-    args.out_dir.mkdir(parents=True, exist_ok=True)
-    for run in runs:
+            run = ModelRun(name.strip(), instances=args.instances)
+            runs.append(run)  # saved with whatever it holds, whether or not every step succeeds
+            try:
+                measure_model(run, Path(scratch), args.quick, ray_missing, args.api_workers, save)
+            except Exception as error:  # the next model still runs; this one's figures so far are saved
+                failed.append(f"{run.name}: {type(error).__name__}: {error}"[:500])
+                run.failed = failed[-1]
+                print(f"{run.name} failed: {failed[-1]}", flush=True)
+            save()
+    complete = [run for run in runs if run.runs.get("brimful") and run.sweep]
+    for run in complete:
         plot(run, args.out_dir / f"throughput_{run.name}.png")
         if run.profile:
             (args.out_dir / f"profile_{run.name}.txt").write_text(run.profile)
-    command = "python bench/throughput.py" + (" --quick" if args.quick else "") + (" --no-ray" if args.no_ray else "") + (
-        f" --models {args.models}" if args.models != ",".join(DEFAULT_MODELS) else "")
-    defaults = settings_on_free_ports()
-    elapsed = time.monotonic() - started
-    text = report(runs, command, elapsed, defaults.min_wait_ms, defaults.min_worthwhile_rows)
-    (args.out_dir / "throughput.md").write_text(text)
-    saved = {"command": command, "elapsed_s": elapsed, "runs": [run.__dict__ for run in runs]}
-    (args.out_dir / "throughput.json").write_text(json.dumps(saved, indent=1, default=str))
-    print(text)
-    return 0
+    if complete:
+        defaults = settings_on_free_ports()
+        text = report(
+            complete, command, time.monotonic() - started, machine, defaults.min_wait_ms, defaults.min_worthwhile_rows
+        )
+        (args.out_dir / "throughput.md").write_text(text)
+        print(text)
+    for line in failed:
+        print(f"failed: {line}", file=sys.stderr)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

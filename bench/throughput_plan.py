@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import platform
+import subprocess
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,11 +36,39 @@ API_WORKERS = 2  # the API is CPU-bound: one worker per core of this 2-core mach
 OTHER_PROCESSES = ("broker", "redis", "triton")
 
 
+@dataclass(frozen=True)
+class Machine:
+    """Where a run was measured: saved with its figures, so a report rendered again
+    elsewhere still describes the machine that measured them."""
+
+    arch: str
+    cores: int
+    python: str
+    api_workers: int
+    gpu: str = ""  # nvidia-smi's name for each GPU, where one answers
+
+    @classmethod
+    def here(cls, api_workers: int) -> Machine:
+        return cls(platform.machine(), len(os.sched_getaffinity(0)), platform.python_version(), api_workers, _gpu_names())
+
+
+def _gpu_names() -> str:
+    try:
+        done = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return ", ".join(line.strip() for line in done.stdout.splitlines() if line.strip()) if done.returncode == 0 else ""
+
+
 @dataclass
 class ModelRun:
     """Everything measured for one model."""
 
     name: str
+    instances: int = 1  # model instances in the Triton server
+    failed: str = ""  # why the run stopped early, if it did
     runs: dict[str, dict[str, Any]] = field(default_factory=dict)   # closed-loop runs by path
     sweep: list[dict[str, Any]] = field(default_factory=list)       # one entry per offered load
     cpu_us_per_request: dict[str, float] = field(default_factory=dict)

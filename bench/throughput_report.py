@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import platform
 from pathlib import Path
 
 from bench.profile_summary import PACKAGE_GROUPS
@@ -52,9 +50,10 @@ def verdict(value: float, target: float, higher_is_better: bool = True) -> str:
     return "met" if met else f"missed by {abs(value - target) / target:.0%}"
 
 
-def summary(runs: list[ModelRun], min_wait_ms: float, worthwhile_rows: float) -> list[str]:
+def summary(runs: list[ModelRun], machine: Machine, min_wait_ms: float, worthwhile_rows: float) -> list[str]:
     """The headline figures and what stands in the way of the missed targets."""
     lines = ["## Summary", ""]
+    cores = "two" if machine.cores == 2 else str(machine.cores)
     for run in runs:
         ceiling, naive, dynamic = (run.runs[k]["achieved_rows_per_s"] for k in ("ceiling", "naive", "dynamic"))
         ray = f", **{run.saturation / run.ray['saturation']['achieved_rows_per_s']:.1f}x** Ray Serve" if run.ray else ""
@@ -77,13 +76,13 @@ def summary(runs: list[ModelRun], min_wait_ms: float, worthwhile_rows: float) ->
         lines += [
             "",
             f"Here the model itself is the largest consumer: {model_cpu:.0f} us of CPU per request in the Triton "
-            f"process, on the same two cores as Brimful's {brimful_cpu[name]:.0f} us (API and batcher) and the load "
+            f"process, on the same {cores} cores as Brimful's {brimful_cpu[name]:.0f} us (API and batcher) and the load "
             "generator. On a GPU that cost leaves the CPU; the paragraph below is about Brimful's own share.",
         ]
     lines += [
         "",
         "What stands in the way of the ceiling and of 300 us per request is one thing: the API, Python processes "
-        f"(one worker per core here) that spend {api[name]:.0f} us of CPU per request ({brimful_cpu[name]:.0f} us with "
+        f"({machine.api_workers} API workers here) that spend {api[name]:.0f} us of CPU per request ({brimful_cpu[name]:.0f} us with "
         "the batcher). It is the busiest process at saturation"
         + (
             f", and the profile of it shows where the time goes: {framework[name]:.0%} in the web framework "
@@ -92,16 +91,20 @@ def summary(runs: list[ModelRun], min_wait_ms: float, worthwhile_rows: float) ->
             if focus.packages
             else f" (its profile failed in this run: {focus.profile}). "
         )
-        + "On two shared "
+        + f"On {cores} shared "
         f"cores, with the load generator taking its own share, that holds Brimful to {focus.sustained:.0f} requests a "
         f"second sustained, while the {name} model takes {focus.runs['ceiling']['achieved_rows_per_s']:.0f} rows a "
         "second in full batches. The cheap costs the profile showed are already cut: the finished-task push carries the "
         "result (two Redis reads fewer per long-polled request), one Lua script records a task and admits it "
         "against its tenant's in-flight limit (one round trip fewer), and FastAPI's OpenTelemetry hooks are off. "
         "What is left is the per-request cost of the HTTP stack itself; more API workers or replicas scale it out "
-        "on a machine with cores to spare, which this one does not have: near saturation every process here, the "
-        "load generator included, competes for the same two cores, and latency at 80% load moves from run to run "
-        "(see the Triton dynamic batcher's p99 beside Brimful's at the same load).",
+        + (
+            "on a machine with cores to spare, which this one does not have: near saturation every process here, the "
+            "load generator included, competes for the same two cores, and latency at 80% load moves from run to run "
+            "(see the Triton dynamic batcher's p99 beside Brimful's at the same load)."
+            if machine.cores <= 2
+            else "on a machine with cores to spare, as this one has."
+        ),
         "",
         "Latency against Triton's dynamic batcher: Brimful's flush policy knows the model pool. With a slot "
         "free it sends what waits at once unless rows worth waiting for are expected within the latency target "
@@ -113,16 +116,20 @@ def summary(runs: list[ModelRun], min_wait_ms: float, worthwhile_rows: float) ->
     return lines
 
 
-def report(runs: list[ModelRun], command: str, elapsed_s: float, min_wait_ms: float, worthwhile_rows: float) -> str:
+def report(
+    runs: list[ModelRun], command: str, elapsed_s: float, machine: Machine, min_wait_ms: float, worthwhile_rows: float
+) -> str:
     lines = [
         "# Throughput benchmark: Brimful against the ceiling, naive calls and Triton's dynamic batcher",
         "",
-        f"Command: `{command}` ({elapsed_s / 60:.1f} min). Machine: {platform.machine()}, "
-        f"{_cpu_count()} CPU cores, Python {platform.python_version()}. Every process (load generator, API, "
-        "batcher, broker, Redis, Triton) shares those cores, as on the CI machine: figures are for this machine only, "
+        f"Command: `{command}` ({elapsed_s / 60:.1f} min). Machine: {machine.arch}, {machine.cores} CPU cores"
+        + (f", GPU: {machine.gpu}" if machine.gpu else "")
+        + f", Python {machine.python}. Every process (load generator, API, "
+        f"batcher, broker, Redis, Triton) shares those cores{', as on the CI machine' if machine.cores <= 2 else ''}: "
+        "figures are for this machine only, "
         "and the machine is shared with others: repeated runs moved Brimful's saturation by a third or more.",
         "",
-        *summary(runs, min_wait_ms, worthwhile_rows),
+        *summary(runs, machine, min_wait_ms, worthwhile_rows),
     ]
     for run in runs:
         ceiling, naive, dynamic = (run.runs[k]["achieved_rows_per_s"] for k in ("ceiling", "naive", "dynamic"))
@@ -130,7 +137,8 @@ def report(runs: list[ModelRun], command: str, elapsed_s: float, min_wait_ms: fl
         by_fraction = {p["fraction"]: p for p in run.sweep}
         brimful_cpu = sum(run.cpu_us_per_request[n] for n in BRIMFUL_PROCESSES)
         lines += [
-            f"## {run.name} model" + (f" (every call at least {GPU_LIKE_CALL_MS} ms: a memory-bound GPU stand-in)" if run.name == "gpu-like" else ""),
+            f"## {run.name} model" + (f", {run.instances} instances in one Triton server" if run.instances > 1 else "")
+            + (f" (every call at least {GPU_LIKE_CALL_MS} ms: a memory-bound GPU stand-in)" if run.name == "gpu-like" else ""),
             "",
             f"![{run.name}](throughput_{run.name}.png)",
             "",
@@ -263,7 +271,3 @@ def report(runs: list[ModelRun], command: str, elapsed_s: float, min_wait_ms: fl
                 "",
             ]
     return "\n".join(lines)
-
-
-def _cpu_count() -> int:
-    return len(os.sched_getaffinity(0))
