@@ -70,12 +70,23 @@ class Record:
 Send = Callable[[int], Awaitable[int]]  # sends request i, returns the rows it completed
 
 
-def brimful_sender(session: aiohttp.ClientSession, url: str) -> Send:
+Stages = list[tuple[float, float, float, float]]  # per answered task: sent (perf_counter), then three spans in ms
+
+
+def brimful_sender(session: aiohttp.ClientSession, url: str, stages: Stages) -> Send:
+    """POST with ?wait=30. Each answer carries the task's submitted_at_ms (the API took it)
+    and updated_at_ms (its result was stored): with the client's own clock on the same
+    machine they split the time into to the API, inside Brimful, and back to the client."""
+
     async def send(i: int) -> int:
+        sent, sent_ms = time.perf_counter(), time.time() * 1000
         async with session.post(f"{url}/v1/tasks", params={"wait": "30"}, json={"inputs": {"TEXT": f"bench {i}"}}) as r:
             body = await r.json()
             if r.status != 200 or body.get("status") != "done":
                 raise RuntimeError(f"{r.status} {str(body)[:200]}")
+        answered_ms = time.time() * 1000
+        submitted, stored = body["submitted_at_ms"], body["updated_at_ms"]
+        stages.append((sent, submitted - sent_ms, stored - submitted, answered_ms - stored))
         return 1
 
     return send
@@ -171,7 +182,18 @@ async def finish(tasks: set[asyncio.Task[None]], record: Record) -> None:
         task.cancel()
 
 
-def summary(record: Record, args: argparse.Namespace) -> dict[str, object]:
+def stage_summary(inside: Stages) -> dict[str, dict[str, float]]:
+    if not inside:
+        return {}
+    spans = np.array([stage[1:] for stage in inside])
+    names = ("to_api", "in_brimful", "to_client")
+    return {
+        "stages_p50_ms": {name: float(np.median(spans[:, k])) for k, name in enumerate(names)},
+        "stages_mean_ms": {name: float(spans[:, k].mean()) for k, name in enumerate(names)},
+    }
+
+
+def summary(record: Record, args: argparse.Namespace, stages: Stages) -> dict[str, object]:
     latencies = np.array(record.latencies_ms) if record.latencies_ms else np.array([float("nan")])
     window = args.duration - args.warmup
     return {
@@ -188,15 +210,18 @@ def summary(record: Record, args: argparse.Namespace) -> dict[str, object]:
         "p90_ms": float(np.percentile(latencies, 90)),
         "p99_ms": float(np.percentile(latencies, 99)),
         "mean_ms": float(latencies.mean()),
+        # Each span's median and mean, over the requests sent inside the window (brimful path only).
+        **stage_summary([stage for stage in stages if stage[0] >= record.window[0]]),
     }
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, object]:
     closers: list[Callable[[], Awaitable[None]]] = []
+    stages: Stages = []
     if args.path in ("brimful", "ray"):
         session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=4000), timeout=aiohttp.ClientTimeout(total=60))
         closers.append(session.close)
-        send = brimful_sender(session, args.url) if args.path == "brimful" else ray_sender(session, args.url)
+        send = brimful_sender(session, args.url, stages) if args.path == "brimful" else ray_sender(session, args.url)
     else:
         import tritonclient.grpc.aio as grpcaio
 
@@ -211,7 +236,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, object]:
     finally:
         for close in closers:
             await close()
-    return summary(record, args)
+    return summary(record, args, stages)
 
 
 def main() -> int:

@@ -1,0 +1,160 @@
+"""Where a task's time goes: end-to-end latency split into its stages, beside Triton's
+dynamic batcher at the same load.
+
+    .venv/bin/python bench/latency_stages.py [--shares 0.05,0.15,0.25] [--seconds 10] [--out-dir bench/results]
+
+Starts the embedded stack with the GPU-like model (every call at least 20 ms) and, at each
+share of its nominal ceiling (64 rows / 20 ms), offers open-loop Poisson load through
+Brimful (``POST ?wait``) and then straight to the dynamic batcher. Each Brimful answer
+carries ``submitted_at_ms`` (the API took the task) and ``updated_at_ms`` (its result was
+stored); with the load generator's clock on the same machine they split each request into
+*to the API*, *inside Brimful* and *back to the client*. The batcher's own metrics split
+*inside Brimful* further: the time rows waited in the accumulator (the flush policy's
+wait, ``brimful_queue_wait_seconds``) and the model call (the fitted
+``brimful_endpoint_call_seconds`` at the mean batch size); what is left is the Kafka hop
+(producer linger, the consumer's fetch) and storing the results. All figures are means.
+
+Each load's figures go to ``latency_stages.json`` as soon as they are measured, and the
+report ``latency_stages.md`` is rebuilt after each; ``--render`` rebuilds it from the JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.throughput import loadgen  # noqa: E402
+from bench.throughput_plan import GPU_LIKE_CALL_MS  # noqa: E402
+from brimful.stack import EmbeddedStack, settings_on_free_ports  # noqa: E402
+
+NOMINAL_CEILING = 64 / (GPU_LIKE_CALL_MS / 1000)  # rows/s of one endpoint sent only full batches
+
+
+def batcher_metrics(stack: EmbeddedStack) -> dict[str, float]:
+    """The batcher's sums and counts this benchmark reads, and the fitted call time."""
+    url = f"http://127.0.0.1:{stack.settings.batcher_metrics_port}/metrics"
+    with urllib.request.urlopen(url, timeout=5) as response:
+        text = response.read().decode()
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("#") or " " not in line:
+            continue
+        series, value = line.rsplit(" ", 1)
+        name = series.split("{", 1)[0]
+        if name in ("brimful_queue_wait_seconds_sum", "brimful_queue_wait_seconds_count",
+                    "brimful_batch_rows_sum", "brimful_batch_rows_count"):
+            found[name] = found.get(name, 0.0) + float(value)
+        elif name == "brimful_endpoint_call_seconds":
+            found[name] = float(value)
+    return found
+
+
+def measure(stack: EmbeddedStack, share: float, seconds: float) -> dict[str, Any]:
+    rate = share * NOMINAL_CEILING
+    before = batcher_metrics(stack)
+    brimful = loadgen(stack, "brimful", seconds, rate=rate)
+    after = batcher_metrics(stack)
+    dynamic = loadgen(stack, "dynamic", seconds, rate=rate)
+
+    def delta(name: str) -> float:
+        return after.get(name, 0.0) - before.get(name, 0.0)
+
+    rows = delta("brimful_batch_rows_count")
+    stages = brimful.get("stages_mean_ms", {})
+    queue_ms = delta("brimful_queue_wait_seconds_sum") / max(1.0, delta("brimful_queue_wait_seconds_count")) * 1000
+    call_ms = after.get("brimful_endpoint_call_seconds", 0.0) * 1000
+    inside = stages.get("in_brimful", float("nan"))
+    return {
+        "share": share,
+        "rate": rate,
+        "brimful_mean_ms": brimful["mean_ms"],
+        "brimful_p50_ms": brimful["p50_ms"],
+        "to_api_ms": stages.get("to_api", float("nan")),
+        "inside_ms": inside,
+        "queue_wait_ms": queue_ms,
+        "call_ms": call_ms,
+        "kafka_and_store_ms": inside - queue_ms - call_ms,
+        "to_client_ms": stages.get("to_client", float("nan")),
+        "rows_per_call": delta("brimful_batch_rows_sum") / rows if rows else float("nan"),
+        "dynamic_mean_ms": dynamic["mean_ms"],
+        "dynamic_p50_ms": dynamic["p50_ms"],
+        "errors": brimful["errors"] + brimful["lost"] + dynamic["errors"] + dynamic["lost"],
+    }
+
+
+def render(results: dict[str, Any]) -> str:
+    lines = [
+        "# Where a task's time goes (GPU-like model, one endpoint)",
+        "",
+        f"Command: `{results['command']}`. Machine: {results['machine']}. Means in ms; the call is the "
+        f"batcher's fitted call time, {GPU_LIKE_CALL_MS} ms of it the model's own.",
+        "",
+        "| load | rate /s | Brimful mean (p50) | to API | queue wait (policy) | model call | Kafka hop + store "
+        "| back to client | rows per call | dynamic batcher mean (p50) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for step in results["steps"]:
+        if "error" in step:
+            lines.append(f"| {step['share']:.0%} | failed: {step['error']} |||||||||")
+            continue
+        lines.append(
+            f"| {step['share']:.0%} | {step['rate']:.0f} | {step['brimful_mean_ms']:.1f} ({step['brimful_p50_ms']:.1f}) "
+            f"| {step['to_api_ms']:.1f} | {step['queue_wait_ms']:.1f} | {step['call_ms']:.1f} "
+            f"| {step['kafka_and_store_ms']:.1f} | {step['to_client_ms']:.1f} | {step['rows_per_call']:.1f} "
+            f"| {step['dynamic_mean_ms']:.1f} ({step['dynamic_p50_ms']:.1f}) |"
+        )
+    errors = sum(step.get("errors", 0) for step in results["steps"])
+    lines += ["", f"Errors or lost requests: {errors}.", ""]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shares", default="0.05,0.15,0.25", help="loads, as shares of the nominal ceiling")
+    parser.add_argument("--seconds", type=float, default=10.0, help="length of each load's run")
+    parser.add_argument("--out-dir", type=Path, default=Path(__file__).resolve().parent / "results")
+    parser.add_argument("--render", action="store_true", help="rebuild latency_stages.md from latency_stages.json")
+    args = parser.parse_args()
+    json_path, md_path = args.out_dir / "latency_stages.json", args.out_dir / "latency_stages.md"
+    if args.render:
+        md_path.write_text(render(json.loads(json_path.read_text())))
+        return 0
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    results: dict[str, Any] = {
+        "command": "python bench/latency_stages.py" + ("" if args.shares == "0.05,0.15,0.25" else f" --shares {args.shares}"),
+        "machine": f"{platform.machine()}, {len(os.sched_getaffinity(0))} CPU cores, "
+        f"Python {platform.python_version()}",
+        "steps": [],
+    }
+    settings = settings_on_free_ports(rate_limit_per_s=0, tenant_max_in_flight=0, max_backlog=10_000_000)
+    with tempfile.TemporaryDirectory(prefix="brimful-stages-") as scratch:
+        stack = EmbeddedStack(
+            settings, Path(scratch), model_host_args=("--call-ms", str(GPU_LIKE_CALL_MS), "--with-dynamic")
+        )
+        stack.start()
+        try:
+            for share in (float(part) for part in args.shares.split(",")):
+                try:
+                    step = measure(stack, share, args.seconds)
+                except Exception as error:  # recorded; the next load still runs
+                    step = {"share": share, "error": f"{type(error).__name__}: {error}"[:300]}
+                results["steps"].append(step)
+                json_path.write_text(json.dumps(results, indent=2))
+                md_path.write_text(render(results))
+        finally:
+            stack.stop()
+    print(md_path.read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
