@@ -340,7 +340,8 @@ def measure_model(
 
 def render_again(saved: Path, out_dir: Path) -> int:
     """Rewrite throughput.md and the plots from a saved run (after a change to the report's
-    wording): the figures stay those measured, with the command and duration recorded then."""
+    wording, or from what a run that stopped early had saved): the figures stay those
+    measured, with the command and duration recorded then."""
     data = json.loads(saved.read_text())
     runs = []
     for fields in data["runs"]:
@@ -349,17 +350,34 @@ def render_again(saved: Path, out_dir: Path) -> int:
         run.packages = [tuple(item) for item in run.packages]
         run.top_costs = [tuple(item) for item in run.top_costs]
         runs.append(run)
-    for run in runs:
-        plot(run, out_dir / f"throughput_{run.name}.png")
     # A run saved before the machine was recorded is described as this one (all such runs were made here).
     machine = Machine(**data["machine"]) if "machine" in data else Machine.here(API_WORKERS)
-    defaults = settings_on_free_ports()
-    text = report(
-        runs, data["command"], data["elapsed_s"], machine, defaults.min_wait_ms, defaults.min_worthwhile_rows
-    )
-    (out_dir / "throughput.md").write_text(text)
+    text = write_report(runs, data["command"], data["elapsed_s"], machine, out_dir)
     print(text)
     return 0
+
+
+def write_report(runs: list[ModelRun], command: str, elapsed_s: float, machine: Machine, out_dir: Path) -> str:
+    """throughput.md, the plots and the profiles from the runs that got through their
+    sweep; a run that stopped early is named in the report with why."""
+    complete = [run for run in runs if run.runs.get("brimful") and run.sweep]
+    for run in complete:
+        plot(run, out_dir / f"throughput_{run.name}.png")
+        if run.profile:
+            (out_dir / f"profile_{run.name}.txt").write_text(run.profile)
+    defaults = settings_on_free_ports()
+    text = report(complete, command, elapsed_s, machine, defaults.min_wait_ms, defaults.min_worthwhile_rows) if complete else (
+        "# Throughput benchmark\n\nNo model got through its sweep.\n"
+    )
+    stopped = [run for run in runs if run not in complete]
+    if stopped:
+        text += "\n## Runs that stopped early\n\n" + "\n".join(
+            f"- **{run.name}**: {run.failed or 'stopped before its sweep'}; saved in throughput.json: "
+            f"{', '.join(run.runs) or 'nothing'}"
+            for run in stopped
+        ) + "\n"
+    (out_dir / "throughput.md").write_text(text)
+    return text
 
 
 def main() -> int:
@@ -405,22 +423,11 @@ def main() -> int:
             try:
                 measure_model(run, Path(scratch), args.quick, ray_missing, args.api_workers, save)
             except Exception as error:  # the next model still runs; this one's figures so far are saved
-                failed.append(f"{run.name}: {type(error).__name__}: {error}"[:500])
-                run.failed = failed[-1]
-                print(f"{run.name} failed: {failed[-1]}", flush=True)
+                run.failed = f"{type(error).__name__}: {error}"[:500]
+                failed.append(f"{run.name}: {run.failed}")
+                print(f"{run.name} failed: {run.failed}", flush=True)
             save()
-    complete = [run for run in runs if run.runs.get("brimful") and run.sweep]
-    for run in complete:
-        plot(run, args.out_dir / f"throughput_{run.name}.png")
-        if run.profile:
-            (args.out_dir / f"profile_{run.name}.txt").write_text(run.profile)
-    if complete:
-        defaults = settings_on_free_ports()
-        text = report(
-            complete, command, time.monotonic() - started, machine, defaults.min_wait_ms, defaults.min_worthwhile_rows
-        )
-        (args.out_dir / "throughput.md").write_text(text)
-        print(text)
+    print(write_report(runs, command, time.monotonic() - started, machine, args.out_dir))
     for line in failed:
         print(f"failed: {line}", file=sys.stderr)
     return 1 if failed else 0
