@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SERVER_FOLDERS = ("brimful", "api", "batcher", "workers", "model_server", "core", "schemas")
 # What the server needs and a client must never be made to install.
 SERVER_DISTRIBUTIONS = {
-    "brimful", "fastapi", "starlette", "uvicorn", "aiokafka", "redis", "numpy", "pyarrow", "tritonclient",
+    "brimful", "fastapi", "starlette", "uvicorn", "aiokafka", "redis", "hiredis", "numpy", "pyarrow", "tritonclient",
     "grpcio", "protobuf", "pydantic", "pydantic-settings", "prometheus-client", "nvidia-pytriton",
 }
 

@@ -130,7 +130,9 @@ class EmbeddedStack:
             raise
 
     def _log(self, name: str) -> Path:
-        return self.workdir / "logs" / f"{name}.log"
+        logs = self.workdir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)  # a component may be started on its own, without start()
+        return logs / f"{name}.log"
 
     def _launch(
         self, name: str, argv: list[str], log_to_file: bool = True, extra_env: dict[str, str] | None = None
