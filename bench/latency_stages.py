@@ -10,8 +10,8 @@ carries ``submitted_at_ms`` (the API took the task) and ``updated_at_ms`` (its r
 stored); with the load generator's clock on the same machine they split each request into
 *to the API*, *inside Brimful* and *back to the client*. The batcher's own metrics split
 *inside Brimful* further: the time rows waited in the accumulator (the flush policy's
-wait, ``brimful_queue_wait_seconds``) and the model call (the fitted
-``brimful_endpoint_call_seconds`` at the mean batch size); what is left is the Kafka hop
+wait, ``brimful_queue_wait_seconds``) and the model call (the fitted full-batch
+``brimful_endpoint_call_seconds``: this model's cost does not depend on its rows); what is left is the Kafka hop
 (producer linger, the consumer's fetch) and storing the results. All figures are means.
 
 Each load's figures go to ``latency_stages.json`` as soon as they are measured, and the

@@ -146,6 +146,8 @@ def main() -> None:
         "--with-dynamic", action="store_true", help="also serve the model behind Triton's dynamic batcher (benchmarks)"
     )
     args = parser.parse_args()
+    if args.instances < 1:
+        parser.error("--instances must be at least 1")
     logging.basicConfig(level=logging.INFO)
     # PyTriton creates the workspace itself and refuses one that already exists.
     workspace = args.workspace or Path(tempfile.mkdtemp(prefix="brimful-triton-")) / "workspace"
@@ -155,13 +157,11 @@ def main() -> None:
         metrics_port=args.metrics_port,
         batch_size=args.batch_size,
         workspace=workspace,
-        served=[
-            minilm() if args.model == "minilm" else reference(ReferenceModel(
-                call_s=args.call_ms / 1000, hang_s=args.hang_ms / 1000, fault_file=args.fault_file,
-                seen_log=args.seen_log,
-            ))
-            for _ in range(max(1, args.instances))
-        ],
+        # MiniLM: a copy of the weights per instance. The reference model: one object shared
+        # by every instance, so its hooks (hang once, the seen-log) stay once per server.
+        served=[minilm() for _ in range(args.instances)] if args.model == "minilm" else [reference(ReferenceModel(
+            call_s=args.call_ms / 1000, hang_s=args.hang_ms / 1000, fault_file=args.fault_file, seen_log=args.seen_log
+        ))] * args.instances,
         with_dynamic=args.with_dynamic,
     )
 
