@@ -367,17 +367,16 @@ class BatchRunner:
         # The dead letter is written before the task reads ``failed``: a crash in
         # between repeats the batch, never loses the request.
         await self.dead_letters.write(letters)
+        # One store call per attempt count (the only part of the error that differs by
+        # task), so a whole failed batch is usually one round trip.
+        by_attempts: dict[int, list[str]] = {}
         for item in items:
-            failed = await self.store.mark_failed(
-                [item.task_id],
-                {
-                    "class": error.error_class.value,
-                    "message": error.message,
-                    "attempts": len(attempts.of(item)),
-                    "batch_id": batch.batch_id,
-                },
+            by_attempts.setdefault(len(attempts.of(item)), []).append(item.task_id)
+        for count, task_ids in by_attempts.items():
+            outcome.failed += await self.store.mark_failed(
+                task_ids,
+                {"class": error.error_class.value, "message": error.message, "attempts": count, "batch_id": batch.batch_id},
             )
-            outcome.failed += failed
         await self.stats.add({StatsField.TASKS_FAILED: len(items)})
         for item in items:
             log.error(
