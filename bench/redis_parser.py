@@ -26,6 +26,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+# redis-py names its parser classes only in a private module; the public switch is installing hiredis.
 from redis._parsers import _AsyncHiredisParser, _AsyncRESP2Parser
 from redis.asyncio import ConnectionPool, Redis
 

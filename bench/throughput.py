@@ -292,7 +292,7 @@ def profile_hottest(stack: EmbeddedStack, run: ModelRun, workdir: Path, seconds:
 
 def measure_model(
     run: ModelRun, workdir: Path, quick: bool, ray_missing: str, api_workers: int,
-    checkpoint: Callable[[ModelRun], None],
+    checkpoint: Callable[[], None],
 ) -> None:
     """Measure one model into ``run``. ``checkpoint`` is called after every step, so a step
     that fails later (or a killed run) leaves what was measured before it on disk."""
@@ -310,16 +310,16 @@ def measure_model(
     stack.start()
     try:
         run.runs["ceiling"] = loadgen(stack, "full", seconds, clients=instances + 1)
-        checkpoint(run)
+        checkpoint()
         run.runs["naive"] = loadgen(stack, "padded", seconds, clients=CLIENTS)
         run.runs["dynamic"] = loadgen(stack, "dynamic", seconds, clients=CLIENTS)
-        checkpoint(run)
+        checkpoint()
         measure_saturation(stack, run, seconds)
-        checkpoint(run)
+        checkpoint()
         measure_sweep(stack, run, seconds)
-        checkpoint(run)
+        checkpoint()
         measure_latency_tuned(stack, run, seconds)
-        checkpoint(run)
+        checkpoint()
         run.ray_missing = ray_missing or ("" if MODELS[name].ray else "its environment has no torch for this model")
         if not run.ray_missing:
             try:
@@ -327,13 +327,13 @@ def measure_model(
             except Exception as error:  # recorded in the report; the figures measured so far stay
                 run.ray, run.ray_missing = {}, f"failed: {type(error).__name__}: {error}"[:300]
                 print(f"  ray: {run.ray_missing}", flush=True)
-            checkpoint(run)
+            checkpoint()
         try:
             profile_hottest(stack, run, workdir, seconds)
         except Exception as error:
             run.profile = f"(the profile failed: {type(error).__name__}: {error})"[:300]
             print(f"  profile: {run.profile}", flush=True)
-        checkpoint(run)
+        checkpoint()
     finally:
         stack.stop()
 
@@ -395,6 +395,7 @@ def main() -> int:
     )
     parser.add_argument("--render", type=Path, help="only rewrite the report from a throughput.json a run wrote")
     args = parser.parse_args()
+    args.out_dir.mkdir(parents=True, exist_ok=True)
     if args.render:
         return render_again(args.render, args.out_dir)
     started = time.monotonic()
@@ -402,11 +403,10 @@ def main() -> int:
         f" --models {args.models}" if args.models != ",".join(DEFAULT_MODELS) else "") + (
         f" --api-workers {args.api_workers}" if args.api_workers != API_WORKERS else "") + (
         f" --instances {args.instances}" if args.instances != 1 else "")
-    args.out_dir.mkdir(parents=True, exist_ok=True)
     machine = Machine.here(args.api_workers)
     runs: list[ModelRun] = []
 
-    def save(_: ModelRun | None = None) -> None:
+    def save() -> None:
         # Written after every step: a later failure or a kill keeps what was measured.
         saved = {
             "command": command, "elapsed_s": time.monotonic() - started, "machine": machine.__dict__,
