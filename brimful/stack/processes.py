@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -87,8 +88,36 @@ def _signal_group(pgid: int, sig: int) -> None:
         pass
 
 
+_handed_out: set[int] = set()  # ports free_port gave in this process: never given twice
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
 def free_port() -> int:
-    """A TCP port on loopback that nothing listens on right now."""
+    """A TCP port on loopback that nothing listens on right now, chosen outside the
+    kernel's ephemeral range: a port from that range can be taken as the local end of some
+    outgoing connection (a Kafka or Redis client's) before its server gets to bind it."""
+    low, high = _ephemeral_range()
+    outside = [span for span in ((10000, low), (high + 1, 65536)) if span[1] - span[0] > 1000]
+    for _ in range(200):  # bounded: a machine with every such port busy falls back below
+        start, end = random.choice(outside) if outside else (0, 0)
+        port = random.randrange(start, end) if outside else 0
+        if port in _handed_out:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            port = int(sock.getsockname()[1])
+        _handed_out.add(port)
+        return port
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
