@@ -87,6 +87,12 @@ def settle(stack: EmbeddedStack, timeout_s: float = 60.0) -> None:
         time.sleep(0.2)
 
 
+def why(error: Exception, limit: int) -> str:
+    """An error as the report shows it: without the "(see <log path>)" of a stack error,
+    whose scratch folder is gone once the run ends."""
+    return re.sub(r" \(see [^)]*\)", "", f"{type(error).__name__}: {error}")[:limit]
+
+
 def loadgen(
     stack: EmbeddedStack, path: str, seconds: float, *, rate: float = 0, clients: int = 0, url: str = ""
 ) -> dict[str, Any]:
@@ -325,13 +331,13 @@ def measure_model(
             try:
                 measure_ray(stack, run, workdir, seconds)
             except Exception as error:  # recorded in the report; the figures measured so far stay
-                run.ray, run.ray_missing = {}, f"failed: {type(error).__name__}: {error}"[:300]
+                run.ray, run.ray_missing = {}, "failed: " + why(error, 300)
                 print(f"  ray: {run.ray_missing}", flush=True)
             checkpoint()
         try:
             profile_hottest(stack, run, workdir, seconds)
         except Exception as error:
-            run.profile = f"(the profile failed: {type(error).__name__}: {error})"[:300]
+            run.profile = f"(the profile failed: {why(error, 300)})"
             print(f"  profile: {run.profile}", flush=True)
         checkpoint()
     finally:
@@ -423,7 +429,7 @@ def main() -> int:
             try:
                 measure_model(run, Path(scratch), args.quick, ray_missing, args.api_workers, save)
             except Exception as error:  # the next model still runs; this one's figures so far are saved
-                run.failed = f"{type(error).__name__}: {error}"[:500]
+                run.failed = why(error, 500)
                 failed.append(f"{run.name}: {run.failed}")
                 print(f"{run.name} failed: {run.failed}", flush=True)
             save()
