@@ -369,7 +369,7 @@ def write_report(runs: list[ModelRun], command: str, elapsed_s: float, machine: 
     complete = [run for run in runs if run.runs.get("brimful") and run.sweep]
     for run in complete:
         plot(run, out_dir / f"throughput_{run.name}.png")
-        if run.profile:
+        if run.profile and run.packages:  # a real profile, not the note of a failed one
             (out_dir / f"profile_{run.name}.txt").write_text(run.profile)
     defaults = settings_on_free_ports()
     text = report(complete, command, elapsed_s, machine, defaults.min_wait_ms, defaults.min_worthwhile_rows) if complete else (
