@@ -26,7 +26,6 @@ import os
 import platform
 import sys
 import tempfile
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -34,28 +33,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.throughput import loadgen  # noqa: E402
 from bench.throughput_plan import GPU_LIKE_CALL_MS  # noqa: E402
-from brimful.stack import EmbeddedStack, settings_on_free_ports  # noqa: E402
+from brimful.stack import EmbeddedStack, read_sample_sums, settings_on_free_ports  # noqa: E402
 
 NOMINAL_CEILING = 64 / (GPU_LIKE_CALL_MS / 1000)  # rows/s of one endpoint sent only full batches
 
 
 def batcher_metrics(stack: EmbeddedStack) -> dict[str, float]:
-    """The batcher's sums and counts this benchmark reads, and the fitted call time."""
-    url = f"http://127.0.0.1:{stack.settings.batcher_metrics_port}/metrics"
-    with urllib.request.urlopen(url, timeout=5) as response:
-        text = response.read().decode()
-    found: dict[str, float] = {}
-    for line in text.splitlines():
-        if line.startswith("#") or " " not in line:
-            continue
-        series, value = line.rsplit(" ", 1)
-        name = series.split("{", 1)[0]
-        if name in ("brimful_queue_wait_seconds_sum", "brimful_queue_wait_seconds_count",
-                    "brimful_batch_rows_sum", "brimful_batch_rows_count"):
-            found[name] = found.get(name, 0.0) + float(value)
-        elif name == "brimful_endpoint_call_seconds":
-            found[name] = float(value)
-    return found
+    """The batcher's own figures: sums and counts summed over partitions, and the fitted call time."""
+    return read_sample_sums(f"http://127.0.0.1:{stack.settings.batcher_metrics_port}/metrics")
 
 
 def measure(stack: EmbeddedStack, share: float, seconds: float) -> dict[str, Any]:

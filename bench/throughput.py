@@ -65,6 +65,7 @@ from brimful.stack import (  # noqa: E402
     EmbeddedStack,
     ManagedProcess,
     free_port,
+    read_sample_sums,
     settings_env,
     settings_on_free_ports,
     wait_until,
@@ -125,12 +126,8 @@ def stats(stack: EmbeddedStack) -> dict[str, int]:
 
 def triton_batches(stack: EmbeddedStack, model: str) -> tuple[float, float]:
     """(rows, executions) Triton has counted for ``model`` so far, from its metrics endpoint."""
-    url = f"http://127.0.0.1:{stack.triton_metrics_port}/metrics"
-    text = urllib.request.urlopen(url, timeout=5).read().decode()
-    def counter(name: str) -> float:
-        match = re.search(rf'^{name}\{{[^}}]*model="{model}"[^}}]*\}} (\S+)$', text, re.M)
-        return float(match.group(1)) if match else 0.0
-    return counter("nv_inference_count"), counter("nv_inference_exec_count")
+    page = read_sample_sums(f"http://127.0.0.1:{stack.triton_metrics_port}/metrics", model=model)
+    return page.get("nv_inference_count_total", 0.0), page.get("nv_inference_exec_count_total", 0.0)
 
 
 def process_pids(stack: EmbeddedStack, name: str) -> list[int]:

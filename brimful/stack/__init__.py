@@ -1,6 +1,8 @@
-"""The embedded local stack (broker, Redis, Triton, API, batcher) and its process handling."""
+"""The embedded local stack (broker, Redis, Triton, API, batcher), its process handling,
+and reading its components' /metrics pages."""
 
 from brimful.stack.embedded import EmbeddedStack, settings_env, settings_on_free_ports, tansu_binary
+from brimful.stack.metrics_page import read_sample_sums, sample_sums
 from brimful.stack.processes import ManagedProcess, StackError, free_port, wait_until
 from brimful.stack.supervisor import RestartBackoff, Supervisor
 
@@ -11,6 +13,8 @@ __all__ = [
     "StackError",
     "Supervisor",
     "free_port",
+    "read_sample_sums",
+    "sample_sums",
     "settings_env",
     "settings_on_free_ports",
     "tansu_binary",

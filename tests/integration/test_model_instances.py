@@ -7,7 +7,6 @@ import asyncio
 import os
 import sys
 import tempfile
-import urllib.request
 from pathlib import Path
 from typing import Iterator
 
@@ -15,7 +14,7 @@ import numpy as np
 import pytest
 
 from brimful.model_server.reference_model import MODEL_NAME
-from brimful.stack import ManagedProcess, free_port, wait_until
+from brimful.stack import ManagedProcess, free_port, read_sample_sums, wait_until
 from brimful.stack.processes import http_ok
 from brimful.workers.triton_model import TritonModel
 
@@ -51,13 +50,8 @@ def model_host(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
 
 def queued_us(metrics_port: int) -> float:
     """Triton's own count of microseconds calls spent queued for a free instance."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5) as response:
-        text = response.read().decode()
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith("nv_inference_queue_duration_us{") and f'model="{MODEL_NAME}"' in line
-    )
+    page = read_sample_sums(f"http://127.0.0.1:{metrics_port}/metrics", model=MODEL_NAME)
+    return page["nv_inference_queue_duration_us_total"]
 
 
 async def test_instances_run_calls_side_by_side(model_host: tuple[int, str, int]) -> None:

@@ -15,7 +15,7 @@ from redis.asyncio import Redis
 
 from brimful.batcher.main import model_pool
 from brimful.core.redis_keys import RedisKeys
-from brimful.stack import EmbeddedStack, free_port
+from brimful.stack import EmbeddedStack, free_port, sample_sums
 from brimful.workers.model_pool import resolve_all
 from tests.conftest import stack_settings, start_stack
 from tests.integration.test_pipeline import expected_outputs, random_text, read_dead_letters
@@ -54,13 +54,7 @@ async def triton_metrics(stack: EmbeddedStack, host: str) -> dict[str, float]:
     """The model's counters from one Triton server's own /metrics."""
     metrics_port = stack.model_host_ports[host][2]
     async with aiohttp.ClientSession() as session, session.get(f"http://127.0.0.1:{metrics_port}/metrics") as response:
-        text = await response.text()
-    found: dict[str, float] = {}
-    for line in text.splitlines():
-        name, _, rest = line.partition("{")
-        if f'model="{stack.settings.model_name}"' in rest:
-            found[name] = found.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
-    return found
+        return sample_sums(await response.text(), model=stack.settings.model_name)
 
 
 async def submit_and_check(client: TaskClient, count: int, seed: int) -> list[str]:
@@ -83,8 +77,8 @@ async def test_two_batchers_share_two_endpoints_without_sending_either_more_than
     before = {host: await triton_metrics(pool_stack, host) for host in hosts}
     await submit_and_check(pool_client, 3000, seed=1)
     after = {host: await triton_metrics(pool_stack, host) for host in hosts}
-    calls = {h: after[h]["nv_inference_request_success"] - before[h]["nv_inference_request_success"] for h in hosts}
-    queued_us = {h: after[h]["nv_inference_queue_duration_us"] - before[h]["nv_inference_queue_duration_us"]
+    calls = {h: after[h]["nv_inference_request_success_total"] - before[h]["nv_inference_request_success_total"] for h in hosts}
+    queued_us = {h: after[h]["nv_inference_queue_duration_us_total"] - before[h]["nv_inference_queue_duration_us_total"]
                  for h in hosts}
     print(f"\ncalls per endpoint {calls}; mean time queued inside Triton per call (ms): "
           f"{ {h: round(queued_us[h] / 1000 / max(1, calls[h]), 3) for h in hosts} }")

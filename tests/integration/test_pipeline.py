@@ -14,7 +14,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from brimful.core.kafka import read_whole_topic
 from brimful.schemas import DeadLetter, TaskRequest
-from brimful.stack import EmbeddedStack
+from brimful.stack import EmbeddedStack, sample_sums
 from tests.conftest import tune_live
 from tests.task_client import TaskClient
 
@@ -45,13 +45,8 @@ async def triton_counts(stack: EmbeddedStack) -> tuple[int, int]:
     from its Prometheus endpoint (PyTriton locks the statistics API behind a token)."""
     url = f"http://127.0.0.1:{stack.triton_metrics_port}/metrics"
     async with aiohttp.ClientSession() as session, session.get(url) as response:
-        text = await response.text()
-    counts = {"nv_inference_request_success": 0, "nv_inference_request_failure": 0}
-    for line in text.splitlines():
-        name, _, rest = line.partition("{")
-        if name in counts and f'model="{stack.settings.model_name}"' in rest:
-            counts[name] += int(float(line.rsplit(" ", 1)[1]))
-    return counts["nv_inference_request_success"], counts["nv_inference_request_failure"]
+        counts = sample_sums(await response.text(), model=stack.settings.model_name)
+    return int(counts["nv_inference_request_success_total"]), int(counts["nv_inference_request_failure_total"])
 
 
 async def test_burst_of_2000_all_done_with_their_own_results_in_full_batches(

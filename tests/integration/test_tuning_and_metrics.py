@@ -10,7 +10,7 @@ from typing import Any
 import aiohttp
 
 from brimful.batcher.traces import read_trace
-from brimful.stack import EmbeddedStack
+from brimful.stack import EmbeddedStack, sample_sums
 from tests.conftest import policy_seen_by_batchers, tune, tune_live
 from tests.task_client import TaskClient
 
@@ -101,14 +101,7 @@ async def test_request_deadline_flushes_before_the_policy_would(
 async def metric_values(url: str) -> dict[str, float]:
     """Sum each sample name across labels from a Prometheus text page."""
     async with aiohttp.ClientSession() as session, session.get(url) as response:
-        text = await response.text()
-    totals: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        name = line.split("{", 1)[0].split(" ", 1)[0]
-        totals[name] = totals.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
-    return totals
+        return sample_sums(await response.text())
 
 
 async def test_metrics_add_up_after_traffic(stack: EmbeddedStack, client: TaskClient) -> None:
