@@ -21,10 +21,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from aiokafka import AIOKafkaProducer
 from google.protobuf.json_format import MessageToDict
-from redis.asyncio import Redis
 
 from brimful.core.clock import now_ms
 from brimful.core.kafka import stream_topic
+from brimful.core.redis_client import RedisClient
 from brimful.core.redis_keys import RedisKeys
 from brimful.core.settings import Settings
 from brimful.core.task_store import TaskStore
@@ -181,7 +181,7 @@ class _ChunkSink:
 class DeadLetterAdmin:
     """The operations behind ``brimful dlq`` and the ``/v1/admin/dlq`` endpoints."""
 
-    def __init__(self, settings: Settings, redis: Redis, producer: AIOKafkaProducer, store: TaskStore) -> None:
+    def __init__(self, settings: Settings, redis: RedisClient, producer: AIOKafkaProducer, store: TaskStore) -> None:
         self._settings = settings
         self._redis = redis
         self._producer = producer

@@ -13,9 +13,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from redis.asyncio import Redis
-
 from brimful.api.errors import ApiError
+from brimful.core.redis_client import RedisClient
 
 # KEYS[1]: the bucket. ARGV: rate per second, burst, tokens wanted.
 # Returns {1, 0} when taken, or {0, seconds until enough tokens (as a string)}.
@@ -51,7 +50,7 @@ class RateLimiter:
     429 with Retry-After instead. ``bucket`` names a tenant's bucket key; ``unit`` is what
     is counted, for the message ("tasks", "reads")."""
 
-    def __init__(self, redis: Redis, bucket: Callable[[str], str], rate_per_s: float, burst: int, unit: str) -> None:
+    def __init__(self, redis: RedisClient, bucket: Callable[[str], str], rate_per_s: float, burst: int, unit: str) -> None:
         self._bucket = bucket
         self.rate_per_s = rate_per_s
         self.burst = burst

@@ -15,11 +15,10 @@ from collections import Counter, defaultdict
 from contextlib import asynccontextmanager, contextmanager
 from typing import AsyncIterator, Iterator
 
-from redis.asyncio import Redis
-
 from brimful.api.errors import ApiError
 from brimful.core import metrics
 from brimful.core.channel_follower import follow_channel
+from brimful.core.redis_client import RedisClient
 from brimful.core.redis_keys import RedisKeys
 from brimful.core.task_store import FinishedMessage, TaskRecord, TaskStore
 
@@ -34,7 +33,7 @@ async def read_own_task(store: TaskStore, task_id: str, tenant: str) -> TaskReco
 class TaskWaiters:
     """Futures per task id, resolved when the task's final state is published."""
 
-    def __init__(self, redis: Redis, keys: RedisKeys, store: TaskStore, max_per_tenant: int = 0) -> None:
+    def __init__(self, redis: RedisClient, keys: RedisKeys, store: TaskStore, max_per_tenant: int = 0) -> None:
         self._redis = redis
         self._keys = keys
         self._store = store

@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 from prometheus_client import start_http_server
-from redis.asyncio import Redis
 
 from brimful.batcher.service import BatcherLimits, BatcherService
 from brimful.batcher.traces import ArrivalRecorder
@@ -20,7 +19,7 @@ from brimful.core.kafka import ensure_topics, make_consumer, make_producer
 from brimful.core.logs import configure_logging
 from brimful.core.model_metadata import wait_for_signature
 from brimful.core.policy_tuning import PolicyTuning
-from brimful.core.redis_client import make_redis
+from brimful.core.redis_client import RedisClient, make_redis
 from brimful.core.redis_keys import RedisKeys
 from brimful.core.settings import Settings, get_settings
 from brimful.core.stats import SharedStats
@@ -83,7 +82,7 @@ async def flush_trace(recorder: ArrivalRecorder) -> None:
         log.warning("could not write the arrival trace", extra={"error": repr(error)})
 
 
-def model_pool(settings: Settings, redis: Redis, keys: RedisKeys, resolve: Resolver = resolve_all) -> ModelPool:
+def model_pool(settings: Settings, redis: RedisClient, keys: RedisKeys, resolve: Resolver = resolve_all) -> ModelPool:
     """The pool of model endpoints the settings name (names resolved by ``resolve`` when
     ``triton_resolve_dns`` is on)."""
     endpoints = EndpointPool(

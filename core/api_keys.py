@@ -14,9 +14,8 @@ from dataclasses import asdict, dataclass
 from enum import StrEnum
 from typing import Iterable
 
-from redis.asyncio import Redis
-
 from brimful.core.clock import now_ms
+from brimful.core.redis_client import RedisClient
 from brimful.core.redis_keys import RedisKeys
 
 KEY_PREFIX = "bf_"
@@ -56,7 +55,7 @@ def digest(key: str) -> str:
 class ApiKeys:
     """Create, find, list and revoke keys."""
 
-    def __init__(self, redis: Redis, keys: RedisKeys) -> None:
+    def __init__(self, redis: RedisClient, keys: RedisKeys) -> None:
         self._redis = redis
         self._keys = keys
 

@@ -6,7 +6,7 @@ import asyncio
 import logging
 from typing import Callable
 
-from redis.asyncio import Redis
+from brimful.core.redis_client import RedisClient, is_cluster
 
 log = logging.getLogger("brimful.pubsub")
 
@@ -26,7 +26,7 @@ class _Reconnects:
 
 
 async def follow_channel(
-    redis: Redis,
+    redis: RedisClient,
     channel: str,
     on_message: Callable[[bytes], None],
     on_lost: Callable[[], None] = lambda: None,
@@ -37,9 +37,13 @@ async def follow_channel(
     failed, or was re-established under it), call ``on_lost``: messages may have been
     missed, so whoever waits on one must look again."""
     while stop is None or not stop.is_set():
-        pubsub = redis.pubsub()
         reconnects = _Reconnects(on_lost)  # held here: the connection keeps only a weak reference
+        pubsub = None
         try:
+            if is_cluster(redis):
+                # A cluster's pub/sub picks its node from the slot map, read on first use.
+                await redis.initialize()
+            pubsub = redis.pubsub()
             await pubsub.subscribe(channel)
             # Registered after the subscription, so it runs after redis-py's own re-subscribe:
             # whoever re-reads on ``on_lost`` cannot miss a message published after that.
@@ -55,6 +59,7 @@ async def follow_channel(
             on_lost()
             await asyncio.sleep(RESUBSCRIBE_DELAY_S)
         finally:
-            if pubsub.connection is not None:
-                pubsub.connection.deregister_connect_callback(reconnects.connected)
-            await pubsub.aclose()
+            if pubsub is not None:
+                if pubsub.connection is not None:
+                    pubsub.connection.deregister_connect_callback(reconnects.connected)
+                await pubsub.aclose()

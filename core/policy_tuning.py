@@ -14,11 +14,11 @@ import logging
 import math
 from typing import Any, Mapping
 
-from redis.asyncio import Redis
 from redis.exceptions import WatchError
 
 from brimful.core.clock import now_ms
 from brimful.core.policy_params import PolicyParams
+from brimful.core.redis_client import RedisClient
 from brimful.core.redis_keys import RedisKeys
 from brimful.core.settings import Settings
 
@@ -102,14 +102,14 @@ def _describe(values: Mapping[str, float]) -> str:
 class PolicyTuning:
     """Reads and changes the live policy parameters shared by every batcher."""
 
-    def __init__(self, redis: Redis, keys: RedisKeys, defaults: Mapping[str, float], batch_size: int) -> None:
+    def __init__(self, redis: RedisClient, keys: RedisKeys, defaults: Mapping[str, float], batch_size: int) -> None:
         self._redis = redis
         self._keys = keys
         self.defaults = dict(defaults)
         self.batch_size = batch_size
 
     @classmethod
-    def from_settings(cls, settings: Settings, redis: Redis) -> "PolicyTuning":
+    def from_settings(cls, settings: Settings, redis: RedisClient) -> "PolicyTuning":
         return cls(redis, RedisKeys(settings.key_prefix), defaults_from_settings(settings), settings.batch_size)
 
     async def values(self) -> dict[str, float]:

@@ -1,24 +1,102 @@
-"""The Redis client every Brimful process uses, configured from settings."""
+"""The Redis client every Brimful process uses, configured from settings: one Redis, or
+a Redis Cluster (``BRIMFUL_REDIS_CLUSTER``)."""
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any, TypeAlias
+
 from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio.cluster import ClusterPipeline, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError, TimeoutError
 
 from brimful.core.settings import Settings
 
+RedisClient: TypeAlias = Redis | RedisCluster
+"""Either client: the stores use only what both offer, and split their multi-key work by
+hash slot where the client is a cluster's (``is_cluster``)."""
 
-def make_redis(settings: Settings) -> Redis:
-    """A client whose pool makes a burst wait for a free connection (up to
-    ``redis_pool_timeout_s``) instead of failing it, and which retries a command on a
-    fresh connection when the old one died (Redis restarted)."""
+
+# Connections a cluster client may open to each node beyond the commands it runs at once:
+# its pub/sub subscriptions hold theirs for good.
+_SUBSCRIPTION_CONNECTIONS = 4
+
+
+class WaitingRedisCluster(RedisCluster):
+    """A cluster client on which a burst waits for a turn (up to ``pool_timeout_s``)
+    instead of failing: redis-py's cluster client raises MaxConnectionsError as soon as a
+    node's pool is spent. Each command or pipeline takes one turn and holds at most one
+    connection per node, so ``max_concurrent`` turns never exceed a node's pool."""
+
+    def __init__(self, *args: Any, max_concurrent: int, pool_timeout_s: float, **kwargs: Any) -> None:
+        super().__init__(*args, max_connections=max_concurrent + _SUBSCRIPTION_CONNECTIONS, **kwargs)
+        self._turns = asyncio.Semaphore(max_concurrent)
+        self._pool_timeout_s = pool_timeout_s
+
+    async def take_turn(self) -> None:
+        """Wait for a free turn; raises ConnectionError after ``pool_timeout_s``."""
+        try:
+            await asyncio.wait_for(self._turns.acquire(), self._pool_timeout_s)
+        except asyncio.TimeoutError:
+            raise ConnectionError("no Redis connection became free in time") from None
+
+    def end_turn(self) -> None:
+        self._turns.release()
+
+    async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        await self.take_turn()
+        try:
+            return await super().execute_command(*args, **kwargs)
+        finally:
+            self.end_turn()
+
+    def pipeline(self, transaction: Any | None = None, shard_hint: Any | None = None) -> ClusterPipeline:
+        if shard_hint:
+            return super().pipeline(transaction, shard_hint)  # which refuses it
+        return _WaitingPipeline(self, transaction)
+
+
+class _WaitingPipeline(ClusterPipeline):
+    """A cluster pipeline that runs in one turn of its client."""
+
+    def __init__(self, client: WaitingRedisCluster, transaction: Any | None = None) -> None:
+        super().__init__(client, transaction)
+        self._waiting_client = client
+
+    async def execute(self, raise_on_error: bool = True, allow_redirections: bool = True) -> list[Any]:
+        await self._waiting_client.take_turn()
+        try:
+            return await super().execute(raise_on_error, allow_redirections)
+        finally:
+            self._waiting_client.end_turn()
+
+
+def is_cluster(redis: RedisClient) -> bool:
+    """Whether keys in different hash slots must go in different commands."""
+    return isinstance(redis, RedisCluster)
+
+
+def make_redis(settings: Settings) -> RedisClient:
+    """A client that retries a command on a fresh connection when the old one died (Redis
+    restarted). On one Redis its pool makes a burst wait for a free connection (up to
+    ``redis_pool_timeout_s``) instead of failing it; on a cluster, the same holds for
+    ``redis_max_connections`` commands at once, and the client follows the slot map."""
+    retry = Retry(ExponentialBackoff(cap=1.0, base=0.05), retries=3)
+    if settings.redis_cluster:
+        return WaitingRedisCluster.from_url(
+            settings.redis_url,
+            max_concurrent=settings.redis_max_connections,
+            pool_timeout_s=settings.redis_pool_timeout_s,
+            retry=retry,
+            retry_on_error=[ConnectionError, TimeoutError],
+        )
     pool = BlockingConnectionPool.from_url(
         settings.redis_url,
         max_connections=settings.redis_max_connections,
         timeout=settings.redis_pool_timeout_s,
-        retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), retries=3),
+        retry=retry,
         retry_on_error=[ConnectionError, TimeoutError],
     )
     return Redis(connection_pool=pool)

@@ -9,11 +9,16 @@ from dataclasses import dataclass
 class RedisKeys:
     """Builds every Redis key Brimful uses, under one prefix.
 
+    Keys one command or transaction must reach together share a hash tag (the part in
+    ``{}``), so they share a hash slot on a Redis Cluster: the policy and its history, and
+    the batchers' status keys (read with one MGET). Every other command or script touches
+    one key, except a batch's state change, which the task store splits by slot.
+
     - ``{prefix}:task:{task_id}``: hash with the task's status, timestamps, outputs or error.
     - ``{prefix}:stats``: hash of counters totalled across every batcher.
-    - ``{prefix}:policy``: hash of flush-policy parameters changed at run time.
-    - ``{prefix}:policy:history``: list of those changes, newest first (JSON).
-    - ``{prefix}:batcher:{member}``: one live batcher's status (JSON, short TTL).
+    - ``{{prefix}:policy}``: hash of flush-policy parameters changed at run time.
+    - ``{{prefix}:policy}:history``: list of those changes, newest first (JSON).
+    - ``{{prefix}:batcher}:{member}``: one live batcher's status (JSON, short TTL).
     - ``{prefix}:dlq:resolved``: hash of DLQ entry id -> what on-call did to it (JSON).
     - ``{prefix}:idempotency:{key}``: the task_id an Idempotency-Key was first used for.
     - ``{prefix}:ratelimit:{tenant}``: the tenant's token bucket (tokens, time).
@@ -38,11 +43,11 @@ class RedisKeys:
 
     @property
     def policy(self) -> str:
-        return f"{self.prefix}:policy"
+        return f"{{{self.prefix}:policy}}"
 
     @property
     def policy_history(self) -> str:
-        return f"{self.prefix}:policy:history"
+        return f"{self.policy}:history"
 
     def rate_bucket(self, tenant: str) -> str:
         return f"{self.prefix}:ratelimit:{tenant}"
@@ -82,11 +87,12 @@ class RedisKeys:
         return f"{self.prefix}:idempotency:{key}"
 
     def batcher_status(self, member: str) -> str:
-        return f"{self.prefix}:batcher:{member}"
+        return f"{{{self.prefix}:batcher}}:{member}"
 
     @property
     def batcher_status_pattern(self) -> str:
-        return f"{self.prefix}:batcher:*"
+        # Only ``* ? [ ] \`` are special in a match pattern: the braces match themselves.
+        return f"{{{self.prefix}:batcher}}:*"
 
     def endpoint_slots(self, endpoint: str) -> str:
         return f"{self.prefix}:slots:{endpoint}"

@@ -80,6 +80,11 @@ class Settings(BaseSettings):
 
     # --- Redis -----------------------------------------------------------------------
     redis_url: str = Field("redis://127.0.0.1:6379/0", description="Redis holding task state and results.")
+    redis_cluster: bool = Field(
+        False,
+        description="Redis is a Redis Cluster: redis_url names any one of its nodes, and the others are found "
+        "from it. Each task's record lives in its own hash slot (see docs/operations.md, Redis Cluster).",
+    )
     result_ttl_s: int = Field(3600, ge=1, description="How long a finished task's state and result are kept.")
     task_wait_ttl_s: int = Field(
         7 * 24 * 3600,

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from redis.asyncio import Redis
-
+from brimful.core.redis_client import RedisClient
 from brimful.core.redis_keys import RedisKeys
 
 
@@ -32,7 +31,7 @@ class StatsField:
 class SharedStats:
     """Adds to and reads the shared counters; one instance per process."""
 
-    def __init__(self, redis: Redis, keys: RedisKeys) -> None:
+    def __init__(self, redis: RedisClient, keys: RedisKeys) -> None:
         self._redis = redis
         self._key = keys.stats
 

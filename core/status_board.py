@@ -5,15 +5,14 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping
 
-from redis.asyncio import Redis
-
+from brimful.core.redis_client import RedisClient
 from brimful.core.redis_keys import RedisKeys
 
 
 class StatusBoard:
     """Batchers publish a snapshot every second or so; readers list the fresh ones."""
 
-    def __init__(self, redis: Redis, keys: RedisKeys) -> None:
+    def __init__(self, redis: RedisClient, keys: RedisKeys) -> None:
         self._redis = redis
         self._keys = keys
 

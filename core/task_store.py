@@ -12,19 +12,21 @@ import json
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-from redis.asyncio import Redis
+from redis.crc import key_slot
 from redis.exceptions import RedisError
 
 from brimful.core.clock import now_ms
+from brimful.core.redis_client import RedisClient, is_cluster
 from brimful.core.redis_keys import RedisKeys
 from brimful.core.task_status import TaskStatus
 
-# KEYS: task hashes. ARGV: ttl_s (kept from now on), now_ms, new status, allowed-from
-# statuses (comma-separated; a missing hash never moves), field name, channel to publish
-# every moved task on ("" for none; see FinishedMessage for the format), the prefix of
-# the tenants' in-flight sets to remove a moved task from ("" when the new status is
-# not final), then one field value per key ("" writes no field). Returns the 1-based
-# positions of the tasks that moved.
+# KEYS: task hashes (on a Redis Cluster, all in one hash slot). ARGV: ttl_s (kept from now
+# on), now_ms, new status, allowed-from statuses (comma-separated; a missing hash never
+# moves), field name, channel to publish every moved task on ("" for none; see
+# FinishedMessage for the format), the prefix of the tenants' in-flight sets to remove a
+# moved task from ("" to leave them: the new status is not final, or the sets live in
+# other hash slots), then one field value per key ("" writes no field). Returns the 1-based
+# position of each task that moved, followed by its tenant.
 _TRANSITION_LUA = """
 local ttl, now, new_status, allowed, field, channel = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local in_flight_prefix = ARGV[7]
@@ -48,28 +50,25 @@ for i, key in ipairs(KEYS) do
       redis.call('PUBLISH', channel, table.concat({task_id, new_status, submitted, now, tenant, field, value}, '\\n'))
     end
     moved[#moved + 1] = i
+    moved[#moved + 1] = tenant
   end
 end
 return moved
 """
 
-# KEYS[1]: the task hash, KEYS[2]: its tenant's in-flight set. ARGV: ttl_s,
-# submitted_at_ms, tenant, in-flight limit (0: none), stale_before_ms, task id, the
-# queued status.
-# Records the task as queued and counts it in flight, or, when that would pass the
-# limit, writes nothing and returns the tenant's count. Returns -1 when recorded.
-_CREATE_QUEUED_LUA = """
-local ttl, submitted, tenant, limit = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. ARGV[5])
+# KEYS[1]: a tenant's in-flight set. ARGV: submitted_at_ms, in-flight limit (0: none),
+# stale_before_ms, task id. Counts the task in flight, or, when that would pass the limit,
+# writes nothing and returns the tenant's count. Returns -1 when counted.
+_ADMIT_LUA = """
+local limit = tonumber(ARGV[2])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[3])
 if limit > 0 then
-  local count = redis.call('ZCARD', KEYS[2])
+  local count = redis.call('ZCARD', KEYS[1])
   if count >= limit then
     return count
   end
 end
-redis.call('HSET', KEYS[1], 'status', ARGV[7], 'submitted_at_ms', submitted, 'updated_at_ms', submitted, 'tenant', tenant)
-redis.call('EXPIRE', KEYS[1], ttl)
-redis.call('ZADD', KEYS[2], submitted, ARGV[6])
+redis.call('ZADD', KEYS[1], ARGV[1], ARGV[4])
 return -1
 """
 
@@ -148,14 +147,17 @@ class FinishedMessage:
 class TaskStore:
     """Reads and writes task state; one instance per process, sharing one Redis pool."""
 
-    def __init__(self, redis: Redis, keys: RedisKeys, ttl_s: int, waiting_ttl_s: int = 7 * 24 * 3600) -> None:
+    def __init__(self, redis: RedisClient, keys: RedisKeys, ttl_s: int, waiting_ttl_s: int = 7 * 24 * 3600) -> None:
         self._redis = redis
         self._keys = keys
         self._ttl_s = ttl_s  # a final task's record
         # An unfinished task's record: far longer, so it never expires while it waits.
         self._waiting_ttl_s = max(ttl_s, waiting_ttl_s)
+        # On a cluster every task hash has a hash slot of its own, apart from its tenant's
+        # in-flight set: no script may touch both, and a batch's tasks take a script call
+        # per slot (in one pipeline).
+        self._cluster = is_cluster(redis)
         self._transition = redis.register_script(_TRANSITION_LUA)
-        self._create_queued = redis.register_script(_CREATE_QUEUED_LUA)
         self._swap_if = redis.register_script(_SWAP_IF_LUA)
 
     @property
@@ -167,28 +169,49 @@ class TaskStore:
         self, task_id: str, submitted_at_ms: int, tenant: str = "", max_in_flight: int = 0
     ) -> int | None:
         """Record a newly accepted task as queued and count it in its tenant's tasks in
-        flight, in one atomic step (one round trip). Written before the request reaches
-        Kafka, so a fast batcher can never find the task missing or have its result
-        overwritten. When the tenant already has ``max_in_flight`` unfinished tasks (0: no
-        limit), nothing is written and that count is returned; None when recorded."""
-        refused = await self._create_queued(
-            keys=[self._keys.task(task_id), self._keys.in_flight(tenant)],
-            args=[
-                self._waiting_ttl_s, submitted_at_ms, tenant, max_in_flight,
-                submitted_at_ms - self._waiting_ttl_s * 1000, task_id,
-                TaskStatus.QUEUED.value,
-            ],
-        )
-        return None if int(refused) < 0 else int(refused)
+        flight (one round trip). Written before the request reaches Kafka, so a fast
+        batcher can never find the task missing or have its result overwritten. When the
+        tenant already has ``max_in_flight`` unfinished tasks (0: no limit), the record is
+        taken back and that count is returned; None when recorded. The count and the check
+        are one atomic step, so concurrent submissions are never over-admitted."""
+        key = self._keys.task(task_id)
+        try:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                pipe.hset(
+                    key,
+                    mapping={
+                        "status": TaskStatus.QUEUED.value,
+                        "submitted_at_ms": submitted_at_ms,
+                        "updated_at_ms": submitted_at_ms,
+                        "tenant": tenant,
+                    },
+                )
+                pipe.expire(key, self._waiting_ttl_s)
+                # As text: a registered script in a pipeline costs a round trip more (redis-py
+                # checks that it is loaded first), and Redis caches the text by its hash.
+                pipe.eval(
+                    _ADMIT_LUA, 1, self._keys.in_flight(tenant),
+                    submitted_at_ms, max_in_flight, submitted_at_ms - self._waiting_ttl_s * 1000, task_id,
+                )
+                refused = int((await pipe.execute())[-1])
+        except RedisError:
+            await self._forget_quietly(task_id, tenant)
+            raise
+        if refused < 0:
+            return None
+        # Nobody was given this id: taking its record back leaves no trace.
+        await self._redis.delete(key)
+        return refused
 
     async def requeue(self, task_id: str, submitted_at_ms: int, tenant: str = "") -> None:
         """Put a failed task back to ``queued`` for a replay (recreating it if it expired).
         Written before the request is sent again, as for a new task; it counts as in
         flight for its tenant again (an operator's replay is never refused for it)."""
         key = self._keys.task(task_id)
+        await self._redis.zadd(self._keys.in_flight(tenant), {task_id: now_ms()})
+        # One key, so one atomic step on a cluster too: no reader sees a half-requeued task.
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.hdel(key, "error", "outputs")
-            pipe.zadd(self._keys.in_flight(tenant), {task_id: now_ms()})
             pipe.hset(
                 key,
                 mapping={
@@ -229,10 +252,18 @@ class TaskStore:
 
     async def forget(self, task_id: str, tenant: str = "") -> None:
         """Remove a task that was never accepted (its enqueue failed), and its slot in flight."""
-        async with self._redis.pipeline(transaction=True) as pipe:
+        async with self._redis.pipeline(transaction=False) as pipe:
             pipe.delete(self._keys.task(task_id))
             pipe.zrem(self._keys.in_flight(tenant), task_id)
             await pipe.execute()
+
+    async def _forget_quietly(self, task_id: str, tenant: str) -> None:
+        # After a failed create: whatever half of it landed goes; if Redis is down, the
+        # record expires and the in-flight entry ages out with the waiting TTL.
+        try:
+            await self.forget(task_id, tenant)
+        except RedisError:
+            pass
 
     async def get(self, task_id: str) -> TaskRecord | None:
         """The stored task, or None when unknown or expired."""
@@ -304,8 +335,36 @@ class TaskStore:
             return []
         keys = [self._keys.task(t) for t in task_ids]
         channel = self._keys.finished_channel if publish else ""
-        in_flight_prefix = self._keys.in_flight_prefix if status.is_final else ""
+        # On one Redis the script leaves the tenants' in-flight sets in the same step; on a
+        # cluster they live in other slots, and are left right after (see below).
+        in_flight_prefix = self._keys.in_flight_prefix if status.is_final and not self._cluster else ""
         ttl = self._ttl_s if status.is_final else self._waiting_ttl_s
-        args = [ttl, now_ms(), status.value, allowed_from, field, channel, in_flight_prefix, *values]
-        positions = await self._transition(keys=keys, args=args)
-        return [task_ids[int(position) - 1] for position in positions]
+        args = [ttl, now_ms(), status.value, allowed_from, field, channel, in_flight_prefix]
+        groups = _by_slot(keys) if self._cluster else [list(range(len(keys)))]
+        if len(groups) == 1:
+            replies = [await self._transition(keys=keys, args=[*args, *values])]
+        else:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for group in groups:
+                    pipe.eval(_TRANSITION_LUA, len(group), *(keys[i] for i in group), *args, *(values[i] for i in group))
+                replies = await pipe.execute()
+        moved: list[tuple[str, str]] = []  # (task id, tenant)
+        for group, reply in zip(groups, replies):
+            for position, tenant in zip(reply[::2], reply[1::2]):
+                moved.append((task_ids[group[int(position) - 1]], tenant.decode()))
+        if status.is_final and self._cluster and moved:
+            # A crash before this leaves an entry that ages out with the waiting TTL; the
+            # task itself is final either way.
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for task_id, tenant in moved:
+                    pipe.zrem(self._keys.in_flight(tenant), task_id)
+                await pipe.execute()
+        return [task_id for task_id, _ in moved]
+
+
+def _by_slot(keys: list[str]) -> list[list[int]]:
+    """The positions of ``keys`` grouped by hash slot, in first-seen order."""
+    groups: dict[int, list[int]] = {}
+    for position, key in enumerate(keys):
+        groups.setdefault(key_slot(key.encode()), []).append(position)
+    return list(groups.values())

@@ -19,8 +19,7 @@ import json
 import time
 from dataclasses import asdict, dataclass, replace
 
-from redis.asyncio import Redis
-
+from brimful.core.redis_client import RedisClient
 from brimful.core.redis_keys import RedisKeys
 
 CACHE_S = 1.0  # how stale an API replica's copy of a tenant's limits may be
@@ -37,7 +36,7 @@ class TenantLimits:
 class TenantLimitStore:
     """Reads and sets per-tenant limits, and counts a tenant's tasks in flight."""
 
-    def __init__(self, redis: Redis, keys: RedisKeys, defaults: TenantLimits) -> None:
+    def __init__(self, redis: RedisClient, keys: RedisKeys, defaults: TenantLimits) -> None:
         self._redis = redis
         self._keys = keys
         self.defaults = defaults

