@@ -20,6 +20,7 @@ from brimful.core.clock import now_ms
 from brimful.core.redis_keys import RedisKeys
 from brimful.core.task_store import FinishedMessage, TaskStore
 from brimful.stack import EmbeddedStack
+from brimful.stack.embedded import REDIS_CLUSTER_MASTERS
 from brimful.stack.processes import wait_until
 from tests.conftest import policy_seen_by_batchers, stack_settings, start_stack, tune_live
 from tests.integration.test_pipeline import expected_outputs
@@ -62,7 +63,9 @@ async def store(cluster_stack: EmbeddedStack) -> AsyncIterator[TaskStore]:
 def keys_per_master(stack: EmbeddedStack, pattern: str) -> list[int]:
     """How many keys matching ``pattern`` each master holds, asked of each node itself."""
     counts = []
-    for name in ("redis", "redis-1", "redis-2"):
+    masters = [name for name in stack.processes if name.startswith("redis")]
+    assert len(masters) == REDIS_CLUSTER_MASTERS
+    for name in masters:
         port = int(stack.processes[name].argv[stack.processes[name].argv.index("--port") + 1])
         with redis.Redis(port=port) as node:
             counts.append(sum(1 for _ in node.scan_iter(match=pattern, count=1000)))
