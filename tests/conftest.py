@@ -56,7 +56,13 @@ async def client(stack: EmbeddedStack) -> AsyncIterator[TaskClient]:
 
 
 async def policy_seen_by_batchers(client: TaskClient) -> list[dict[str, Any]]:
-    return [batcher["params"] for batcher in (await client.stats())["batchers"]]
+    """The live policy of each batcher on the status board; waits (up to 10 s) while the
+    board is empty, so "every batcher applies it" is never true of none."""
+    deadline = time.monotonic() + 10
+    while not (batchers := (await client.stats())["batchers"]):
+        assert time.monotonic() < deadline, "no batcher on the status board"
+        await asyncio.sleep(0.05)
+    return [batcher["params"] for batcher in batchers]
 
 
 async def tune(client: TaskClient, **changes: float) -> tuple[int, Any]:

@@ -53,8 +53,10 @@ async def test_burst_of_2000_all_done_with_their_own_results_in_full_batches(
     stack: EmbeddedStack, client: TaskClient, restore_policy: None
 ) -> None:
     # The cost mode: a latency target as long as max_wait, so batches wait to fill (at
-    # the default target the batch leaves when its oldest row would miss 50 ms).
-    await tune_live(client, latency_target_ms=stack.settings.max_wait_ms)
+    # the default target the batch leaves when its oldest row would miss 50 ms). A
+    # max_wait of 2 s, so a slow moment of the one API process sending the burst cannot
+    # time a batch out before it fills.
+    await tune_live(client, max_wait_ms=2000, latency_target_ms=2000)
     rng = random.Random(2000)
     texts = [random_text(rng) for _ in range(2000)]
     texts[:3] = ["", "a", "🙂" * 1024]  # the edges: empty, one byte, exactly 4 KB of emoji
