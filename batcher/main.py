@@ -15,6 +15,7 @@ from prometheus_client import start_http_server
 from brimful.batcher.service import BatcherLimits, BatcherService
 from brimful.batcher.traces import ArrivalRecorder
 from brimful.core.channel_follower import follow_channel
+from brimful.core.fetch_pacer import FetchPacer
 from brimful.core.kafka import ensure_topics, make_consumer, make_producer
 from brimful.core.logs import configure_logging
 from brimful.core.model_metadata import wait_for_signature
@@ -159,6 +160,9 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
                 commit_timeout_s=settings.kafka_commit_timeout_s,
             ),
             on_arrival=recorder.record if recorder else None,
+            fetch_pacer=FetchPacer(
+                consumer, settings.kafka_fetch_max_wait_ms, settings.kafka_fetch_lagging_max_wait_ms, "batcher"
+            ),
         )
         if settings.batcher_metrics_port:
             start_http_server(settings.batcher_metrics_port, addr=settings.api_host)

@@ -28,6 +28,7 @@ from brimful.batcher.offsets import OffsetTracker
 from brimful.batcher.policy import FlushReason, WaitOrFullPolicy
 from brimful.core import metrics
 from brimful.core.clock import now_ms
+from brimful.core.fetch_pacer import FetchPacer
 from brimful.core.policy_params import PolicyParams
 from brimful.schemas import TaskRequest
 from brimful.workers.batch_runner import Batch, BatchItem, BatchRunner
@@ -86,8 +87,10 @@ class BatcherService:
         limits: BatcherLimits,
         clock: Callable[[], float] = time.monotonic,
         on_arrival: Callable[[int, float], None] | None = None,
+        fetch_pacer: FetchPacer | None = None,
     ) -> None:
         self._consumer = consumer
+        self._fetch_pacer = fetch_pacer  # lengthens fetch waits while lagging behind a slow broker
         self._topic = topic
         self._runner = runner
         self._dead_letters = dead_letters
@@ -232,6 +235,8 @@ class BatcherService:
             if fetched:
                 self._accept(fetched)
                 self._wakeup.set()
+            if self._fetch_pacer is not None:
+                await self._fetch_pacer.after_fetch(fetched)
 
     def _seconds_to_next_flush(self) -> float | None:
         now = self._clock()

@@ -2,7 +2,8 @@
 
 Settings (``settings``); the Redis key layout (``redis_keys``) and the stores built on it
 (``task_store``, ``stats``, ``status_board``, ``policy_tuning``, ``api_keys``,
-``tenant_limits``); client factories (``redis_client``, ``kafka``); the model's signature
+``tenant_limits``); client factories (``redis_client``, ``kafka``) and the fetch wait
+fitted to a slow broker (``fetch_wait``, ``fetch_pacer``); the model's signature
 and metadata (``model_signature``, ``model_metadata``); the tensor codec; metrics, logs,
 the clock, and the pub/sub follower. It imports no room.
 """

@@ -14,6 +14,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 from aiokafka.helpers import create_ssl_context
 
+from brimful.core.fetch_pacer import FetchPacer
 from brimful.core.settings import Settings
 
 log = logging.getLogger("brimful.kafka")
@@ -113,12 +114,17 @@ async def stream_topic(
     arrives for ``stall_timeout_s`` before the end."""
     # One fetch at a time, just big enough for the largest record the broker takes.
     fetch_bytes = settings.kafka_max_message_bytes + 64 * 1024
+    # aiokafka's own 500 ms wait, raised while reading old records from a slow broker
+    base_wait_ms = min(500, settings.kafka_fetch_lagging_max_wait_ms)
     consumer = AIOKafkaConsumer(
         **connection_options(settings),
         enable_auto_commit=False,
         max_partition_fetch_bytes=fetch_bytes,
         fetch_max_bytes=fetch_bytes,
+        fetch_max_wait_ms=base_wait_ms,
+        request_timeout_ms=settings.kafka_request_timeout_ms,
     )
+    pacer = FetchPacer(consumer, base_wait_ms, settings.kafka_fetch_lagging_max_wait_ms, "topic-reader")
     await consumer.start()
     try:
         first_partition, first_offset = start if start is not None else (0, 0)
@@ -135,6 +141,7 @@ async def stream_topic(
             stalled_at = time.monotonic() + stall_timeout_s
             while True:
                 fetched = await consumer.getmany(tp, timeout_ms=200)
+                await pacer.after_fetch(fetched)
                 records = [(r.partition, r.offset, r.value) for r in fetched.get(tp, [])]
                 if end is None:
                     end = consumer.highwater(tp)  # fixed once known: a scan never chases new letters

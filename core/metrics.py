@@ -32,6 +32,11 @@ ARRIVAL_RATE = Gauge(
     "brimful_arrival_rate_per_second", "Estimated arrival rate of the partition (EWMA).", ["partition"]
 )
 PENDING_ROWS = Gauge("brimful_pending_rows", "Rows waiting in the partition's accumulator.", ["partition"])
+FETCH_WAIT = Gauge(
+    "brimful_fetch_wait_seconds",
+    "Longest the broker may hold the consumer's next fetch: raised while it lags behind a slow broker.",
+    ["consumer"],
+)
 
 # --- workers: model calls ------------------------------------------------------------
 BATCH_ROWS = Histogram(

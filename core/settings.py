@@ -68,6 +68,14 @@ class Settings(BaseSettings):
         "fetches for the full wait (Tansu in memory mode does) would otherwise deliver arrivals in lumps. "
         "Tansu on S3 storage needs 500 or more: shorter, its fetches come back empty.",
     )
+    kafka_fetch_lagging_max_wait_ms: int = Field(
+        4000,
+        ge=0,
+        description="Ceiling of the fetch wait while a partition lags and fetches still come back empty: "
+        "the wait doubles from kafka_fetch_max_wait_ms up to this, and returns once caught up. A broker "
+        "that reads old records slowly (Tansu on S3 after a restart) gives a short fetch nothing. "
+        "Must be below kafka_request_timeout_ms.",
+    )
     kafka_linger_ms: int = Field(2, ge=0, description="Producer linger: how long a send waits to share a request.")
     kafka_max_message_bytes: int = Field(
         1_048_588,
@@ -263,6 +271,10 @@ class Settings(BaseSettings):
             raise ValueError("min_wait_ms must not exceed max_wait_ms")
         if self.kafka_request_timeout_ms <= self.kafka_session_timeout_ms // 2:
             raise ValueError("kafka_request_timeout_ms must exceed kafka_session_timeout_ms / 2")
+        if not self.kafka_fetch_max_wait_ms <= self.kafka_fetch_lagging_max_wait_ms < self.kafka_request_timeout_ms:
+            raise ValueError(
+                "kafka_fetch_lagging_max_wait_ms must be at least kafka_fetch_max_wait_ms and below kafka_request_timeout_ms"
+            )
         if self.kafka_security_protocol.startswith("SASL_") and not (
             self.kafka_sasl_username and self.kafka_sasl_password.get_secret_value()
         ):

@@ -55,14 +55,19 @@ def durable_stack(workdir: Path, s3_server: str, model_host_args: tuple[str, ...
         model_host_args=model_host_args,
         redis_append_only=True,
         broker_storage="s3://tansu/",
-        broker_env={
-            "AWS_ENDPOINT": s3_server,
-            "AWS_ALLOW_HTTP": "true",
-            "AWS_ACCESS_KEY_ID": "brimful",
-            "AWS_SECRET_ACCESS_KEY": "brimful",
-            "AWS_DEFAULT_REGION": "us-east-1",
-        },
+        broker_env=s3_broker_env(s3_server),
     )
+
+
+def s3_broker_env(s3_server: str) -> dict[str, str]:
+    """What the broker needs to keep its log on the local S3 server."""
+    return {
+        "AWS_ENDPOINT": s3_server,
+        "AWS_ALLOW_HTTP": "true",
+        "AWS_ACCESS_KEY_ID": "brimful",
+        "AWS_SECRET_ACCESS_KEY": "brimful",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
 
 
 @pytest.fixture(scope="module")

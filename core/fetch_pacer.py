@@ -1,0 +1,81 @@
+"""Fitting a live consumer's fetch wait to what its fetches bring (``fetch_wait``)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import KafkaError
+from aiokafka.structs import ConsumerRecord
+
+from brimful.core import metrics
+from brimful.core.fetch_wait import FetchWait
+
+log = logging.getLogger("brimful.kafka")
+
+_POSITION_TIMEOUT_S = 0.5  # a partition whose position is being reset counts as not lagging
+
+
+def set_fetch_max_wait(consumer: AIOKafkaConsumer, wait_ms: int) -> bool:
+    """Change the wait of ``consumer``'s next fetch requests. aiokafka fixes it at
+    construction and has no setter, so this sets its fetcher's attribute; False (and the
+    wait unchanged) should a release rename it. tests/integration/test_fetch_pacer.py pins it."""
+    fetcher = getattr(consumer, "_fetcher", None)
+    if fetcher is None or not isinstance(getattr(fetcher, "_fetch_max_wait_ms", None), int):
+        return False
+    fetcher._fetch_max_wait_ms = wait_ms
+    return True
+
+
+class FetchPacer:
+    """After each fetch, lengthens or resets the consumer's fetch wait (see ``fetch_wait``)."""
+
+    def __init__(self, consumer: AIOKafkaConsumer, base_ms: int, ceiling_ms: int, name: str) -> None:
+        self._consumer = consumer
+        self._wait = FetchWait(base_ms, ceiling_ms)
+        self._name = name  # which consumer, in logs and metrics
+        self._unsupported = False
+
+    @property
+    def wait_ms(self) -> int:
+        """The wait the consumer's fetches ask for now."""
+        return self._wait.current_ms
+
+    async def after_fetch(self, fetched: dict[TopicPartition, list[ConsumerRecord]]) -> None:
+        """Account for one ``getmany`` result. Cheap on the busy path: lag is only read
+        when the fetch came back empty or the wait is raised."""
+        got_records = any(fetched.values())
+        if got_records and self._wait.current_ms == self._wait.base_ms:
+            return
+        before = self._wait.current_ms
+        wait_ms = self._wait.after_fetch(got_records, await self._lagging())
+        if wait_ms == before or self._unsupported:
+            return
+        if not set_fetch_max_wait(self._consumer, wait_ms):
+            self._unsupported = True
+            log.warning("cannot change the fetch wait of this aiokafka release; it stays fixed", extra={"consumer": self._name})
+            return
+        metrics.FETCH_WAIT.labels(self._name).set(wait_ms / 1000)
+        if wait_ms == self._wait.ceiling_ms or wait_ms == self._wait.base_ms:
+            log.info(
+                "fetch wait %s", "back to base: caught up" if wait_ms == self._wait.base_ms else "at its ceiling: lagging behind a slow broker",
+                extra={"consumer": self._name, "fetch_wait_ms": wait_ms},
+            )
+
+    async def _lagging(self) -> bool:
+        """Whether a partition being fetched has records past the consumer's position."""
+        paused = self._consumer.paused()
+        # High watermarks first, with no await between: the assignment cannot change under them.
+        highwaters = {
+            tp: high for tp in self._consumer.assignment()
+            if tp not in paused and (high := self._consumer.highwater(tp)) is not None
+        }  # a paused partition is not fetched: its lag is the batcher's choice
+        for tp, highwater in highwaters.items():
+            try:
+                position = await asyncio.wait_for(self._consumer.position(tp), _POSITION_TIMEOUT_S)
+            except (asyncio.TimeoutError, KafkaError):  # unassigned meanwhile, or still resetting
+                continue
+            if highwater > position:
+                return True
+        return False
