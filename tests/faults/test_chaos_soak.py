@@ -124,7 +124,12 @@ async def test_every_accepted_task_ends_right_through_a_chaos_schedule(
 
 def write_report(path: Path, figures: dict[str, object], schedule: list[str]) -> None:
     """Rewrite the page's figures; the sections after them (findings, from ``## `` on) stay."""
-    rows = "\n".join(f"| {name} | {value} |" for name, value in figures.items())
+    def cell(value: object) -> str:
+        if isinstance(value, dict):
+            return ", ".join(f"{key} {count}" for key, count in value.items())
+        return str(value)
+
+    rows = "\n".join(f"| {name} | {cell(value)} |" for name, value in figures.items())
     kept = ""
     if path.exists() and "\n## " in path.read_text():
         kept = "\n## " + path.read_text().split("\n## ", 1)[1]
