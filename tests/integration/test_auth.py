@@ -18,6 +18,7 @@ from redis import Redis
 from brimful.core.redis_keys import RedisKeys
 from brimful.stack import EmbeddedStack, settings_env
 from tests.conftest import stack_settings, start_stack
+from tests.integration.test_tuning_and_metrics import metric_values
 
 RATE, BURST = 5.0, 10
 READ_RATE, READ_BURST, LONG_POLLS = 20.0, 40, 3
@@ -311,20 +312,21 @@ async def test_a_tenant_holds_a_bounded_number_of_long_polls(auth_stack: Embedde
         assert status == 202, body
         path = f"/v1/tasks/{body['task_id']}"
         held = [asyncio.create_task(call(auth_stack, "GET", path, waiter, params={"wait": "30"})) for _ in range(LONG_POLLS)]
+        # Until the three are held: probing earlier could take a place one of them needs.
         deadline = time.monotonic() + 15
-        unknown = f"/v1/tasks/{'0' * 32}"  # a long-poll on it answers 404 at once when let through
-        # Probes come slower than the read bucket refills, so on a slow machine they cannot
-        # spend it; should one still meet the read limit, it only means "not yet".
-        probe_interval_s = 2 / READ_RATE
-        while True:  # until the held ones are counted: then the next one is refused
-            status, refused = await call(auth_stack, "GET", unknown, waiter, params={"wait": "20"})
-            if status == 429 and refused["error"]["code"] == "too_many_waiting":
-                break
-            assert status == 404 or (status == 429 and refused["error"]["code"] == "rate_limited"), refused
+        while (await metric_values(f"{auth_stack.api_url}/metrics")).get("brimful_long_polls_waiting", 0) < LONG_POLLS:
             answered = [task.result() for task in held if task.done()]
             assert not answered, f"a long-poll was answered before the limit was reached: {answered}"
-            assert time.monotonic() < deadline, "the long-polls were never counted"
-            await asyncio.sleep(probe_interval_s)
+            assert time.monotonic() < deadline, "the long-polls were never held"
+            await asyncio.sleep(0.05)
+        unknown = f"/v1/tasks/{'0' * 32}"  # a long-poll on it would answer 404 at once if let through
+        while True:  # a probe that meets the read limit only means "not yet"
+            status, refused = await call(auth_stack, "GET", unknown, waiter, params={"wait": "20"})
+            if not (status == 429 and refused["error"]["code"] == "rate_limited"):
+                break
+            assert time.monotonic() < deadline, refused
+            await asyncio.sleep(2 / READ_RATE)
+        assert status == 429 and refused["error"]["code"] == "too_many_waiting", (status, refused)
         assert not any(task.done() for task in held)
         # A POST with ?wait is still accepted, answered at once instead of held.
         status, body = await call(auth_stack, "POST", "/v1/tasks", waiter, params={"wait": "20"}, json={"inputs": {"TEXT": "x"}})
