@@ -11,6 +11,7 @@ from fastapi import Request
 
 from brimful.api.backlog import BacklogMonitor
 from brimful.api.dead_letter_admin import DeadLetterAdmin
+from brimful.api.group_commit import GroupCommitter
 from brimful.api.rate_limit import RateLimiter
 from brimful.api.task_waiters import TaskWaiters
 from brimful.core.api_keys import ApiKeys
@@ -45,6 +46,10 @@ class ApiState:
         self.tuning = PolicyTuning.from_settings(settings, self.redis)
         self.status_board = StatusBoard(self.redis, keys)
         self.dead_letters = DeadLetterAdmin(settings, self.redis, self.producer, self.store)
+        self.committer = GroupCommitter(
+            self.store, lambda: self.producer, settings.requests_topic, settings.submit_group_max,
+            settings.submit_waiting_max,
+        )
         self.backlog = BacklogMonitor(self.status_board, self.stats)
         self.waiters = TaskWaiters(self.redis, keys, self.store, settings.tenant_max_long_polls)
         self.api_keys = ApiKeys(self.redis, keys)
@@ -69,6 +74,8 @@ class ApiState:
         for task in self._background:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
+        # Submissions under way finish first: the broker's timeout bounds each of their steps.
+        await self.committer.close(drain_s=2 * self.settings.kafka_request_timeout_ms / 1000)
         if self.producer_started:
             await self.producer.stop()
         await self.model.close()

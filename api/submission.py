@@ -19,10 +19,12 @@ from redis.exceptions import RedisError
 
 from brimful.api.auth import Principal
 from brimful.api.errors import ApiError
+from brimful.api.group_commit import GroupCommitterFull, GroupCommitterStopped, InFlightLimitReached
 from brimful.api.state import ApiState
 from brimful.core import metrics
 from brimful.core.clock import now_ms
 from brimful.core.model_signature import ModelSignature
+from brimful.core.task_store import NewTask
 from brimful.core.tenant_limits import TenantLimits
 from brimful.core.tensor_codec import InputValidationError, encode_input
 from brimful.schemas import InputTensor, TaskRequest
@@ -175,7 +177,8 @@ async def take_tokens(state: ApiState, principal: Principal, count: int) -> None
 
 async def enqueue(state: ApiState, submission: Submission, task_id: str, tenant: str, max_in_flight: int) -> None:
     """Record the task as queued (429 if the tenant has too many in flight), then put it
-    on the requests topic (acks=all)."""
+    on the requests topic (acks=all): in a group commit with the submissions that arrive
+    alongside (``group_commit``)."""
     assert state.signature is not None
     submitted_at = now_ms()
     message = TaskRequest(
@@ -192,23 +195,25 @@ async def enqueue(state: ApiState, submission: Submission, task_id: str, tenant:
     if len(record) > limit:
         raise _too_large_for_broker(len(record), limit)
     try:
-        # Redis first: a fast batcher must never find the task missing.
-        in_flight = await state.store.create_queued(task_id, submitted_at, tenant, max_in_flight)
-    except RedisError as error:
-        log.error("could not record task", extra={"task_id": task_id, "error": str(error)})
-        raise ApiError(503, "store_unavailable", "the result store is unreachable", {"Retry-After": "1"}) from error
-    if in_flight is not None:
+        # Redis first, with the submissions that arrive alongside: a fast batcher must
+        # never find the task missing.
+        sent = await state.committer.submit(NewTask(task_id, submitted_at, tenant, max_in_flight), record)
+    except InFlightLimitReached as refused:
         raise ApiError(
             429,
             "too_many_in_flight",
-            f"this tenant has {in_flight} unfinished tasks, its limit; retry once some finish",
+            f"this tenant has {refused.count} unfinished tasks, its limit; retry once some finish",
             {"Retry-After": "1"},
-        )
-    try:
-        sent = await state.producer.send_and_wait(state.settings.requests_topic, value=record, key=task_id.encode())
-    except KafkaError as error:
+        ) from refused
+    except GroupCommitterFull as error:
+        raise ApiError(503, "overloaded", f"{error}; retry shortly", {"Retry-After": "1"}) from error
+    except GroupCommitterStopped as error:  # still unwritten after the drain
+        raise ApiError(503, "stopping", f"{error}; retry", {"Retry-After": "1"}) from error
+    except RedisError as error:
+        log.error("could not record task", extra={"task_id": task_id, "error": str(error)})
+        raise ApiError(503, "store_unavailable", "the result store is unreachable", {"Retry-After": "1"}) from error
+    except KafkaError as error:  # the task was taken back out of Redis
         log.error("could not enqueue task", extra={"task_id": task_id, "error": str(error)})
-        await state.store.forget(task_id, tenant)
         if isinstance(error, MessageSizeTooLargeError):  # the broker's own limit is below the setting
             raise _too_large_for_broker(len(record), limit) from error
         raise ApiError(503, "broker_unavailable", "the broker did not accept the task", {"Retry-After": "1"}) from error

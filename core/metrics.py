@@ -64,6 +64,10 @@ TASK_LATENCY = Histogram(
 
 # --- API -----------------------------------------------------------------------------
 TASKS_SUBMITTED = Counter("brimful_tasks_submitted", "Tasks accepted (answered 202).")
+SUBMIT_GROUP_SIZE = Histogram(
+    "brimful_submit_group_size", "Submissions recorded and sent together by one group commit.",
+    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
+)
 LONG_POLLS_WAITING = Gauge(
     "brimful_long_polls_waiting", "Requests held open waiting for a task to finish.", multiprocess_mode="livesum"
 )

@@ -246,6 +246,15 @@ class Settings(BaseSettings):
     api_key: str = Field("", description="Key the `brimful` operator commands present to the API.")
     long_poll_max_s: float = Field(30.0, gt=0, description="Longest `?wait=` a client may ask a request to be held.")
     max_bulk_tasks: int = Field(1000, ge=1, description="Most tasks one POST /v1/tasks:batch may carry.")
+    submit_group_max: int = Field(
+        256, ge=1,
+        description="Most submissions one group commit records in Redis and sends to the broker together "
+        "(submissions that arrive while a group is written form the next one).",
+    )
+    submit_waiting_max: int = Field(
+        10_000, ge=1,
+        description="Most submissions an API process holds waiting for their group; past it, 503 overloaded.",
+    )
     tenant_max_payload_bytes: int = Field(
         1024 * 1024,
         ge=0,

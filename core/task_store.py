@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
 from redis.crc import key_slot
 from redis.exceptions import RedisError
@@ -95,6 +95,16 @@ _NOT_FINAL = f"{TaskStatus.QUEUED},{TaskStatus.RUNNING}"
 _QUEUED = f"{TaskStatus.QUEUED}"
 
 
+class NewTask(NamedTuple):
+    """A task to record as queued: its id, when it was submitted, its tenant, and the
+    tenant's limit of tasks in flight (0: none)."""
+
+    task_id: str
+    submitted_at_ms: int
+    tenant: str = ""
+    max_in_flight: int = 0
+
+
 @dataclass(frozen=True)
 class IdempotencyHold:
     """What an Idempotency-Key is bound to: the task it was first used for, and whether
@@ -174,34 +184,58 @@ class TaskStore:
         tenant already has ``max_in_flight`` unfinished tasks (0: no limit), the record is
         taken back and that count is returned; None when recorded. The count and the check
         are one atomic step, so concurrent submissions are never over-admitted."""
-        key = self._keys.task(task_id)
+        (outcome,) = await self.create_queued_many([NewTask(task_id, submitted_at_ms, tenant, max_in_flight)])
+        if isinstance(outcome, RedisError):
+            raise outcome
+        return outcome
+
+    async def create_queued_many(self, tasks: Sequence[NewTask]) -> list[int | None | RedisError]:
+        """``create_queued`` for a group of tasks in one round trip (one pipeline). Each is
+        answered on its own, in order: None when recorded, its tenant's count when refused,
+        or the RedisError of a command of its own that failed (say a key of its tenant's
+        holding the wrong type); the refused and failed ones are taken back in a second
+        round trip, only when there are any. When the round trip itself fails (connection, timeout), nothing of the
+        group is left behind (as far as Redis lets it be removed) and the error is raised."""
         try:
             async with self._redis.pipeline(transaction=False) as pipe:
-                pipe.hset(
-                    key,
-                    mapping={
-                        "status": TaskStatus.QUEUED.value,
-                        "submitted_at_ms": submitted_at_ms,
-                        "updated_at_ms": submitted_at_ms,
-                        "tenant": tenant,
-                    },
-                )
-                pipe.expire(key, self._waiting_ttl_s)
-                # As text: a registered script in a pipeline costs a round trip more (redis-py
-                # checks that it is loaded first), and Redis caches the text by its hash.
-                pipe.eval(
-                    _ADMIT_LUA, 1, self._keys.in_flight(tenant),
-                    submitted_at_ms, max_in_flight, submitted_at_ms - self._waiting_ttl_s * 1000, task_id,
-                )
-                refused = int((await pipe.execute())[-1])
+                for task in tasks:
+                    key = self._keys.task(task.task_id)
+                    pipe.hset(
+                        key,
+                        mapping={
+                            "status": TaskStatus.QUEUED.value,
+                            "submitted_at_ms": task.submitted_at_ms,
+                            "updated_at_ms": task.submitted_at_ms,
+                            "tenant": task.tenant,
+                        },
+                    )
+                    pipe.expire(key, self._waiting_ttl_s)
+                    # As text: a registered script in a pipeline costs a round trip more (redis-py
+                    # checks that it is loaded first), and Redis caches the text by its hash.
+                    pipe.eval(
+                        _ADMIT_LUA, 1, self._keys.in_flight(task.tenant),
+                        task.submitted_at_ms, task.max_in_flight,
+                        task.submitted_at_ms - self._waiting_ttl_s * 1000, task.task_id,
+                    )
+                replies = await pipe.execute(raise_on_error=False)
         except RedisError:
-            await self._forget_quietly(task_id, tenant)
+            await self._forget_quietly([(task.task_id, task.tenant) for task in tasks])
             raise
-        if refused < 0:
-            return None
-        # Nobody was given this id: taking its record back leaves no trace.
-        await self._redis.delete(key)
-        return refused
+        outcomes: list[int | None | RedisError] = []
+        for index in range(len(tasks)):
+            own = replies[3 * index : 3 * index + 3]
+            failed = next((reply for reply in own if isinstance(reply, Exception)), None)
+            if failed is not None:
+                outcomes.append(failed if isinstance(failed, RedisError) else RedisError(str(failed)))
+            else:
+                count = int(own[2])
+                outcomes.append(None if count < 0 else count)
+        # Nobody was given the ids of refused or failed tasks: taking their records back
+        # leaves no trace. Should that fail too, they expire unseen with the waiting TTL.
+        taken_back = [(t.task_id, t.tenant) for t, outcome in zip(tasks, outcomes) if outcome is not None]
+        if taken_back:
+            await self._forget_quietly(taken_back)
+        return outcomes
 
     async def requeue(self, task_id: str, submitted_at_ms: int, tenant: str = "") -> None:
         """Put a failed task back to ``queued`` for a replay (recreating it if it expired).
@@ -252,16 +286,21 @@ class TaskStore:
 
     async def forget(self, task_id: str, tenant: str = "") -> None:
         """Remove a task that was never accepted (its enqueue failed), and its slot in flight."""
+        await self.forget_many([(task_id, tenant)])
+
+    async def forget_many(self, tasks: Sequence[tuple[str, str]]) -> None:
+        """``forget`` for (task id, tenant) pairs, in one round trip."""
         async with self._redis.pipeline(transaction=False) as pipe:
-            pipe.delete(self._keys.task(task_id))
-            pipe.zrem(self._keys.in_flight(tenant), task_id)
+            for task_id, tenant in tasks:
+                pipe.delete(self._keys.task(task_id))
+                pipe.zrem(self._keys.in_flight(tenant), task_id)
             await pipe.execute()
 
-    async def _forget_quietly(self, task_id: str, tenant: str) -> None:
+    async def _forget_quietly(self, tasks: Sequence[tuple[str, str]]) -> None:
         # After a failed create: whatever half of it landed goes; if Redis is down, the
-        # record expires and the in-flight entry ages out with the waiting TTL.
+        # records expire and the in-flight entries age out with the waiting TTL.
         try:
-            await self.forget(task_id, tenant)
+            await self.forget_many(tasks)
         except RedisError:
             pass
 

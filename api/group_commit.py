@@ -1,0 +1,190 @@
+"""Group commit: submissions that arrive together share their I/O.
+
+While one group is being recorded in Redis, the submissions that arrive meanwhile wait
+and form the next group. Nothing waits on a timer: a lone submission goes at once, and
+groups grow only with load. A group costs one Redis round trip (every record and every
+in-flight check in one pipeline; a second only to take refused records back), and its
+records reach the producer together, which sends them in one request per broker. The
+acknowledgements are awaited beside the next group's Redis work.
+
+The durability contract is the one-at-a-time path's: each task is recorded before its
+record can reach a batcher, and each submission is answered when its own record is
+acknowledged (acks=all). A failure reaches exactly the submissions it concerns: a Redis
+error, the group whose pipeline failed; a refused send, the records the broker refused,
+each of them taken back out of Redis before its caller hears of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError
+from aiokafka.structs import RecordMetadata
+from redis.exceptions import RedisError
+
+from brimful.core import metrics
+from brimful.core.task_store import NewTask, TaskStore
+
+log = logging.getLogger("brimful.api")
+
+
+class InFlightLimitReached(Exception):
+    """The tenant already has its limit of unfinished tasks (``count`` of them)."""
+
+    def __init__(self, count: int) -> None:
+        super().__init__(f"{count} tasks in flight")
+        self.count = count
+
+
+class GroupCommitterFull(Exception):
+    """More submissions wait for a group than the committer holds."""
+
+
+class GroupCommitterStopped(Exception):
+    """The API stopped before the submission was confirmed."""
+
+
+@dataclass
+class _Submission:
+    task: NewTask
+    record: bytes
+    outcome: asyncio.Future[RecordMetadata] = field(repr=False)
+
+    def settle(self, result: RecordMetadata | None = None, error: BaseException | None = None) -> None:
+        if self.outcome.done():  # nobody waits any more (a cancelled request): nothing to tell
+            return
+        if error is not None:
+            self.outcome.set_exception(error)
+        else:
+            self.outcome.set_result(result)  # type: ignore[arg-type]
+
+
+def _consume_error(outcome: asyncio.Future[RecordMetadata]) -> None:
+    # The caller may have gone (cancelled); its outcome's error is then read here, not lost
+    # to asyncio's "exception was never retrieved".
+    if not outcome.cancelled():
+        outcome.exception()
+
+
+class GroupCommitter:
+    """Records tasks in Redis and sends them to the requests topic, a group at a time."""
+
+    def __init__(
+        self, store: TaskStore, producer: Callable[[], AIOKafkaProducer], topic: str, max_group: int, max_waiting: int
+    ) -> None:
+        self._store = store
+        self._producer = producer  # the API replaces its producer until the broker is reached
+        self._topic = topic
+        self._max_group = max_group
+        self._max_waiting = max_waiting
+        self._waiting: deque[_Submission] = deque()
+        self._runner: asyncio.Task[None] | None = None
+        self._acks: set[asyncio.Task[None]] = set()
+        self._closed = False
+
+    async def submit(self, task: NewTask, record: bytes) -> RecordMetadata:
+        """Record ``task`` as queued and put ``record`` on the requests topic, with the
+        submissions that arrive alongside. Returns where the record landed. Raises
+        InFlightLimitReached, GroupCommitterFull, GroupCommitterStopped, RedisError (the task was not recorded)
+        or KafkaError (the record was not acknowledged, and the task is taken back)."""
+        if self._closed:
+            raise GroupCommitterStopped("the API is stopping")
+        if len(self._waiting) >= self._max_waiting:
+            raise GroupCommitterFull(f"{len(self._waiting)} submissions are waiting to be written")
+        outcome: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
+        outcome.add_done_callback(_consume_error)
+        self._waiting.append(_Submission(task, record, outcome))
+        if self._runner is None or self._runner.done():
+            self._runner = asyncio.create_task(self._run(), name="group-commit")
+        # Shielded: a caller that goes away leaves its submission to finish with its group.
+        return await asyncio.shield(outcome)
+
+    async def close(self, drain_s: float) -> None:
+        """Stop taking submissions and let those under way finish, up to ``drain_s``; one
+        still unwritten then is answered with GroupCommitterStopped, never left hanging."""
+        self._closed = True
+        under_way = [task for task in [self._runner, *self._acks] if task is not None and not task.done()]
+        if under_way:
+            _, unfinished = await asyncio.wait(under_way, timeout=drain_s)
+            for task in unfinished:
+                task.cancel()
+            await asyncio.gather(*unfinished, return_exceptions=True)
+        while self._waiting:
+            self._waiting.popleft().settle(error=GroupCommitterStopped("the API is stopping"))
+
+    async def _run(self) -> None:
+        while self._waiting:
+            group = [self._waiting.popleft() for _ in range(min(self._max_group, len(self._waiting)))]
+            metrics.SUBMIT_GROUP_SIZE.observe(len(group))
+            try:
+                await self._commit(group)
+            except Exception as error:  # a bug must not leave callers waiting forever
+                log.exception("group commit failed")
+                for submission in group:
+                    submission.settle(error=error)
+            except BaseException as error:  # cancelled: whoever waits hears it
+                for submission in group:
+                    submission.settle(error=GroupCommitterStopped(f"the API is stopping ({type(error).__name__})"))
+                raise
+
+    async def _commit(self, group: list[_Submission]) -> None:
+        try:
+            outcomes = await self._store.create_queued_many([submission.task for submission in group])
+        except RedisError as error:
+            for submission in group:
+                submission.settle(error=error)
+            return
+        producer = self._producer()
+        sent: list[tuple[_Submission, asyncio.Future[RecordMetadata]]] = []
+        refused: list[tuple[_Submission, KafkaError]] = []
+        for submission, outcome in zip(group, outcomes):
+            if isinstance(outcome, RedisError):  # a command of its own failed; the others go on
+                submission.settle(error=outcome)
+                continue
+            if outcome is not None:
+                submission.settle(error=InFlightLimitReached(outcome))
+                continue
+            try:
+                # Queues the record and returns at once (or once the producer has room).
+                ack = await producer.send(self._topic, value=submission.record, key=submission.task.task_id.encode())
+            except KafkaError as error:
+                refused.append((submission, error))
+                continue
+            sent.append((submission, ack))
+        settling = asyncio.create_task(self._settle(sent, refused), name="group-commit-acks")
+        self._acks.add(settling)
+        settling.add_done_callback(self._acks.discard)
+
+    async def _settle(
+        self, sent: list[tuple[_Submission, asyncio.Future[RecordMetadata]]], refused: list[tuple[_Submission, KafkaError]]
+    ) -> None:
+        """Answer each submission from its own acknowledgement."""
+        try:
+            answers = await asyncio.gather(*(ack for _, ack in sent), return_exceptions=True)
+        except BaseException as error:  # cancelled while stopping: whoever waits hears it
+            for submission, _ in [*sent, *refused]:
+                submission.settle(error=GroupCommitterStopped(f"the API is stopping ({type(error).__name__})"))
+            raise
+        accepted: list[tuple[_Submission, RecordMetadata]] = []
+        for (submission, _), answer in zip(sent, answers):
+            if isinstance(answer, KafkaError):
+                refused.append((submission, answer))
+            elif isinstance(answer, BaseException):
+                refused.append((submission, KafkaError(str(answer))))
+            else:
+                accepted.append((submission, answer))
+        if refused:
+            # Taken back before anyone hears "not accepted", so a retry never meets it.
+            try:
+                await self._store.forget_many([(s.task.task_id, s.task.tenant) for s, _ in refused])
+            except RedisError as error:
+                log.error("could not take back tasks the broker refused; they expire", extra={"error": str(error)})
+        for submission, error in refused:
+            submission.settle(error=error)
+        for submission, metadata in accepted:
+            submission.settle(result=metadata)

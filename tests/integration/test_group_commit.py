@@ -1,0 +1,189 @@
+"""Group commit on a real broker and a real Redis: submissions that arrive together share
+one Redis round trip and one send, each is answered from its own outcome, and a failure
+reaches only the submissions it concerns, leaving nothing of them behind."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import uuid
+from typing import AsyncIterator, Iterator
+
+import pytest
+from aiokafka.errors import KafkaError
+from aiokafka.structs import RecordMetadata
+from redis.exceptions import RedisError
+
+from brimful.api.group_commit import GroupCommitter
+from brimful.core import metrics
+from brimful.core.clock import now_ms
+from brimful.core.kafka import ensure_topics, make_producer, read_whole_topic
+from brimful.core.redis_client import make_redis
+from brimful.core.redis_keys import RedisKeys
+from brimful.core.task_store import NewTask, TaskStore
+from brimful.stack import EmbeddedStack
+from tests.conftest import stack_settings
+
+
+@pytest.fixture(scope="module")
+def broker_and_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedStack]:
+    # A short request timeout, so a frozen broker fails its sends within seconds.
+    settings = stack_settings(kafka_request_timeout_ms=2000, kafka_fetch_lagging_max_wait_ms=1000)
+    stack = EmbeddedStack(settings, tmp_path_factory.mktemp("group-commit"))
+    try:
+        stack.start_broker()
+        stack.start_redis()
+        yield stack
+    finally:
+        stack.stop()
+
+
+@pytest.fixture
+async def committer(broker_and_redis: EmbeddedStack) -> AsyncIterator[tuple[GroupCommitter, TaskStore]]:
+    settings = broker_and_redis.settings
+    await ensure_topics(settings)
+    redis = make_redis(settings)
+    store = TaskStore(redis, RedisKeys(settings.key_prefix), settings.result_ttl_s, settings.task_wait_ttl_s)
+    producer = make_producer(settings)
+    await producer.start()
+    group_commit = GroupCommitter(store, lambda: producer, settings.requests_topic, max_group=256, max_waiting=10_000)
+    try:
+        yield group_commit, store
+    finally:
+        await group_commit.close(drain_s=5)
+        await producer.stop()
+        await redis.aclose()
+
+
+def new_tasks(count: int, tenant: str = "acme") -> list[NewTask]:
+    return [NewTask(uuid.uuid4().hex, now_ms(), tenant) for _ in range(count)]
+
+
+async def submit_all(group_commit: GroupCommitter, tasks: list[NewTask]) -> list[RecordMetadata | BaseException]:
+    return await asyncio.gather(
+        *(group_commit.submit(task, task.task_id.encode()) for task in tasks), return_exceptions=True
+    )
+
+
+async def ids_on_topic(stack: EmbeddedStack) -> set[str]:
+    return {value.decode() for _, _, value in await read_whole_topic(stack.settings, stack.settings.requests_topic)}
+
+
+def groups_committed() -> tuple[float, float]:
+    """(groups, submissions) counted by the group-size histogram so far."""
+    samples = {s.name: s.value for m in metrics.SUBMIT_GROUP_SIZE.collect() for s in m.samples}
+    return samples["brimful_submit_group_size_count"], samples["brimful_submit_group_size_sum"]
+
+
+async def test_submissions_that_arrive_together_are_written_as_one_group(
+    broker_and_redis: EmbeddedStack, committer: tuple[GroupCommitter, TaskStore]
+) -> None:
+    group_commit, store = committer
+    groups_before, submissions_before = groups_committed()
+    tasks = new_tasks(200)
+    answers = await submit_all(group_commit, tasks)
+    groups, submissions = groups_committed()
+    assert submissions - submissions_before == 200
+    assert groups - groups_before <= 2, "200 submissions that arrived together took more than two groups"
+    assert all(isinstance(answer, RecordMetadata) for answer in answers), answers[:3]
+    # Each answer is its own record's place on the topic, and each task is recorded.
+    assert len({(a.partition, a.offset) for a in answers}) == 200  # type: ignore[union-attr]
+    for task in tasks[:20]:
+        record = await store.get(task.task_id)
+        assert record is not None and record.status.value == "queued" and record.tenant == "acme"
+    assert {t.task_id for t in tasks} <= await ids_on_topic(broker_and_redis)
+
+
+async def test_a_redis_error_of_some_submissions_fails_only_them_and_leaves_nothing(
+    broker_and_redis: EmbeddedStack, committer: tuple[GroupCommitter, TaskStore]
+) -> None:
+    group_commit, store = committer
+    settings = broker_and_redis.settings
+    keys = RedisKeys(settings.key_prefix)
+    redis = make_redis(settings)
+    try:
+        # This tenant's in-flight set holds the wrong type: its admission script fails.
+        await redis.set(keys.in_flight("poisoned"), "not a sorted set")
+        good, poisoned = new_tasks(10), new_tasks(10, tenant="poisoned")
+        mixed = [task for pair in zip(good, poisoned) for task in pair]  # one group, interleaved
+        answers = dict(zip((t.task_id for t in mixed), await submit_all(group_commit, mixed)))
+    finally:
+        await redis.delete(keys.in_flight("poisoned"))
+        await redis.aclose()
+    assert all(isinstance(answers[t.task_id], RecordMetadata) for t in good)
+    assert all(isinstance(answers[t.task_id], RedisError) for t in poisoned)
+    assert "WRONGTYPE" in str(answers[poisoned[0].task_id])
+    for task in poisoned:
+        assert await store.get(task.task_id) is None  # its half-written record was taken back
+    on_topic = await ids_on_topic(broker_and_redis)
+    assert {t.task_id for t in good} <= on_topic
+    assert not {t.task_id for t in poisoned} & on_topic  # never sent
+
+
+async def test_redis_down_fails_the_group_and_the_next_group_goes_through(
+    broker_and_redis: EmbeddedStack, committer: tuple[GroupCommitter, TaskStore]
+) -> None:
+    group_commit, store = committer
+    broker_and_redis.processes["redis"].stop()
+    try:
+        lost = new_tasks(10)
+        answers = await submit_all(group_commit, lost)
+        assert all(isinstance(answer, RedisError) for answer in answers), answers[:3]
+    finally:
+        broker_and_redis.restart("redis")
+    after = new_tasks(10)
+    assert all(isinstance(answer, RecordMetadata) for answer in await submit_all(group_commit, after))
+    assert not {t.task_id for t in lost} & await ids_on_topic(broker_and_redis)
+
+
+async def test_a_broker_that_stops_answering_fails_only_the_group_it_holds(
+    broker_and_redis: EmbeddedStack, committer: tuple[GroupCommitter, TaskStore]
+) -> None:
+    group_commit, store = committer
+    before = new_tasks(20)
+    assert all(isinstance(answer, RecordMetadata) for answer in await submit_all(group_commit, before))
+    broker_pid = broker_and_redis.processes["broker"].pid
+    assert broker_pid is not None
+    os.kill(broker_pid, signal.SIGSTOP)  # frozen: it takes no send and refuses none
+    try:
+        held = new_tasks(20)
+        answers = await submit_all(group_commit, held)
+    finally:
+        os.kill(broker_pid, signal.SIGCONT)
+    assert all(isinstance(answer, KafkaError) for answer in answers), answers[:3]
+    for task in held:
+        # Taken back before the caller heard of it: should the broker still append the
+        # record, no batcher runs a task that is not recorded, and a retry is a new task.
+        assert await store.get(task.task_id) is None
+    after = new_tasks(20)
+    assert all(isinstance(answer, RecordMetadata) for answer in await submit_all(group_commit, after))
+    on_topic = await ids_on_topic(broker_and_redis)
+    assert {t.task_id for t in before + after} <= on_topic  # nothing acknowledged is lost
+    for task in before + after:
+        record = await store.get(task.task_id)
+        assert record is not None and record.status.value == "queued"
+
+
+async def test_a_caller_that_goes_away_leaves_its_submission_to_finish(
+    broker_and_redis: EmbeddedStack, committer: tuple[GroupCommitter, TaskStore]
+) -> None:
+    group_commit, store = committer
+    (task,) = new_tasks(1)
+    caller = asyncio.create_task(group_commit.submit(task, task.task_id.encode()))
+    await asyncio.sleep(0)  # the submission is queued for its group
+    caller.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await caller
+    # The group still writes it, whole: recorded and on the topic, never half-done.
+    async def on_topic() -> bool:
+        return task.task_id in await ids_on_topic(broker_and_redis)
+
+    for _ in range(50):
+        if await on_topic():
+            break
+        await asyncio.sleep(0.1)
+    record = await store.get(task.task_id)
+    assert record is not None and record.status.value == "queued"
+    assert await on_topic()
+
