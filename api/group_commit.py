@@ -90,8 +90,9 @@ class GroupCommitter:
     async def submit(self, task: NewTask, record: bytes) -> RecordMetadata:
         """Record ``task`` as queued and put ``record`` on the requests topic, with the
         submissions that arrive alongside. Returns where the record landed. Raises
-        InFlightLimitReached, GroupCommitterFull, GroupCommitterStopped, RedisError (the task was not recorded)
-        or KafkaError (the record was not acknowledged, and the task is taken back)."""
+        InFlightLimitReached, GroupCommitterFull, GroupCommitterStopped, RedisError (the
+        task was not recorded) or KafkaError (the record was not acknowledged, and the task
+        is taken back)."""
         if self._closed:
             raise GroupCommitterStopped("the API is stopping")
         if len(self._waiting) >= self._max_waiting:
@@ -108,12 +109,17 @@ class GroupCommitter:
         """Stop taking submissions and let those under way finish, up to ``drain_s``; one
         still unwritten then is answered with GroupCommitterStopped, never left hanging."""
         self._closed = True
-        under_way = [task for task in [self._runner, *self._acks] if task is not None and not task.done()]
-        if under_way:
-            _, unfinished = await asyncio.wait(under_way, timeout=drain_s)
-            for task in unfinished:
-                task.cancel()
-            await asyncio.gather(*unfinished, return_exceptions=True)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + drain_s
+        while under_way := [task for task in [self._runner, *self._acks] if task is not None and not task.done()]:
+            # Again after each wait: the runner starts a settling task for each group it writes.
+            left_s = deadline - loop.time()
+            if left_s <= 0:
+                for task in under_way:
+                    task.cancel()
+                await asyncio.gather(*under_way, return_exceptions=True)
+                break
+            await asyncio.wait(under_way, timeout=left_s)
         while self._waiting:
             self._waiting.popleft().settle(error=GroupCommitterStopped("the API is stopping"))
 

@@ -15,7 +15,7 @@ from aiokafka.errors import KafkaError
 from aiokafka.structs import RecordMetadata
 from redis.exceptions import RedisError
 
-from brimful.api.group_commit import GroupCommitter
+from brimful.api.group_commit import GroupCommitter, GroupCommitterStopped
 from brimful.core import metrics
 from brimful.core.clock import now_ms
 from brimful.core.kafka import ensure_topics, make_producer, read_whole_topic
@@ -187,3 +187,18 @@ async def test_a_caller_that_goes_away_leaves_its_submission_to_finish(
     assert record is not None and record.status.value == "queued"
     assert await on_topic()
 
+
+
+async def test_closing_lets_the_submissions_under_way_finish_and_refuses_new_ones(
+    committer: tuple[GroupCommitter, TaskStore]
+) -> None:
+    group_commit, store = committer
+    tasks = new_tasks(50)
+    under_way = asyncio.gather(*(group_commit.submit(t, t.task_id.encode()) for t in tasks), return_exceptions=True)
+    await asyncio.sleep(0)  # they are waiting for their group
+    await group_commit.close(drain_s=10)
+    assert all(isinstance(answer, RecordMetadata) for answer in await under_way)
+    (late,) = new_tasks(1)
+    with pytest.raises(GroupCommitterStopped):
+        await group_commit.submit(late, b"late")
+    assert await store.get(late.task_id) is None
