@@ -20,22 +20,33 @@ from brimful.core.redis_client import RedisClient, is_cluster
 from brimful.core.redis_keys import RedisKeys
 from brimful.core.task_status import TaskStatus
 
-# KEYS: task hashes (on a Redis Cluster, all in one hash slot). ARGV: ttl_s (kept from now
-# on), now_ms, new status, allowed-from statuses (comma-separated; a missing hash never
-# moves), field name, channel to publish every moved task on ("" for none; see
-# FinishedMessage for the format), the prefix of the tenants' in-flight sets to remove a
-# moved task from ("" to leave them: the new status is not final, or the sets live in
-# other hash slots), then one field value per key ("" writes no field). Returns the 1-based
-# position of each task that moved, followed by its tenant.
+# KEYS: task hashes (on a Redis Cluster, all in one hash slot), then, when ARGV[8] is "1",
+# the shared counters' hash. ARGV: ttl_s (kept from now on), now_ms, new status,
+# allowed-from statuses (comma-separated; a missing hash never moves), field name, channel
+# to publish every moved task on ("" for none; see FinishedMessage for the format), the
+# prefix of the tenants' in-flight sets to remove a moved task from ("" to leave them: the
+# new status is not final, or the sets live in other hash slots), "1" if the counters'
+# hash is the last key, the counter that gains the number of tasks moved ("" for none),
+# the number n of (counter, amount) pairs to add, those 2n values, then one field value
+# per task ("" writes no field). Returns the 1-based position of each task that moved,
+# followed by its tenant.
 _TRANSITION_LUA = """
 local ttl, now, new_status, allowed, field, channel = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local in_flight_prefix = ARGV[7]
+local counted = ARGV[8] == '1'
+local moved_counter, pairs = ARGV[9], tonumber(ARGV[10])
+local tasks = #KEYS
+if counted then
+  tasks = tasks - 1
+end
+local first_value = 10 + 2 * pairs
 local moved = {}
-for i, key in ipairs(KEYS) do
+for i = 1, tasks do
+  local key = KEYS[i]
   local current = redis.call('HGET', key, 'status')
   if current and string.find(',' .. allowed .. ',', ',' .. current .. ',', 1, true) then
     redis.call('HSET', key, 'status', new_status, 'updated_at_ms', now)
-    local value = ARGV[7 + i]
+    local value = ARGV[first_value + i]
     if field ~= '' and value ~= '' then
       redis.call('HSET', key, field, value)
     end
@@ -51,6 +62,14 @@ for i, key in ipairs(KEYS) do
     end
     moved[#moved + 1] = i
     moved[#moved + 1] = tenant
+  end
+end
+if counted then
+  for p = 0, pairs - 1 do
+    redis.call('HINCRBY', KEYS[#KEYS], ARGV[11 + 2 * p], ARGV[12 + 2 * p])
+  end
+  if moved_counter ~= '' and #moved > 0 then
+    redis.call('HINCRBY', KEYS[#KEYS], moved_counter, #moved / 2)
   end
 end
 return moved
@@ -342,11 +361,21 @@ class TaskStore:
         ids = list(task_ids)
         return await self._move(ids, TaskStatus.RUNNING, _NOT_FINAL, "", ["" for _ in ids])
 
-    async def mark_done(self, outputs_by_task: Mapping[str, Mapping[str, Any]]) -> int:
-        """Store outputs and move tasks to done, unless they already reached a final state."""
+    async def mark_done(
+        self, outputs_by_task: Mapping[str, Mapping[str, Any]], counters: Mapping[str, int] | None = None,
+        done_counter: str = "",
+    ) -> int:
+        """Store outputs and move tasks to done, unless they already reached a final state.
+        ``counters`` are added to the shared counters (``RedisKeys.stats``) and
+        ``done_counter`` gains the number of tasks moved, in the same round trip on one
+        Redis (in the move itself), so a batch's result costs one."""
         ids = list(outputs_by_task)
         values = [json.dumps(outputs_by_task[t], separators=(",", ":")) for t in ids]
-        return len(await self._move(ids, TaskStatus.DONE, _NOT_FINAL, "outputs", values, publish=True))
+        moved = await self._move(
+            ids, TaskStatus.DONE, _NOT_FINAL, "outputs", values, publish=True,
+            counters=counters or {}, moved_counter=done_counter,
+        )
+        return len(moved)
 
     async def mark_failed(self, task_ids: Iterable[str], error: Mapping[str, Any]) -> int:
         """Record the error and move tasks to failed, unless they already reached a final state."""
@@ -369,7 +398,10 @@ class TaskStore:
         field: str,
         values: list[str],
         publish: bool = False,
+        counters: Mapping[str, int] | None = None,
+        moved_counter: str = "",
     ) -> list[str]:
+        counters = {name: amount for name, amount in (counters or {}).items() if amount}
         if not task_ids:
             return []
         keys = [self._keys.task(t) for t in task_ids]
@@ -379,9 +411,19 @@ class TaskStore:
         in_flight_prefix = self._keys.in_flight_prefix if status.is_final and not self._cluster else ""
         ttl = self._ttl_s if status.is_final else self._waiting_ttl_s
         args = [ttl, now_ms(), status.value, allowed_from, field, channel, in_flight_prefix]
+        # On one Redis the counters are added by the move itself; on a cluster their hash
+        # lives in another slot, and they are added right after (see below).
+        counted = bool(counters or moved_counter) and not self._cluster
+        if counted:
+            pairs = [part for name, amount in counters.items() for part in (name, amount)]
+            args += ["1", moved_counter, len(counters), *pairs]
+            keys_with_stats = [*keys, self._keys.stats]
+        else:
+            args += ["0", "", 0]
+            keys_with_stats = keys
         groups = _by_slot(keys) if self._cluster else [list(range(len(keys)))]
         if len(groups) == 1:
-            replies = [await self._transition(keys=keys, args=[*args, *values])]
+            replies = [await self._transition(keys=keys_with_stats, args=[*args, *values])]
         else:
             async with self._redis.pipeline(transaction=False) as pipe:
                 for group in groups:
@@ -391,12 +433,17 @@ class TaskStore:
         for group, reply in zip(groups, replies):
             for position, tenant in zip(reply[::2], reply[1::2]):
                 moved.append((task_ids[group[int(position) - 1]], tenant.decode()))
-        if status.is_final and self._cluster and moved:
-            # A crash before this leaves an entry that ages out with the waiting TTL; the
-            # task itself is final either way.
+        if self._cluster and ((status.is_final and moved) or counters or (moved_counter and moved)):
+            # A crash before this leaves an in-flight entry that ages out with the waiting
+            # TTL (the task itself is final either way), and the counters short.
             async with self._redis.pipeline(transaction=False) as pipe:
-                for task_id, tenant in moved:
-                    pipe.zrem(self._keys.in_flight(tenant), task_id)
+                if status.is_final:
+                    for task_id, tenant in moved:
+                        pipe.zrem(self._keys.in_flight(tenant), task_id)
+                for name, amount in counters.items():
+                    pipe.hincrby(self._keys.stats, name, amount)
+                if moved_counter and moved:
+                    pipe.hincrby(self._keys.stats, moved_counter, len(moved))
                 await pipe.execute()
         return [task_id for task_id, _ in moved]
 

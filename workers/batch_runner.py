@@ -89,8 +89,9 @@ class BatchOutcome:
     skipped: int = 0
     calls: int = 0
     isolation_calls: int = 0  # calls made on halves to find poison rows
-    # Shared counters of the calls that went through and the tasks done, added to Redis in
-    # one round trip when the batch ends (failures are added at once: an outage shows live).
+    # Shared counters of the flush and of the calls that went through, not yet in Redis: they
+    # go with the batch's results in the same round trip (the tasks done are counted there),
+    # or when the batch ends (failures are added at once: an outage shows live).
     stats: Counter[str] = field(default_factory=Counter)
 
 
@@ -148,6 +149,7 @@ class BatchRunner:
         """Run the batch to a final state for every task in it; raises only on store or
         broker errors, after which running it again is safe."""
         outcome = BatchOutcome()
+        outcome.stats[StatsField.flushes(batch.reason)] += 1
         slot, batch.slot = batch.slot, None  # a run repeated after a store error takes a new one
         seat = _Seat(slot)
         try:
@@ -161,8 +163,8 @@ class BatchRunner:
         finally:
             if seat.slot is not None:
                 await self.pool.release(seat.slot)
-        outcome.stats[StatsField.flushes(batch.reason)] += 1
-        await self.stats.add(outcome.stats)
+        if any(outcome.stats.values()):  # what no store call carried (a batch with no result)
+            await self.stats.add(outcome.stats)
         log.info(
             "batch finished",
             extra={
@@ -345,9 +347,10 @@ class BatchRunner:
             }
             for row, item in enumerate(items)
         }
-        done = await self.store.mark_done(results)
+        # The batch's counters so far ride along with its results: one round trip for both.
+        done = await self.store.mark_done(results, outcome.stats, done_counter=StatsField.TASKS_DONE)
+        outcome.stats.clear()
         outcome.done += done
-        outcome.stats[StatsField.TASKS_DONE] += done
         finished_ms = now_ms()
         for item in items:
             metrics.TASK_LATENCY.observe(max(0, finished_ms - item.request.submitted_at_ms) / 1000)

@@ -191,3 +191,42 @@ async def test_an_unfinished_task_outlives_the_result_retention_and_a_gone_one_i
         assert await store.get(cancelled) is None
     finally:
         await redis.aclose()
+
+
+async def test_a_batch_costs_two_round_trips_and_its_counters_ride_with_its_results(
+    stack: EmbeddedStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    redis = Redis.from_url(stack.settings.redis_url)
+    keys = RedisKeys(f"store-test-{uuid.uuid4().hex[:8]}")
+    store, stats = TaskStore(redis, keys, ttl_s=60, waiting_ttl_s=60), SharedStats(redis, keys)
+    try:
+        ids = [uuid.uuid4().hex for _ in range(64)]
+        for task_id in ids:
+            await store.create_queued(task_id, now_ms())
+        await store.mark_running(ids[:1])  # the scripts are loaded once, before counting
+        await store.mark_done({ids[0]: {"Y": 0}}, {StatsField.ROWS_DISPATCHED: 1}, StatsField.TASKS_DONE)
+        # A spy on what goes over the wire: each send is one round trip to the real Redis.
+        sends = 0
+        real_send = redis.connection_pool.connection_class.send_packed_command
+
+        async def counting_send(self: object, *args: object, **kwargs: object) -> None:
+            nonlocal sends
+            sends += 1
+            await real_send(self, *args, **kwargs)
+
+        monkeypatch.setattr(redis.connection_pool.connection_class, "send_packed_command", counting_send)
+        running = await store.mark_running(ids[1:])
+        counters = {StatsField.BATCHES_DISPATCHED: 1, StatsField.ROWS_DISPATCHED: 63, StatsField.PADDED_SLOTS: 1,
+                    StatsField.flushes("full"): 1}
+        done = await store.mark_done({t: {"Y": 1} for t in running}, counters, StatsField.TASKS_DONE)
+        assert sends == 2 and done == 63
+        monkeypatch.undo()
+        totals = await stats.read()
+        assert totals[StatsField.TASKS_DONE] == 64 and totals[StatsField.ROWS_DISPATCHED] == 64
+        assert totals[StatsField.BATCHES_DISPATCHED] == 1 and totals[StatsField.flushes("full")] == 1
+        # A redelivered batch moves nothing: its counters still count, its tasks not again.
+        assert await store.mark_done({t: {"Y": 2} for t in running}, {StatsField.BATCHES_DISPATCHED: 1}, StatsField.TASKS_DONE) == 0
+        totals = await stats.read()
+        assert totals[StatsField.TASKS_DONE] == 64 and totals[StatsField.BATCHES_DISPATCHED] == 2
+    finally:
+        await redis.aclose()
