@@ -11,12 +11,18 @@ Paths (the same model function behind each):
 - ``padded``: one real row per call, padded to 64, straight to the fixed-size model (naive).
 - ``dynamic``: one row per call to the same model behind Triton's dynamic batcher.
 - ``ray``: ``POST`` one row to a Ray Serve app wrapping the model in ``@serve.batch``.
+- ``floor``: the same ``POST`` as ``brimful`` to ``bench/floor_server.py``, which answers a
+  constant 202 without any I/O: what the HTTP server alone costs.
 
 Load is open-loop Poisson (``--rate``: arrivals do not wait for answers, so a slow server
 cannot slow the offered load) or closed-loop (``--concurrency`` clients, each sending its
 next request when the last is answered: the saturation throughput). Latency runs from
 a request's scheduled arrival, so a late send counts against the server. Only requests
 arriving after ``--warmup`` count. Prints one JSON summary line.
+
+HTTP goes through ``bench/raw_http.py`` (``--client raw``, the default), a client that
+costs a fraction of a general one, so the machine measures Brimful and not its client;
+``--client aiohttp`` is kept to measure that difference side by side.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.raw_http import HttpPool  # noqa: E402
 from brimful.workers.padding import pad_rows  # noqa: E402
 
 BATCH = 64
@@ -51,17 +58,20 @@ class Record:
     completed_rows_in_window: int = 0
     errors: int = 0
     lost: int = 0
+    finished: int = 0  # every request answered or failed, warm-up included: the divisor for CPU per request
     first_error: str = ""
 
     def answered(self, began: float, rows: int) -> None:
         """A request that began (was due, or was sent) at ``began`` is answered now."""
         ended = time.perf_counter()
+        self.finished += 1
         if began >= self.window[0]:
             self.latencies_ms.append((ended - began) * 1000)
         if self.window[0] <= ended <= self.window[1]:
             self.completed_rows_in_window += rows
 
     def failed(self, began: float, error: Exception) -> None:
+        self.finished += 1
         if began >= self.window[0]:
             self.errors += 1
             self.first_error = self.first_error or f"{type(error).__name__}: {error}"
@@ -73,17 +83,35 @@ Send = Callable[[int], Awaitable[int]]  # sends request i, returns the rows it c
 Stages = list[tuple[float, float, float, float]]  # per answered task: sent (perf_counter), then three spans in ms
 
 
-def brimful_sender(session: aiohttp.ClientSession, url: str, stages: Stages) -> Send:
+Post = Callable[[str, bytes], Awaitable[tuple[int, bytes]]]  # (target, JSON body) -> (status, body)
+
+
+def raw_post(pool: HttpPool) -> Post:
+    async def post(target: str, body: bytes) -> tuple[int, bytes]:
+        return await pool.request("POST", target, body)
+
+    return post
+
+
+def aiohttp_post(session: aiohttp.ClientSession, base_url: str) -> Post:
+    async def post(target: str, body: bytes) -> tuple[int, bytes]:
+        async with session.post(base_url + target, data=body, headers={"Content-Type": "application/json"}) as r:
+            return r.status, await r.read()
+
+    return post
+
+
+def brimful_sender(post: Post, stages: Stages) -> Send:
     """POST with ?wait=30. Each answer carries the task's submitted_at_ms (the API took it)
     and updated_at_ms (its result was stored): with the client's own clock on the same
     machine they split the time into to the API, inside Brimful, and back to the client."""
 
     async def send(i: int) -> int:
         sent, sent_ms = time.perf_counter(), time.time() * 1000
-        async with session.post(f"{url}/v1/tasks", params={"wait": "30"}, json={"inputs": {"TEXT": f"bench {i}"}}) as r:
-            body = await r.json()
-            if r.status != 200 or body.get("status") != "done":
-                raise RuntimeError(f"{r.status} {str(body)[:200]}")
+        status, raw = await post("/v1/tasks?wait=30", b'{"inputs": {"TEXT": "bench %d"}}' % i)
+        body = json.loads(raw)
+        if status != 200 or body.get("status") != "done":
+            raise RuntimeError(f"{status} {str(body)[:200]}")
         answered_ms = time.time() * 1000
         submitted, stored = body["submitted_at_ms"], body["updated_at_ms"]
         stages.append((sent, submitted - sent_ms, stored - submitted, answered_ms - stored))
@@ -92,12 +120,23 @@ def brimful_sender(session: aiohttp.ClientSession, url: str, stages: Stages) -> 
     return send
 
 
-def ray_sender(session: aiohttp.ClientSession, url: str) -> Send:
+def floor_sender(post: Post) -> Send:
+    """The same POST to a server that answers a constant 202 without any I/O: the floor."""
+
     async def send(i: int) -> int:
-        async with session.post(url, json={"TEXT": f"bench {i}"}) as r:
-            if r.status != 200:
-                raise RuntimeError(f"{r.status} {(await r.text())[:200]}")
-            await r.read()
+        status, raw = await post("/v1/tasks", b'{"inputs": {"TEXT": "bench %d"}}' % i)
+        if status != 202:
+            raise RuntimeError(f"{status} {raw[:200]!r}")
+        return 1
+
+    return send
+
+
+def ray_sender(post: Post) -> Send:
+    async def send(i: int) -> int:
+        status, raw = await post("/", b'{"TEXT": "bench %d"}' % i)
+        if status != 200:
+            raise RuntimeError(f"{status} {raw[:200]!r}")
         return 1
 
     return send
@@ -198,6 +237,7 @@ def summary(record: Record, args: argparse.Namespace, stages: Stages) -> dict[st
     window = args.duration - args.warmup
     return {
         "path": args.path,
+        "client": args.client,
         "mode": "open" if args.rate else "closed",
         "offered_per_s": args.rate,
         "concurrency": args.concurrency,
@@ -205,6 +245,7 @@ def summary(record: Record, args: argparse.Namespace, stages: Stages) -> dict[st
         "requests": len(record.latencies_ms),
         "errors": record.errors,
         "lost": record.lost,
+        "finished": record.finished,
         "first_error": record.first_error,
         "p50_ms": float(np.percentile(latencies, 50)),
         "p90_ms": float(np.percentile(latencies, 90)),
@@ -218,16 +259,17 @@ def summary(record: Record, args: argparse.Namespace, stages: Stages) -> dict[st
 async def main_async(args: argparse.Namespace) -> dict[str, object]:
     closers: list[Callable[[], Awaitable[None]]] = []
     stages: Stages = []
-    if args.path in ("brimful", "ray"):
-        session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=4000), timeout=aiohttp.ClientTimeout(total=60))
-        closers.append(session.close)
-        send = brimful_sender(session, args.url, stages) if args.path == "brimful" else ray_sender(session, args.url)
-    else:
-        import tritonclient.grpc.aio as grpcaio
-
-        client = grpcaio.InferenceServerClient(args.triton)
-        closers.append(client.close)
-        send = triton_sender(client, args.model, args.path)
+    if args.path in ("brimful", "ray", "floor"):
+        if args.client == "raw":
+            pool = HttpPool(args.url)
+            closers.append(pool.close)
+            post = raw_post(pool)
+        else:
+            session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=4000), timeout=aiohttp.ClientTimeout(total=60))
+            closers.append(session.close)
+            post = aiohttp_post(session, args.url.rstrip("/"))
+        senders = {"brimful": lambda: brimful_sender(post, stages), "ray": lambda: ray_sender(post), "floor": lambda: floor_sender(post)}
+        send = senders[args.path]()
     try:
         if args.rate:
             record = await run_open(send, args.rate, args.duration, args.warmup, args.seed)
@@ -241,7 +283,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, object]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--path", choices=["brimful", "full", "padded", "dynamic", "ray"], required=True)
+    parser.add_argument("--path", choices=["brimful", "full", "padded", "dynamic", "ray", "floor"], required=True)
+    parser.add_argument("--client", choices=["raw", "aiohttp"], default="raw", help="the HTTP client (HTTP paths)")
     parser.add_argument("--url", default="http://127.0.0.1:8080", help="Brimful's API, or the Ray Serve route")
     parser.add_argument("--triton", default="127.0.0.1:8001", help="Triton gRPC address")
     parser.add_argument("--model", default="brimful_reference")

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import resource
 import shutil
@@ -95,14 +96,19 @@ def why(error: Exception, limit: int) -> str:
 
 
 def loadgen(
-    stack: EmbeddedStack, path: str, seconds: float, *, rate: float = 0, clients: int = 0, url: str = ""
+    stack: EmbeddedStack | None, path: str, seconds: float, *, rate: float = 0, clients: int = 0, url: str = "",
+    client: str = "raw",
 ) -> dict[str, Any]:
     """Run the load generator in its own process and return its summary, with the CPU
-    time the generator itself used per request (it shares the machine with the stack)."""
-    settle(stack)
-    model = dynamic_name(stack.settings.model_name) if path == "dynamic" else stack.settings.model_name
-    argv = [sys.executable, str(LOADGEN), "--path", path, "--url", url or stack.api_url, "--triton", stack.settings.triton_url,
-            "--model", model, "--duration", str(seconds)]
+    time the generator itself used per request (it shares the machine with the stack).
+    Without a stack (the floor server) only ``url`` is used."""
+    argv = [sys.executable, str(LOADGEN), "--path", path, "--duration", str(seconds), "--client", client]
+    if stack is not None:
+        settle(stack)
+        model = dynamic_name(stack.settings.model_name) if path == "dynamic" else stack.settings.model_name
+        argv += ["--url", url or stack.api_url, "--triton", stack.settings.triton_url, "--model", model]
+    else:
+        argv += ["--url", url]
     argv += ["--rate", str(rate)] if rate else ["--concurrency", str(clients)]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     done = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 90)
@@ -111,11 +117,48 @@ def loadgen(
         raise RuntimeError(f"loadgen {path} failed: {done.stderr[-2000:]}")
     summary: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    summary["loadgen_cpu_us_per_request"] = cpu_s / max(1, summary["requests"] + summary["errors"]) * 1e6
+    # Over every request it sent, the warm-up's included: its CPU was spent on them all.
+    summary["loadgen_cpu_us_per_request"] = cpu_s / max(1, summary["finished"]) * 1e6
     print(f"  {path:8} {'rate ' + format(rate, '.0f') if rate else 'clients ' + str(clients):>13}: "
           f"{summary['achieved_rows_per_s']:8.1f} rows/s  p50 {summary['p50_ms']:7.1f} ms  p99 {summary['p99_ms']:7.1f} ms"
           f"  errors {summary['errors']} lost {summary['lost']}", flush=True)
     return summary
+
+
+FLOOR_SERVER = Path(__file__).resolve().parent / "floor_server.py"
+
+
+def measure_floor(
+    floor: dict[str, Any], workdir: Path, seconds: float, api_workers: int, checkpoint: Callable[[], None]
+) -> None:
+    """The floor under Brimful's front door: the API's HTTP server (uvicorn, as many
+    workers) answering the same POST with a constant 202 and no I/O, bare ("asgi") and
+    behind a FastAPI route ("fastapi"), at saturation; against the bare one, the load
+    generator's own client and aiohttp side by side. Into ``floor``, keyed "app/client",
+    each saved (``checkpoint``) as soon as it is measured."""
+    for app in ("asgi", "fastapi"):
+        port = free_port()
+        process = ManagedProcess(
+            name=f"floor-{app}",
+            argv=[sys.executable, str(FLOOR_SERVER), "--port", str(port), "--app", app, "--workers", str(api_workers)],
+            env=dict(os.environ), log_path=workdir / f"floor-{app}.log",
+        )
+        process.start()
+        url = f"http://127.0.0.1:{port}"
+        try:
+            wait_until(lambda: http_ok(f"{url}/readyz"), 60, f"floor server ({app})", process)
+            for client in ("raw", "aiohttp") if app == "asgi" else ("raw",):
+                assert process.pid is not None
+                before = usage(group_members(process.pid))
+                summary = loadgen(None, "floor", seconds, clients=CLIENTS, url=url, client=client)
+                after = usage(group_members(process.pid))
+                summary["server_cpu_us_per_request"] = (after.cpu_s - before.cpu_s) / max(1, summary["finished"]) * 1e6
+                floor[f"{app}/{client}"] = summary
+                checkpoint()
+                print(f"  floor {app}/{client}: server {summary['server_cpu_us_per_request']:.0f} us, "
+                      f"load generator {summary['loadgen_cpu_us_per_request']:.0f} us per request", flush=True)
+        finally:
+            process.stop()
 
 
 def stats(stack: EmbeddedStack) -> dict[str, int]:
@@ -355,12 +398,14 @@ def render_again(saved: Path, out_dir: Path) -> int:
         runs.append(run)
     # A run saved before the machine was recorded is described as this one (all such runs were made here).
     machine = Machine(**data["machine"]) if "machine" in data else Machine.here(API_WORKERS)
-    text = write_report(runs, data["command"], data["elapsed_s"], machine, out_dir)
+    text = write_report(runs, data.get("floor", {}), data["command"], data["elapsed_s"], machine, out_dir)
     print(text)
     return 0
 
 
-def write_report(runs: list[ModelRun], command: str, elapsed_s: float, machine: Machine, out_dir: Path) -> str:
+def write_report(
+    runs: list[ModelRun], floor: dict[str, Any], command: str, elapsed_s: float, machine: Machine, out_dir: Path
+) -> str:
     """throughput.md, the plots and the profiles from the runs that got through their
     sweep; a run that stopped early is named in the report with why."""
     complete = [run for run in runs if run.runs.get("brimful") and run.sweep]
@@ -369,7 +414,7 @@ def write_report(runs: list[ModelRun], command: str, elapsed_s: float, machine: 
         if run.profile and run.packages:  # a real profile, not the note of a failed one
             (out_dir / f"profile_{run.name}.txt").write_text(run.profile)
     defaults = settings_on_free_ports()
-    text = report(complete, command, elapsed_s, machine, defaults.min_wait_ms, defaults.min_worthwhile_rows) if complete else (
+    text = report(complete, floor, command, elapsed_s, machine, defaults.min_wait_ms, defaults.min_worthwhile_rows) if complete else (
         "# Throughput benchmark\n\nNo model got through its sweep.\n"
     )
     stopped = [run for run in runs if run not in complete]
@@ -408,18 +453,26 @@ def main() -> int:
         f" --instances {args.instances}" if args.instances != 1 else "")
     machine = Machine.here(args.api_workers)
     runs: list[ModelRun] = []
+    floor: dict[str, Any] = {}
 
     def save() -> None:
         # Written after every step: a later failure or a kill keeps what was measured.
         saved = {
             "command": command, "elapsed_s": time.monotonic() - started, "machine": machine.__dict__,
-            "runs": [run.__dict__ for run in runs],
+            "floor": floor, "runs": [run.__dict__ for run in runs],
         }
         (args.out_dir / "throughput.json").write_text(json.dumps(saved, indent=1, default=str))
 
     ray_missing = "skipped (--no-ray)" if args.no_ray else ensure_ray()
     failed: list[str] = []
     with tempfile.TemporaryDirectory(prefix="brimful-bench-") as scratch:
+        print("floor: the API's HTTP server answering a constant 202", flush=True)
+        try:
+            measure_floor(floor, Path(scratch), 6.0 if args.quick else 10.0, args.api_workers, save)
+        except Exception as error:  # the report says so; the models still run
+            floor["failed"] = {"why": why(error, 500)}
+            print(f"floor failed: {floor['failed']['why']}", flush=True)
+        save()
         for name in args.models.split(","):
             run = ModelRun(name.strip(), instances=args.instances)
             runs.append(run)  # saved with whatever it holds, whether or not every step succeeds
@@ -430,7 +483,7 @@ def main() -> int:
                 failed.append(f"{run.name}: {run.failed}")
                 print(f"{run.name} failed: {run.failed}", flush=True)
             save()
-    print(write_report(runs, command, time.monotonic() - started, machine, args.out_dir))
+    print(write_report(runs, floor, command, time.monotonic() - started, machine, args.out_dir))
     for line in failed:
         print(f"failed: {line}", file=sys.stderr)
     return 1 if failed else 0

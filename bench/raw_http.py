@@ -1,0 +1,158 @@
+"""A minimal HTTP/1.1 client for the load generator: keep-alive connections on
+``asyncio.Protocol``, one request at a time on each, bodies framed by Content-Length.
+
+The load generator shares the machine with what it measures, so every microsecond it
+spends is taken from Brimful. A general client (aiohttp) costs a few hundred
+microseconds of CPU a request; this one does only what the benchmark needs: it writes a
+request it formatted itself, reads the status line and Content-Length, and hands back
+the body. Anything else (chunked bodies, 1xx answers, TLS) is refused with an error
+naming it, not handled half-way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from typing import cast
+from urllib.parse import urlsplit
+
+_HEADER_END = b"\r\n\r\n"
+MAX_HEADER_BYTES = 64 * 1024  # an answer whose headers run past this is refused, not buffered
+
+
+class HttpError(Exception):
+    """The server's answer could not be read as this client reads answers."""
+
+
+class _Connection(asyncio.Protocol):
+    """One keep-alive connection with at most one request out on it."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.reusable = True
+        self._buffer = bytearray()
+        self._answer: asyncio.Future[tuple[int, bytes]] | None = None
+        self._status = 0
+        self._body_at = -1  # where the body starts in the buffer, once the headers are read
+        self._body_length = 0
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's transports are not subclasses
+
+    def connection_lost(self, error: Exception | None) -> None:
+        self.reusable = False
+        if self._answer is not None and not self._answer.done():
+            self._answer.set_exception(HttpError(f"connection closed before the answer: {error or 'by the server'}"))
+
+    def send(self, request: bytes) -> asyncio.Future[tuple[int, bytes]]:
+        assert self.transport is not None and self._answer is None
+        self._answer = asyncio.get_running_loop().create_future()
+        self._buffer.clear()
+        self._body_at = -1
+        self.transport.write(request)
+        return self._answer
+
+    def data_received(self, data: bytes) -> None:
+        if self._answer is None or self._answer.done():
+            self.reusable = False  # bytes nobody asked for: this connection cannot be trusted again
+            return
+        self._buffer += data
+        try:
+            if self._body_at < 0 and not self._read_head():
+                return
+        except HttpError as error:
+            self.reusable = False
+            self._answer.set_exception(error)
+            return
+        end = self._body_at + self._body_length
+        if len(self._buffer) >= end:
+            if len(self._buffer) > end:
+                self.reusable = False
+            answer, self._answer = self._answer, None
+            answer.set_result((self._status, bytes(self._buffer[self._body_at:end])))
+
+    def _read_head(self) -> bool:
+        """Parse the status line and headers once they are all in; False while they are not."""
+        end = self._buffer.find(_HEADER_END)
+        if end < 0:
+            if len(self._buffer) > MAX_HEADER_BYTES:
+                raise HttpError(f"answer headers longer than {MAX_HEADER_BYTES} bytes")
+            return False
+        lines = bytes(self._buffer[:end]).split(b"\r\n")
+        parts = lines[0].split(b" ", 2)
+        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
+            raise HttpError(f"not an HTTP/1.x status line: {lines[0][:80]!r}")
+        self._status = int(parts[1])
+        if self._status < 200:
+            raise HttpError(f"interim answer {self._status} is not supported")
+        length = -1
+        for line in lines[1:]:
+            name, _, value = line.partition(b":")
+            name = name.strip().lower()
+            if name == b"content-length":
+                length = int(value.strip())
+            elif name == b"transfer-encoding":
+                raise HttpError(f"Transfer-Encoding {value.strip()!r} is not supported")
+            elif name == b"connection" and value.strip().lower() == b"close":
+                self.reusable = False
+        if length < 0:
+            raise HttpError("answer without Content-Length")
+        self._body_at, self._body_length = end + len(_HEADER_END), length
+        return True
+
+
+class HttpPool:
+    """Keep-alive connections to one ``http://host:port``, opened as requests need them,
+    at most ``limit`` at once (a request past the limit waits for a free one)."""
+
+    def __init__(self, base_url: str, limit: int = 4000) -> None:
+        parts = urlsplit(base_url)
+        if parts.scheme != "http" or not parts.hostname:
+            raise ValueError(f"only http://host:port URLs are supported, not {base_url!r}")
+        self.host, self.port = parts.hostname, parts.port or 80
+        self._host_header = f"{self.host}:{self.port}".encode()
+        self._idle: deque[_Connection] = deque()
+        self._slots = asyncio.Semaphore(limit)
+        self._open: set[_Connection] = set()
+
+    async def request(
+        self, method: str, target: str, body: bytes = b"", content_type: bytes = b"application/json",
+        timeout_s: float = 60.0,
+    ) -> tuple[int, bytes]:
+        """Send one request and return (status, body)."""
+        head = b"%s %s HTTP/1.1\r\nHost: %s\r\n" % (method.encode(), target.encode(), self._host_header)
+        if body or method in ("POST", "PUT", "PATCH"):
+            head += b"Content-Type: %s\r\nContent-Length: %d\r\n" % (content_type, len(body))
+        request = head + b"\r\n" + body
+        async with self._slots:
+            connection = await self._connection()
+            try:
+                answer = await asyncio.wait_for(connection.send(request), timeout_s)
+            except BaseException:
+                self._discard(connection)
+                raise
+            if connection.reusable:
+                self._idle.append(connection)
+            else:
+                self._discard(connection)
+            return answer
+
+    async def _connection(self) -> _Connection:
+        while self._idle:
+            connection = self._idle.pop()
+            if connection.reusable:
+                return connection
+            self._discard(connection)
+        _, connection = await asyncio.get_running_loop().create_connection(_Connection, self.host, self.port)
+        self._open.add(connection)
+        return connection
+
+    def _discard(self, connection: _Connection) -> None:
+        self._open.discard(connection)
+        if connection.transport is not None:
+            connection.transport.close()
+
+    async def close(self) -> None:
+        for connection in list(self._open):
+            self._discard(connection)
+        self._idle.clear()
