@@ -1,4 +1,5 @@
-"""The HTTP API: ``create_app(settings)`` builds the FastAPI application."""
+"""The HTTP API: ``create_app(settings)`` builds the ASGI application (FastAPI, with the
+fast lane in front of the two routes every task takes)."""
 
 from brimful.api.app import create_app
 

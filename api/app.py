@@ -6,33 +6,26 @@ from __future__ import annotations
 from contextlib import asynccontextmanager
 from typing import AsyncIterator
 
-from aiokafka.errors import KafkaError
 from fastapi import FastAPI
-from fastapi.exceptions import RequestValidationError
-from redis.exceptions import RedisError
-from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp
 
 from brimful.api import batching_routes, dlq_routes, health_routes, openapi, task_routes
-from brimful.api.errors import (
-    ApiError,
-    api_error_handler,
-    dependency_error_handler,
-    http_error_handler,
-    validation_error_handler,
-)
+from brimful.api.errors import HANDLERS
+from brimful.api.fast_lane import FastLane
 from brimful.api.state import ApiState
 from brimful.core.logs import configure_logging
 from brimful.core.settings import Settings, get_settings
 
 
-def app_from_environment() -> FastAPI:
+def app_from_environment() -> ASGIApp:
     """The app for one of several API workers: settings and logging from the environment."""
     configure_logging()
     return create_app(get_settings())
 
 
-def create_app(settings: Settings) -> FastAPI:
-    """Build the FastAPI application for these settings."""
+def create_app(settings: Settings) -> ASGIApp:
+    """Build the application for these settings: FastAPI, behind the fast lane for the
+    two routes every task takes unless ``api_fast_lane`` is off."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -56,9 +49,6 @@ def create_app(settings: Settings) -> FastAPI:
     openapi.install(app, settings, lambda: getattr(getattr(app.state, "brimful", None), "signature", None))
     for routes in (task_routes, batching_routes, dlq_routes, health_routes):
         app.include_router(routes.router)
-    app.add_exception_handler(ApiError, api_error_handler)
-    app.add_exception_handler(StarletteHTTPException, http_error_handler)
-    app.add_exception_handler(RequestValidationError, validation_error_handler)
-    app.add_exception_handler(RedisError, dependency_error_handler)
-    app.add_exception_handler(KafkaError, dependency_error_handler)
-    return app
+    for error, handler in HANDLERS.items():
+        app.add_exception_handler(error, handler)
+    return FastLane(app) if settings.api_fast_lane else app

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
+from aiokafka.errors import KafkaError
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from redis.exceptions import RedisError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 
@@ -50,3 +54,23 @@ async def validation_error_handler(request: Request, error: Exception) -> JSONRe
         for issue in error.errors()
     )
     return JSONResponse(error_body("invalid_request", problems or "invalid request"), status_code=422)
+
+
+Handler = Callable[[Request, Exception], Awaitable[JSONResponse]]
+
+# Which error gets which answer: installed in FastAPI, and used by the fast lane.
+HANDLERS: dict[type[Exception], Handler] = {
+    ApiError: api_error_handler,
+    StarletteHTTPException: http_error_handler,
+    RequestValidationError: validation_error_handler,
+    RedisError: dependency_error_handler,
+    KafkaError: dependency_error_handler,
+}
+
+
+def handler_for(error: Exception) -> Handler | None:
+    """The handler for ``error``'s class or its nearest base, as Starlette picks it."""
+    for cls in type(error).__mro__:
+        if cls in HANDLERS:
+            return HANDLERS[cls]
+    return None

@@ -40,5 +40,8 @@ def serve(app: object, workers: int | None) -> None:
         port=settings.api_port,
         log_config=None,  # keep our JSON logging
         access_log=False,
+        # Brimful never reads the client's address; rewriting it from X-Forwarded-* would
+        # cost every request.
+        proxy_headers=False,
         timeout_graceful_shutdown=10,
     )

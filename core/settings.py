@@ -220,6 +220,12 @@ class Settings(BaseSettings):
         description="API worker processes sharing the port (the API is CPU-bound: about one per spare core); "
         "/metrics sums their counters.",
     )
+    api_fast_lane: bool = Field(
+        True,
+        description="Serve POST /v1/tasks and GET /v1/tasks/{id} straight from their handlers, past FastAPI's "
+        "middleware, routing and dependency resolution: the same checks and answers for less CPU. Off: every "
+        "request through FastAPI (to compare).",
+    )
     max_body_bytes: int = Field(
         1_000_000,
         ge=1,

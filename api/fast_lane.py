@@ -1,0 +1,82 @@
+"""The fast lane: ``POST /v1/tasks`` and ``GET /v1/tasks/{task_id}`` straight to their handlers.
+
+Every request pays FastAPI's stack before its handler runs: six middleware layers, the
+route table, dependency resolution. For these two routes, the ones every task takes, that
+costs more CPU than the bare HTTP server (bench/throughput.py measures both: "the floor").
+``FastLane`` wraps the FastAPI app and sends exactly those two method-and-path pairs to
+the *same* handler functions with the same caller check, error answers and 500; every
+other request, and these paths with any other method, goes through FastAPI unchanged, as
+does the OpenAPI document, which still lists both routes. ``BRIMFUL_API_FAST_LANE=false``
+sends everything through FastAPI (to compare).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from starlette.types import Receive, Scope, Send
+
+from brimful.api.auth import Principal, requires
+from brimful.api.errors import handler_for
+from brimful.api.task_routes import get_task, submit_task
+from brimful.core.api_keys import Scope as KeyScope
+
+log = logging.getLogger("brimful.api")
+
+TASKS_PATH = "/v1/tasks"
+_TASK_PREFIX = TASKS_PATH + "/"
+_submitter = requires(KeyScope.SUBMIT)
+_reader = requires(KeyScope.READ)
+
+
+async def _submit(request: Request) -> Response:
+    return await submit_task(request, await _submitter(request))
+
+
+async def _read(request: Request) -> Response:
+    principal: Principal = await _reader(request)
+    return JSONResponse(await get_task(request.path_params["task_id"], request, principal))
+
+
+def _route(scope: Scope) -> tuple[Callable[[Request], Awaitable[Response]], dict[str, str]] | None:
+    """The fast handler for this request and its path parameters, or None: FastAPI's to answer."""
+    path: str = scope["path"]
+    root = scope.get("root_path", "")
+    if root and path.startswith(root):  # as Starlette matches routes: below the mount point
+        path = path[len(root):]
+    if scope["method"] == "POST" and path == TASKS_PATH:
+        return _submit, {}
+    if scope["method"] == "GET" and path.startswith(_TASK_PREFIX):
+        task_id = path[len(_TASK_PREFIX):]
+        if task_id and "/" not in task_id:  # FastAPI's {task_id}: one non-empty segment
+            return _read, {"task_id": task_id}
+    return None
+
+
+class FastLane:
+    """ASGI app: the two hot routes to their handlers, the rest to ``app``."""
+
+    def __init__(self, app: FastAPI) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        route = _route(scope) if scope["type"] == "http" else None
+        if route is None:
+            await self.app(scope, receive, send)
+            return
+        handler, scope["path_params"] = route
+        scope["app"] = self.app  # the handlers find the API's state through it, as under FastAPI
+        request = Request(scope, receive)
+        try:
+            response = await handler(request)
+        except Exception as error:  # noqa: BLE001 - answered as FastAPI's handlers answer it
+            answer = handler_for(error)
+            if answer is None:
+                log.exception("unhandled error", extra={"path": scope["path"]})
+                response = PlainTextResponse("Internal Server Error", status_code=500)
+            else:
+                response = await answer(request, error)
+        await response(scope, receive, send)
