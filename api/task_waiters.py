@@ -2,7 +2,8 @@
 by polling.
 
 The task store publishes each task's final record on ``RedisKeys.finished_channel`` in
-the same atomic step that stores it (``FinishedMessage``); one subscription per API
+the same atomic step that stores it, one message for all the tasks the step moved
+(``FinishedMessage``); one subscription per API
 process hands it to every request waiting on that task, which answers from it without
 reading the task back.
 """
@@ -110,9 +111,10 @@ class TaskWaiters:
         return record if record.tenant == tenant else None
 
     def _deliver(self, payload: bytes) -> None:
-        task_id = FinishedMessage.task_id(payload)
-        if task_id in self._waiting:  # most finished tasks have nobody waiting here
-            self._wake(task_id, FinishedMessage.record(payload))
+        for entry in FinishedMessage.entries(payload):
+            task_id = FinishedMessage.task_id(entry)
+            if task_id in self._waiting:  # most finished tasks have nobody waiting here
+                self._wake(task_id, FinishedMessage.record(entry))
 
     def _wake(self, task_id: str, record: TaskRecord | None) -> None:
         for future in self._waiting.pop(task_id, ()):

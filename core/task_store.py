@@ -23,7 +23,7 @@ from brimful.core.task_status import TaskStatus
 # KEYS: task hashes (on a Redis Cluster, all in one hash slot), then, when ARGV[8] is "1",
 # the shared counters' hash. ARGV: ttl_s (kept from now on), now_ms, new status,
 # allowed-from statuses (comma-separated; a missing hash never moves), field name, channel
-# to publish every moved task on ("" for none; see FinishedMessage for the format), the
+# to publish the moved tasks on, all in one message ("" for none; see FinishedMessage), the
 # prefix of the tenants' in-flight sets to remove a moved task from ("" to leave them: the
 # new status is not final, or the sets live in other hash slots), "1" if the counters'
 # hash is the last key, the counter that gains the number of tasks moved ("" for none),
@@ -41,6 +41,7 @@ if counted then
 end
 local first_value = 10 + 2 * pairs
 local moved = {}
+local finished = {}
 for i = 1, tasks do
   local key = KEYS[i]
   local current = redis.call('HGET', key, 'status')
@@ -58,11 +59,14 @@ for i = 1, tasks do
       redis.call('ZREM', in_flight_prefix .. tenant, task_id)
     end
     if channel ~= '' then
-      redis.call('PUBLISH', channel, table.concat({task_id, new_status, submitted, now, tenant, field, value}, '\\n'))
+      finished[#finished + 1] = table.concat({task_id, new_status, submitted, now, tenant, field, value}, '\\n')
     end
     moved[#moved + 1] = i
     moved[#moved + 1] = tenant
   end
+end
+if #finished > 0 then
+  redis.call('PUBLISH', channel, table.concat(finished, '\\030'))
 end
 if counted then
   for p = 0, pairs - 1 do
@@ -147,20 +151,29 @@ class TaskRecord:
 
 
 class FinishedMessage:
-    """What the store publishes on ``RedisKeys.finished_channel`` when a task reaches a
-    final state: the whole final record, so a waiting request can answer without reading
-    the task back. Seven newline-separated fields: task id, status, submitted_at_ms,
-    updated_at_ms, tenant, then the name of the stored field ("outputs", "error" or
-    empty) and its JSON value. Task ids and tenants hold no newline."""
+    """What the store publishes on ``RedisKeys.finished_channel`` when tasks reach a final
+    state: one message for all the tasks one step moved (a batch's, say), each entry the
+    whole final record, so a waiting request can answer without reading the task back.
+    Entries are separated by the ASCII record separator (0x1E); each has seven
+    newline-separated fields: task id, status, submitted_at_ms, updated_at_ms, tenant, then
+    the name of the stored field ("outputs", "error" or empty) and its JSON value. Task ids
+    and tenants hold neither character, and JSON text holds no raw control character."""
+
+    SEPARATOR = b"\x1e"
 
     @staticmethod
-    def task_id(payload: bytes) -> str:
-        """Just the id: cheap, for the many messages nobody waits on."""
-        return payload.split(b"\n", 1)[0].decode()
+    def entries(payload: bytes) -> list[bytes]:
+        """One entry per task (a message from before batching is one entry)."""
+        return payload.split(FinishedMessage.SEPARATOR)
 
     @staticmethod
-    def record(payload: bytes) -> TaskRecord:
-        task_id, status, submitted, updated, tenant, field, value = payload.decode().split("\n", 6)
+    def task_id(entry: bytes) -> str:
+        """Just the id: cheap, for the many entries nobody waits on."""
+        return entry.split(b"\n", 1)[0].decode()
+
+    @staticmethod
+    def record(entry: bytes) -> TaskRecord:
+        task_id, status, submitted, updated, tenant, field, value = entry.decode().split("\n", 6)
         decoded = json.loads(value) if field and value else None
         return TaskRecord(
             task_id=task_id,

@@ -38,7 +38,8 @@ def cluster_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Embedded
 
         def both_on_the_board() -> bool:
             with redis.RedisCluster.from_url(settings.redis_url) as client:
-                return len(list(client.scan_iter(match=keys.batcher_status_pattern))) == 2
+                members = client.smembers(keys.batcher_members)
+                return sum(1 for m in members if client.get(keys.batcher_status(m.decode()))) == 2
 
         wait_until(both_on_the_board, 60, "second batcher on the status board", second)
         yield running
@@ -114,7 +115,7 @@ async def test_a_batch_spanning_many_slots_moves_and_publishes_every_task(
     probe_heard, all_heard = asyncio.Event(), asyncio.Event()
 
     def on_message(payload: bytes) -> None:
-        heard.append(FinishedMessage.task_id(payload))
+        heard.extend(FinishedMessage.task_id(entry) for entry in FinishedMessage.entries(payload))
         if probe in heard:
             probe_heard.set()
         if set(ids) <= set(heard):

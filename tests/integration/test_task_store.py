@@ -115,13 +115,21 @@ async def test_final_states_are_published_as_they_happen(stack: EmbeddedStack, s
         await store.mark_done({done: {"Y": 1}})
         await store.mark_failed([failed], {"class": "x"})
         await store.mark_done({done: {"Y": 2}})  # not a change: not published again
-        published = []
+        batch = [uuid.uuid4().hex for _ in range(3)]
+        for task_id in batch:
+            await store.create_queued(task_id, now_ms())
+        await store.mark_done({task_id: {"Y": [n, "a\nb\x1ec"]} for n, task_id in enumerate(batch)})
+        messages = []
         while (message := await pubsub.get_message(timeout=1)) is not None:
-            published.append(FinishedMessage.record(message["data"]))
-        assert [record.task_id for record in published] == [done, failed]
-        # Each message is the whole final record, equal to what a read of the store gives.
-        assert published == [await store.get(done), await store.get(failed)]
+            messages.append([FinishedMessage.record(entry) for entry in FinishedMessage.entries(message["data"])])
+        # One message a step: the batch's three tasks share one.
+        assert [[record.task_id for record in records] for records in messages] == [[done], [failed], batch]
+        published = [record for records in messages for record in records]
+        # Each entry is the whole final record, equal to what a read of the store gives,
+        # even with newlines and the separator itself inside an output.
+        assert published == [await store.get(task_id) for task_id in (done, failed, *batch)]
         assert published[0].outputs == {"Y": 1} and published[1].error == {"class": "x"}
+        assert published[4].outputs == {"Y": [2, "a\nb\x1ec"]}
     finally:
         await pubsub.aclose()
         await redis.aclose()
