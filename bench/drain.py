@@ -117,8 +117,8 @@ async def measured_ceiling(stack: EmbeddedStack, seconds: float = 5.0) -> float:
 
 async def endpoint_views(redis: Redis, keys: RedisKeys) -> list[dict[str, Any]]:
     views = []
-    async for name in redis.scan_iter(match=keys.batcher_status_pattern):
-        raw = await redis.get(name)
+    for member in await redis.smembers(keys.batcher_members):
+        raw = await redis.get(keys.batcher_status(member.decode()))
         if raw:
             views.append({e["url"]: e for e in json.loads(raw).get("endpoints", [])})
     return views

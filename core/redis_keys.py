@@ -19,6 +19,9 @@ class RedisKeys:
     - ``{{prefix}:policy}``: hash of flush-policy parameters changed at run time.
     - ``{{prefix}:policy}:history``: list of those changes, newest first (JSON).
     - ``{{prefix}:batcher}:{member}``: one live batcher's status (JSON, short TTL).
+    - ``{{prefix}:batcher}``: set of the members that wrote a status, so a reader finds
+      them without scanning the keyspace (a member whose status expired is dropped by
+      the next reader).
     - ``{prefix}:dlq:resolved``: hash of DLQ entry id -> what on-call did to it (JSON).
     - ``{prefix}:idempotency:{key}``: the task_id an Idempotency-Key was first used for.
     - ``{prefix}:ratelimit:{tenant}``: the tenant's token bucket (tokens, time).
@@ -90,9 +93,8 @@ class RedisKeys:
         return f"{{{self.prefix}:batcher}}:{member}"
 
     @property
-    def batcher_status_pattern(self) -> str:
-        # Only ``* ? [ ] \`` are special in a match pattern: the braces match themselves.
-        return f"{{{self.prefix}:batcher}}:*"
+    def batcher_members(self) -> str:
+        return f"{{{self.prefix}:batcher}}"
 
     def endpoint_slots(self, endpoint: str) -> str:
         return f"{self.prefix}:slots:{endpoint}"

@@ -10,7 +10,11 @@ from brimful.core.redis_keys import RedisKeys
 
 
 class StatusBoard:
-    """Batchers publish a snapshot every second or so; readers list the fresh ones."""
+    """Batchers publish a snapshot every second or so; readers list the fresh ones.
+
+    Each snapshot is a key with a short TTL, and its member is named in a set beside it
+    (one hash slot): a reader reads the set and the keys it names, never scanning the
+    keyspace, which holds every task too."""
 
     def __init__(self, redis: RedisClient, keys: RedisKeys) -> None:
         self._redis = redis
@@ -18,17 +22,25 @@ class StatusBoard:
 
     async def publish(self, member: str, snapshot: Mapping[str, Any], ttl_s: float) -> None:
         # A short TTL makes a dead batcher drop off the board by itself.
-        await self._redis.set(
-            self._keys.batcher_status(member), json.dumps({"member": member, **snapshot}), px=int(ttl_s * 1000)
-        )
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.set(self._keys.batcher_status(member), json.dumps({"member": member, **snapshot}), px=int(ttl_s * 1000))
+            pipe.sadd(self._keys.batcher_members, member)
+            await pipe.execute()
 
     async def remove(self, member: str) -> None:
         """Take a stopping batcher off the board at once."""
-        await self._redis.delete(self._keys.batcher_status(member))
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.delete(self._keys.batcher_status(member))
+            pipe.srem(self._keys.batcher_members, member)
+            await pipe.execute()
 
     async def read_all(self) -> list[dict[str, Any]]:
-        keys = [key async for key in self._redis.scan_iter(match=self._keys.batcher_status_pattern, count=100)]
-        if not keys:
+        named = await self._redis.smembers(self._keys.batcher_members)
+        members = sorted(m.decode() if isinstance(m, bytes) else m for m in named)
+        if not members:
             return []
-        values = await self._redis.mget(keys)
-        return sorted((json.loads(v) for v in values if v is not None), key=lambda s: str(s.get("member")))
+        values = await self._redis.mget([self._keys.batcher_status(m) for m in members])
+        gone = [member for member, value in zip(members, values) if value is None]
+        if gone:  # expired: a batcher that publishes again names itself again
+            await self._redis.srem(self._keys.batcher_members, *gone)
+        return [json.loads(value) for value in values if value is not None]

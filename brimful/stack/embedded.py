@@ -256,8 +256,8 @@ class EmbeddedStack:
             client_class = redis.RedisCluster if self.settings.redis_cluster else redis.Redis
             with client_class.from_url(self.settings.redis_url, socket_timeout=2) as client:
                 owned = set()
-                for name in client.scan_iter(match=keys.batcher_status_pattern):
-                    raw = client.get(name)
+                for member in client.smembers(keys.batcher_members):
+                    raw = client.get(keys.batcher_status(member.decode()))
                     if raw:
                         owned.update(json.loads(raw).get("partitions", {}))
             return len(owned) >= self.settings.topic_partitions
