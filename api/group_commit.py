@@ -2,15 +2,16 @@
 
 While one group is being recorded in Redis, the submissions that arrive meanwhile wait
 and form the next group. Nothing waits on a timer: a lone submission goes at once, and
-groups grow only with load. A group costs one Redis round trip (every record and every
-in-flight check in one pipeline; a second only to take refused records back), and its
+groups grow only with load. A group costs one Redis round trip (one script call records
+every task and checks every in-flight limit; on a cluster, one pipeline, and a second
+round trip only to take refused records back), and its
 records reach the producer together, which sends them in one request per broker. The
 acknowledgements are awaited beside the next group's Redis work.
 
 The durability contract is the one-at-a-time path's: each task is recorded before its
 record can reach a batcher, and each submission is answered when its own record is
 acknowledged (acks=all). A failure reaches exactly the submissions it concerns: a Redis
-error, the group whose pipeline failed; a refused send, the records the broker refused,
+error, the group whose round trip failed (or the one task whose own key failed); a refused send, the records the broker refused,
 each of them taken back out of Redis before its caller hears of it.
 """
 

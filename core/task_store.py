@@ -95,6 +95,45 @@ redis.call('ZADD', KEYS[1], ARGV[1], ARGV[4])
 return -1
 """
 
+# A whole group of new tasks in one call, on one Redis (a cluster spreads the keys over
+# slots; it takes the pipeline of _ADMIT_LUA and HSETs instead). KEYS: per task, its record
+# then its tenant's in-flight set. ARGV: the record's TTL, the queued status, then per task
+# its submitted_at_ms, the tenant's limit (0: none), the oldest score still counted, its
+# id and its tenant. Each task is admitted as _ADMIT_LUA admits one, then recorded; a
+# command that fails (a key of the wrong type) fails only its task, whose in-flight entry
+# is taken back. Returns per task: -1 recorded, the tenant's count when refused (nothing
+# written), or the error's text.
+_CREATE_GROUP_LUA = """
+local ttl, queued = ARGV[1], ARGV[2]
+local outcomes = {}
+local function failed(reply)
+  return type(reply) == 'table' and reply.err
+end
+for i = 1, #KEYS / 2 do
+  local record, in_flight = KEYS[2 * i - 1], KEYS[2 * i]
+  local at = 2 + 5 * (i - 1)
+  local submitted, limit, oldest, task_id, tenant = ARGV[at + 1], tonumber(ARGV[at + 2]), ARGV[at + 3], ARGV[at + 4], ARGV[at + 5]
+  local outcome = -1
+  local reply = redis.pcall('ZREMRANGEBYSCORE', in_flight, '-inf', '(' .. oldest)
+  if failed(reply) then
+    outcome = reply.err
+  elseif limit > 0 and redis.call('ZCARD', in_flight) >= limit then
+    outcome = redis.call('ZCARD', in_flight)
+  else
+    redis.call('ZADD', in_flight, submitted, task_id)
+    reply = redis.pcall('HSET', record, 'status', queued, 'submitted_at_ms', submitted, 'updated_at_ms', submitted, 'tenant', tenant)
+    if failed(reply) then
+      redis.call('ZREM', in_flight, task_id)
+      outcome = reply.err
+    else
+      redis.call('EXPIRE', record, ttl)
+    end
+  end
+  outcomes[i] = outcome
+end
+return outcomes
+"""
+
 # KEYS[1]: a key. ARGV: the value it must hold, the value to set instead ("" deletes it),
 # the new value's TTL in seconds. Returns 1 when swapped, 0 when the key held anything else.
 _SWAP_IF_LUA = """
@@ -201,6 +240,7 @@ class TaskStore:
         self._cluster = is_cluster(redis)
         self._transition = redis.register_script(_TRANSITION_LUA)
         self._swap_if = redis.register_script(_SWAP_IF_LUA)
+        self._create_group = redis.register_script(_CREATE_GROUP_LUA)
 
     @property
     def keys(self) -> RedisKeys:
@@ -222,37 +262,58 @@ class TaskStore:
         return outcome
 
     async def create_queued_many(self, tasks: Sequence[NewTask]) -> list[int | None | RedisError]:
-        """``create_queued`` for a group of tasks in one round trip (one pipeline). Each is
-        answered on its own, in order: None when recorded, its tenant's count when refused,
-        or the RedisError of a command of its own that failed (say a key of its tenant's
-        holding the wrong type); the refused and failed ones are taken back in a second
-        round trip, only when there are any. When the round trip itself fails (connection, timeout), nothing of the
-        group is left behind (as far as Redis lets it be removed) and the error is raised."""
+        """``create_queued`` for a group of tasks in one round trip. Each is answered on its
+        own, in order: None when recorded, its tenant's count when refused, or the
+        RedisError of a command of its own that failed (say a key of its tenant's holding
+        the wrong type); nothing of a refused or failed task stays. When the round trip
+        itself fails (connection, timeout), nothing of the group is left behind (as far as
+        Redis lets it be removed) and the error is raised."""
+        if not tasks:
+            return []
         try:
-            async with self._redis.pipeline(transaction=False) as pipe:
-                for task in tasks:
-                    key = self._keys.task(task.task_id)
-                    pipe.hset(
-                        key,
-                        mapping={
-                            "status": TaskStatus.QUEUED.value,
-                            "submitted_at_ms": task.submitted_at_ms,
-                            "updated_at_ms": task.submitted_at_ms,
-                            "tenant": task.tenant,
-                        },
-                    )
-                    pipe.expire(key, self._waiting_ttl_s)
-                    # As text: a registered script in a pipeline costs a round trip more (redis-py
-                    # checks that it is loaded first), and Redis caches the text by its hash.
-                    pipe.eval(
-                        _ADMIT_LUA, 1, self._keys.in_flight(task.tenant),
-                        task.submitted_at_ms, task.max_in_flight,
-                        task.submitted_at_ms - self._waiting_ttl_s * 1000, task.task_id,
-                    )
-                replies = await pipe.execute(raise_on_error=False)
+            if self._cluster:
+                return await self._create_queued_in_slots(tasks)
+            keys: list[str] = []
+            args: list[str | int] = [self._waiting_ttl_s, TaskStatus.QUEUED.value]
+            for task in tasks:
+                keys += [self._keys.task(task.task_id), self._keys.in_flight(task.tenant)]
+                args += [task.submitted_at_ms, task.max_in_flight, task.submitted_at_ms - self._waiting_ttl_s * 1000,
+                         task.task_id, task.tenant]
+            replies = await self._create_group(keys=keys, args=args)
         except RedisError:
             await self._forget_quietly([(task.task_id, task.tenant) for task in tasks])
             raise
+        return [
+            RedisError(reply.decode(errors="replace")) if isinstance(reply, bytes)
+            else None if int(reply) < 0 else int(reply)
+            for reply in replies
+        ]
+
+    async def _create_queued_in_slots(self, tasks: Sequence[NewTask]) -> list[int | None | RedisError]:
+        # On a cluster a task's record and its tenant's set live in different slots: one
+        # pipeline writes the records and admits each task, and the refused and failed
+        # ones are taken back in a second round trip, only when there are any.
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for task in tasks:
+                key = self._keys.task(task.task_id)
+                pipe.hset(
+                    key,
+                    mapping={
+                        "status": TaskStatus.QUEUED.value,
+                        "submitted_at_ms": task.submitted_at_ms,
+                        "updated_at_ms": task.submitted_at_ms,
+                        "tenant": task.tenant,
+                    },
+                )
+                pipe.expire(key, self._waiting_ttl_s)
+                # As text: a registered script in a pipeline costs a round trip more (redis-py
+                # checks that it is loaded first), and Redis caches the text by its hash.
+                pipe.eval(
+                    _ADMIT_LUA, 1, self._keys.in_flight(task.tenant),
+                    task.submitted_at_ms, task.max_in_flight,
+                    task.submitted_at_ms - self._waiting_ttl_s * 1000, task.task_id,
+                )
+            replies = await pipe.execute(raise_on_error=False)
         outcomes: list[int | None | RedisError] = []
         for index in range(len(tasks)):
             own = replies[3 * index : 3 * index + 3]

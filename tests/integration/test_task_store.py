@@ -12,7 +12,7 @@ from brimful.core.clock import now_ms
 from brimful.core.redis_keys import RedisKeys
 from brimful.core.stats import SharedStats, StatsField
 from brimful.core.task_status import TaskStatus
-from brimful.core.task_store import FinishedMessage, TaskStore
+from brimful.core.task_store import FinishedMessage, NewTask, TaskStore
 from brimful.core.tenant_limits import TenantLimits, TenantLimitStore
 from brimful.stack import EmbeddedStack
 
@@ -236,5 +236,45 @@ async def test_a_batch_costs_two_round_trips_and_its_counters_ride_with_its_resu
         assert await store.mark_done({t: {"Y": 2} for t in running}, {StatsField.BATCHES_DISPATCHED: 1}, StatsField.TASKS_DONE) == 0
         totals = await stats.read()
         assert totals[StatsField.TASKS_DONE] == 64 and totals[StatsField.BATCHES_DISPATCHED] == 2
+    finally:
+        await redis.aclose()
+
+
+async def test_a_group_is_recorded_in_one_round_trip_each_task_on_its_own(
+    stack: EmbeddedStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    redis = Redis.from_url(stack.settings.redis_url)
+    keys = RedisKeys(f"store-test-{uuid.uuid4().hex[:8]}")
+    store = TaskStore(redis, keys, ttl_s=60, waiting_ttl_s=60)
+    try:
+        now = now_ms()
+        for _ in range(2):  # the tenant "full" holds its limit of two already
+            assert await store.create_queued(uuid.uuid4().hex, now, "full", max_in_flight=2) is None
+        ok = [NewTask(uuid.uuid4().hex, now, "ok", 0) for _ in range(40)]
+        refused = NewTask(uuid.uuid4().hex, now, "full", 2)
+        clashing = NewTask(uuid.uuid4().hex, now, "ok", 0)
+        await redis.rpush(keys.task(clashing.task_id), "a list where the record would go")
+        group = [*ok[:20], refused, clashing, *ok[20:]]
+        sends = 0
+        real_send = redis.connection_pool.connection_class.send_packed_command
+
+        async def counting_send(self: object, *args: object, **kwargs: object) -> None:
+            nonlocal sends
+            sends += 1
+            await real_send(self, *args, **kwargs)
+
+        monkeypatch.setattr(redis.connection_pool.connection_class, "send_packed_command", counting_send)
+        outcomes = await store.create_queued_many(group)
+        monkeypatch.undo()
+        assert sends == 1  # the script was loaded by the creates above
+        assert outcomes[:20] == [None] * 20 and outcomes[22:] == [None] * 20
+        assert outcomes[20] == 2  # refused: the tenant's count
+        assert "WRONGTYPE" in str(outcomes[21])
+        in_flight = {member.decode() for member in await redis.zrange(keys.in_flight("ok"), 0, -1)}
+        assert in_flight == {task.task_id for task in ok}  # the failed task's entry was taken back
+        assert await store.get(refused.task_id) is None
+        assert await redis.zscore(keys.in_flight("full"), refused.task_id) is None
+        records = [await store.get(task.task_id) for task in ok]
+        assert all(r is not None and r.status is TaskStatus.QUEUED and r.tenant == "ok" for r in records)
     finally:
         await redis.aclose()
