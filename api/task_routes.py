@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 import re
 import time
@@ -16,7 +15,7 @@ from fastapi.responses import JSONResponse
 from brimful.api.auth import Principal, requires
 from brimful.api.errors import ApiError
 from brimful.api.request_body import parse_json, read_body
-from brimful.api.state import api_state
+from brimful.api.state import ApiState, api_state
 from brimful.api.submission import (
     Submission,
     check_admission,
@@ -101,35 +100,39 @@ async def submit_task(request: Request, principal: Principal = Depends(requires(
             return JSONResponse(answer, status_code=200, headers={"Idempotent-Replayed": "true"})
     if wait_s > 0 and not state.waiters.has_room(principal.tenant):
         wait_s = 0.0  # the tenant holds its limit of waiters here: accept, answer 202 at once
-    async with contextlib.AsyncExitStack() as waiting:
-        # Watch before the task exists: its result cannot be published unseen, and no
-        # read of the store is needed to start waiting.
-        finished = None
-        if wait_s > 0:
-            waiting.enter_context(state.waiters.holding(principal.tenant))
-            finished = await waiting.enter_async_context(state.waiters.watch(task_id))
+    if wait_s <= 0:
+        await _accept(state, principal, submission, task_id, key)
+        return JSONResponse({"task_id": task_id, "status": TaskStatus.QUEUED.value}, status_code=202)
+    # Watch before the task exists: its result cannot be published unseen, and no read of
+    # the store is needed to start waiting.
+    with state.waiters.holding(principal.tenant), state.waiters.watch(task_id) as finished:
         deadline = time.monotonic() + wait_s
-        try:
-            check_admission(state)
-            limits = await state.tenant_limits.get(principal.tenant)
-            check_payload(submission, limits)
-            await take_tokens(state, principal, 1)
-            await enqueue(state, submission, task_id, principal.tenant, limits.max_in_flight)
-        except BaseException:  # whatever stopped it (a refusal, Redis, a cancelled request)
-            if key is not None:
-                await release_idempotency_key(state, key, task_id)
-            raise
-        if key is not None:
-            await commit_idempotency_key(state, key, task_id)
-        if finished is not None:
-            record = await state.waiters.wait_final(task_id, principal.tenant, finished, deadline)
-            if record is not None and not record.status.is_final and time.monotonic() < deadline:
-                record = await state.waiters.read_when_final(
-                    task_id, principal.tenant, deadline - time.monotonic()
-                )  # feed lost
-            if record is not None and record.status.is_final:
-                return JSONResponse(task_answer(task_id, record), status_code=200)
+        await _accept(state, principal, submission, task_id, key)
+        record = await state.waiters.wait_final(task_id, principal.tenant, finished, deadline)
+        if record is not None and not record.status.is_final and time.monotonic() < deadline:
+            record = await state.waiters.read_when_final(
+                task_id, principal.tenant, deadline - time.monotonic()
+            )  # feed lost
+        if record is not None and record.status.is_final:
+            return JSONResponse(task_answer(task_id, record), status_code=200)
     return JSONResponse({"task_id": task_id, "status": TaskStatus.QUEUED.value}, status_code=202)
+
+
+async def _accept(state: ApiState, principal: Principal, submission: Submission, task_id: str, key: str | None) -> None:
+    """Admit and enqueue the task, binding its Idempotency-Key (if any) once accepted and
+    freeing it if not."""
+    try:
+        check_admission(state)
+        limits = await state.tenant_limits.get(principal.tenant)
+        check_payload(submission, limits)
+        await take_tokens(state, principal, 1)
+        await enqueue(state, submission, task_id, principal.tenant, limits.max_in_flight)
+    except BaseException:  # whatever stopped it (a refusal, Redis, a cancelled request)
+        if key is not None:
+            await release_idempotency_key(state, key, task_id)
+        raise
+    if key is not None:
+        await commit_idempotency_key(state, key, task_id)
 
 
 @router.post("/v1/tasks:batch")

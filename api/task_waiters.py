@@ -13,8 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter, defaultdict
-from contextlib import asynccontextmanager, contextmanager
-from typing import AsyncIterator, Iterator
+from types import TracebackType
 
 from brimful.api.errors import ApiError
 from brimful.core import metrics
@@ -46,10 +45,7 @@ class TaskWaiters:
         """Whether one more of ``tenant``'s requests may be held waiting in this process."""
         return not self._max_per_tenant or self._held[tenant] < self._max_per_tenant
 
-    @contextmanager
-    def holding(self, tenant: str) -> Iterator[None]:
-        """Count a request of ``tenant`` held waiting; 429 ``too_many_waiting`` when the
-        tenant already holds its limit here (each waiter costs memory and a connection)."""
+    def _hold(self, tenant: str) -> None:
         if not self.has_room(tenant):
             raise ApiError(
                 429,
@@ -58,37 +54,30 @@ class TaskWaiters:
                 {"Retry-After": "1"},
             )
         self._held[tenant] += 1
-        try:
-            yield
-        finally:
-            self._held[tenant] -= 1
-            if not self._held[tenant]:
-                del self._held[tenant]
 
-    @asynccontextmanager
-    async def watch(self, task_id: str) -> AsyncIterator[asyncio.Future[TaskRecord | None]]:
-        """A future that resolves when ``task_id`` finishes: to its final record, or to
-        None when the feed was lost (then read the store). Register it *before* reading
-        the task's state, or before submitting it, so a result stored in between is not
-        missed."""
-        future: asyncio.Future[TaskRecord | None] = asyncio.get_running_loop().create_future()
-        self._waiting[task_id].add(future)
-        metrics.LONG_POLLS_WAITING.inc()
-        try:
-            yield future
-        finally:
-            metrics.LONG_POLLS_WAITING.dec()
-            waiters = self._waiting.get(task_id)
-            if waiters is not None:
-                waiters.discard(future)
-                if not waiters:
-                    del self._waiting[task_id]
+    def _release(self, tenant: str) -> None:
+        self._held[tenant] -= 1
+        if not self._held[tenant]:
+            del self._held[tenant]
+
+    def holding(self, tenant: str) -> _Held:
+        """Count a request of ``tenant`` held waiting, for the ``with`` block; 429
+        ``too_many_waiting`` on entry when the tenant already holds its limit here (each
+        waiter costs memory and a connection)."""
+        return _Held(self, tenant)
+
+    def watch(self, task_id: str) -> _Watch:
+        """For the ``with`` block, a future that resolves when ``task_id`` finishes: to its
+        final record, or to None when the feed was lost (then read the store). Register it
+        *before* reading the task's state, or before submitting it, so a result stored in
+        between is not missed."""
+        return _Watch(self._waiting, task_id)
 
     async def read_when_final(self, task_id: str, tenant: str, wait_s: float) -> TaskRecord | None:
         """The tenant's task, held up to ``wait_s`` until it is final."""
         deadline = time.monotonic() + wait_s
         while True:
-            async with self.watch(task_id) as finished:
+            with self.watch(task_id) as finished:
                 record = await read_own_task(self._store, task_id, tenant)  # after registering: nothing slips by
                 if record is None or record.status.is_final or time.monotonic() >= deadline:
                     return record
@@ -102,10 +91,14 @@ class TaskWaiters:
         """Wait on a registered watch until the deadline. The push carries the final
         record, so no read is needed; on a timeout or a lost feed, the store says where
         the task is."""
+        # A timer resolving the watch to None, rather than asyncio.wait_for: the same
+        # outcome (read the store) for a fraction of the cost on every long-poll.
+        loop = asyncio.get_running_loop()
+        timer = loop.call_later(max(0.0, deadline - time.monotonic()), _resolve, finished, None)
         try:
-            record = await asyncio.wait_for(finished, timeout=max(0.0, deadline - time.monotonic()))
-        except asyncio.TimeoutError:
-            record = None
+            record = await finished
+        finally:
+            timer.cancel()
         if record is None:
             return await read_own_task(self._store, task_id, tenant)
         return record if record.tenant == tenant else None
@@ -118,8 +111,7 @@ class TaskWaiters:
 
     def _wake(self, task_id: str, record: TaskRecord | None) -> None:
         for future in self._waiting.pop(task_id, ()):
-            if not future.done():
-                future.set_result(record)
+            _resolve(future, record)
 
     def _wake_all(self) -> None:
         # The feed was lost: wake everyone to re-read the store, so nothing waits on a
@@ -130,3 +122,51 @@ class TaskWaiters:
     async def run(self) -> None:
         """Follow the channel for the life of the process."""
         await follow_channel(self._redis, self._keys.finished_channel, self._deliver, self._wake_all)
+
+
+def _resolve(future: asyncio.Future[TaskRecord | None], record: TaskRecord | None) -> None:
+    if not future.done():
+        future.set_result(record)
+
+
+# The two context managers below are classes, not generator functions: every long-poll
+# enters both, and a class costs a fraction of contextlib's generator machinery.
+
+
+class _Held:
+    """One request of a tenant held waiting, for the length of a ``with`` block."""
+
+    __slots__ = ("_waiters", "_tenant")
+
+    def __init__(self, waiters: TaskWaiters, tenant: str) -> None:
+        self._waiters, self._tenant = waiters, tenant
+
+    def __enter__(self) -> None:
+        self._waiters._hold(self._tenant)
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None) -> None:
+        self._waiters._release(self._tenant)
+
+
+class _Watch:
+    """A future registered for a task's final record, for the length of a ``with`` block."""
+
+    __slots__ = ("_waiting", "_task_id", "_future")
+
+    def __init__(self, waiting: dict[str, set[asyncio.Future[TaskRecord | None]]], task_id: str) -> None:
+        self._waiting, self._task_id = waiting, task_id
+        self._future: asyncio.Future[TaskRecord | None] | None = None
+
+    def __enter__(self) -> asyncio.Future[TaskRecord | None]:
+        self._future = asyncio.get_running_loop().create_future()
+        self._waiting[self._task_id].add(self._future)
+        metrics.LONG_POLLS_WAITING.inc()
+        return self._future
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None) -> None:
+        metrics.LONG_POLLS_WAITING.dec()
+        waiters = self._waiting.get(self._task_id)
+        if waiters is not None and self._future is not None:
+            waiters.discard(self._future)
+            if not waiters:
+                del self._waiting[self._task_id]
