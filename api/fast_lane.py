@@ -21,12 +21,11 @@ from starlette.types import Receive, Scope, Send
 
 from brimful.api.auth import Principal, requires
 from brimful.api.errors import handler_for
-from brimful.api.task_routes import get_task, submit_task
+from brimful.api.task_routes import TASKS_PATH, get_task, submit_task
 from brimful.core.api_keys import Scope as KeyScope
 
 log = logging.getLogger("brimful.api")
 
-TASKS_PATH = "/v1/tasks"
 _TASK_PREFIX = TASKS_PATH + "/"
 _submitter = requires(KeyScope.SUBMIT)
 _reader = requires(KeyScope.READ)

@@ -34,6 +34,8 @@ from brimful.core.task_store import TaskRecord
 
 router = APIRouter(tags=["tasks"])
 
+TASKS_PATH = "/v1/tasks"  # the fast lane matches the same paths (api/fast_lane.py)
+
 TASK_ID_PATTERN = re.compile(r"^[0-9a-f]{32}$")
 IDEMPOTENCY_KEY_MAX_LENGTH = 255
 IDEMPOTENCY_KEY_PATTERN = re.compile(rf"^[\x21-\x7e]{{1,{IDEMPOTENCY_KEY_MAX_LENGTH}}}$")
@@ -72,7 +74,7 @@ def task_answer(task_id: str, record: TaskRecord) -> dict[str, Any]:
     return answer
 
 
-@router.post("/v1/tasks", status_code=202)
+@router.post(TASKS_PATH, status_code=202)
 async def submit_task(request: Request, principal: Principal = Depends(requires(Scope.SUBMIT))) -> JSONResponse:
     """Accept one task; 202 with its task_id once durably queued. With ``?wait=S``, hold
     the answer up to S seconds and return the result inline (200) if it is ready."""
@@ -135,7 +137,7 @@ async def _accept(state: ApiState, principal: Principal, submission: Submission,
         await commit_idempotency_key(state, key, task_id)
 
 
-@router.post("/v1/tasks:batch")
+@router.post(TASKS_PATH + ":batch")
 async def submit_tasks(request: Request, principal: Principal = Depends(requires(Scope.SUBMIT))) -> dict[str, Any]:
     """Accept up to ``max_bulk_tasks`` tasks in one call. Answers their ids in order; an
     invalid item gets its own error and does not stop the others."""
@@ -180,7 +182,7 @@ async def submit_tasks(request: Request, principal: Principal = Depends(requires
     return {"accepted": sum(1 for r in results if "task_id" in r), "results": results}
 
 
-@router.get("/v1/tasks/{task_id}")
+@router.get(TASKS_PATH + "/{task_id}")
 async def get_task(
     task_id: str, request: Request, principal: Principal = Depends(requires(Scope.READ))
 ) -> dict[str, Any]:
@@ -200,7 +202,7 @@ async def get_task(
     return task_answer(task_id, record)
 
 
-@router.delete("/v1/tasks/{task_id}")
+@router.delete(TASKS_PATH + "/{task_id}")
 async def cancel_task(
     task_id: str, request: Request, principal: Principal = Depends(requires(Scope.SUBMIT))
 ) -> dict[str, Any]:

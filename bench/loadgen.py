@@ -270,6 +270,12 @@ async def main_async(args: argparse.Namespace) -> dict[str, object]:
             post = aiohttp_post(session, args.url.rstrip("/"))
         senders = {"brimful": lambda: brimful_sender(post, stages), "ray": lambda: ray_sender(post), "floor": lambda: floor_sender(post)}
         send = senders[args.path]()
+    else:
+        import tritonclient.grpc.aio as grpcaio
+
+        client = grpcaio.InferenceServerClient(args.triton)
+        closers.append(client.close)
+        send = triton_sender(client, args.model, args.path)
     try:
         if args.rate:
             record = await run_open(send, args.rate, args.duration, args.warmup, args.seed)
