@@ -33,14 +33,15 @@ class BacklogMonitor:
         self._finished: int | None = None
         self._finished_at = 0.0
         self.completion_rate = 0.0  # tasks finished per second, smoothed
+        # Read on every POST, so kept up to date as it changes rather than summed per read.
+        self._lag: dict[int, int] = {}
+        self.backlog = 0
 
-    @property
-    def backlog(self) -> int:
-        partitions = set(self._highwater) | set(self._produced)
-        return sum(
-            max(0, max(self._highwater.get(p, 0), self._produced.get(p, 0)) - max(self._committed.get(p, 0), 0))
-            for p in partitions
-        )
+    def _update(self, partition: int) -> None:
+        end = max(self._highwater.get(partition, 0), self._produced.get(partition, 0))
+        lag = max(0, end - max(self._committed.get(partition, 0), 0))
+        self.backlog += lag - self._lag.get(partition, 0)
+        self._lag[partition] = lag
 
     def retry_after_s(self, limit: int) -> int:
         """Seconds until the backlog should be back under ``limit`` at the measured rate."""
@@ -51,6 +52,7 @@ class BacklogMonitor:
 
     def produced(self, partition: int, offset: int) -> None:
         self._produced[partition] = max(self._produced.get(partition, 0), offset + 1)
+        self._update(partition)
 
     async def run(self) -> None:
         while True:
@@ -67,6 +69,7 @@ class BacklogMonitor:
                 self._highwater[partition] = max(self._highwater.get(partition, 0), int(state.get("highwater", 0)))
                 if int(state.get("committed", -1)) >= 0:
                     self._committed[partition] = max(self._committed.get(partition, 0), int(state["committed"]))
+                self._update(partition)
         stats = await self._stats.read()
         finished = stats[StatsField.TASKS_DONE] + stats[StatsField.TASKS_FAILED]
         now = time.monotonic()

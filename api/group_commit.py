@@ -87,6 +87,7 @@ class GroupCommitter:
         self._runner: asyncio.Task[None] | None = None
         self._acks: set[asyncio.Task[None]] = set()
         self._closed = False
+        self._groups = 0  # groups sent: each goes to the next partition in turn
 
     async def submit(self, task: NewTask, record: bytes) -> RecordMetadata:
         """Record ``task`` as queued and put ``record`` on the requests topic, with the
@@ -147,6 +148,7 @@ class GroupCommitter:
                 submission.settle(error=error)
             return
         producer = self._producer()
+        partition = await self._next_partition(producer)
         sent: list[tuple[_Submission, asyncio.Future[RecordMetadata]]] = []
         refused: list[tuple[_Submission, KafkaError]] = []
         for submission, outcome in zip(group, outcomes):
@@ -158,7 +160,9 @@ class GroupCommitter:
                 continue
             try:
                 # Queues the record and returns at once (or once the producer has room).
-                ack = await producer.send(self._topic, value=submission.record, key=submission.task.task_id.encode())
+                ack = await producer.send(
+                    self._topic, value=submission.record, key=submission.task.task_id.encode(), partition=partition
+                )
             except KafkaError as error:
                 refused.append((submission, error))
                 continue
@@ -166,6 +170,21 @@ class GroupCommitter:
         settling = asyncio.create_task(self._settle(sent, refused), name="group-commit-acks")
         self._acks.add(settling)
         settling.add_done_callback(self._acks.discard)
+
+    async def _next_partition(self, producer: AIOKafkaProducer) -> int | None:
+        """The partition for the next group's records: all of a group to one partition, the
+        groups in turn over every partition. One record batch a group instead of one per
+        partition, and no key hashing a record (aiokafka hashes in Python); the task ids are
+        random, so hashing them spread nothing better. None (hash the keys) while the
+        producer knows no partitions yet."""
+        try:
+            partitions = await producer.partitions_for(self._topic)
+        except KafkaError:
+            return None
+        if not partitions:
+            return None
+        self._groups += 1
+        return sorted(partitions)[self._groups % len(partitions)]
 
     async def _settle(
         self, sent: list[tuple[_Submission, asyncio.Future[RecordMetadata]]], refused: list[tuple[_Submission, KafkaError]]

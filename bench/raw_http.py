@@ -1,12 +1,14 @@
 """A minimal HTTP/1.1 client for the load generator: keep-alive connections on
-``asyncio.Protocol``, one request at a time on each, bodies framed by Content-Length.
+``asyncio.Protocol``, one request at a time on each, bodies framed by Content-Length or
+chunked.
 
 The load generator shares the machine with what it measures, so every microsecond it
 spends is taken from Brimful. A general client (aiohttp) costs a few hundred
 microseconds of CPU a request; this one does only what the benchmark needs: it writes a
 request it formatted itself, reads the status line and Content-Length, and hands back
-the body. Anything else (chunked bodies, 1xx answers, TLS) is refused with an error
-naming it, not handled half-way.
+the body (Brimful's API frames it by Content-Length; Ray Serve answers chunked). Anything
+else (1xx answers, trailers that matter, TLS) is refused with an error naming it, not
+handled half-way.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ class _Connection(asyncio.Protocol):
         self._answer: asyncio.Future[tuple[int, bytes]] | None = None
         self._status = 0
         self._body_at = -1  # where the body starts in the buffer, once the headers are read
-        self._body_length = 0
+        self._body_length = -1  # -1: chunked
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's transports are not subclasses
@@ -64,12 +66,43 @@ class _Connection(asyncio.Protocol):
             self.reusable = False
             self._answer.set_exception(error)
             return
-        end = self._body_at + self._body_length
-        if len(self._buffer) >= end:
+        try:
+            body, end = self._read_body()
+        except HttpError as error:
+            self.reusable = False
+            self._answer.set_exception(error)
+            return
+        if body is not None:
             if len(self._buffer) > end:
                 self.reusable = False
             answer, self._answer = self._answer, None
-            answer.set_result((self._status, bytes(self._buffer[self._body_at:end])))
+            answer.set_result((self._status, body))
+
+    def _read_body(self) -> tuple[bytes | None, int]:
+        """The whole body and where it ends in the buffer, or (None, 0) while it is not all in."""
+        if self._body_length >= 0:
+            end = self._body_at + self._body_length
+            return (bytes(self._buffer[self._body_at:end]), end) if len(self._buffer) >= end else (None, 0)
+        body, at = bytearray(), self._body_at
+        while True:  # chunks: a hex size line, the data, CRLF; a zero size, then trailers and CRLF
+            line_end = self._buffer.find(b"\r\n", at)
+            if line_end < 0:
+                return None, 0
+            size_text = bytes(self._buffer[at:line_end]).split(b";", 1)[0].strip()
+            try:
+                size = int(size_text, 16)
+            except ValueError:
+                raise HttpError(f"bad chunk size {size_text[:20]!r}") from None
+            if size == 0:
+                end = self._buffer.find(_HEADER_END, line_end)  # no trailers: the CRLF right after
+                if end < 0:
+                    return None, 0
+                return bytes(body), end + len(_HEADER_END)
+            data_at = line_end + 2
+            if len(self._buffer) < data_at + size + 2:
+                return None, 0
+            body += self._buffer[data_at:data_at + size]
+            at = data_at + size + 2
 
     def _read_head(self) -> bool:
         """Parse the status line and headers once they are all in; False while they are not."""
@@ -85,18 +118,20 @@ class _Connection(asyncio.Protocol):
         self._status = int(parts[1])
         if self._status < 200:
             raise HttpError(f"interim answer {self._status} is not supported")
-        length = -1
+        length = -2  # not stated
         for line in lines[1:]:
             name, _, value = line.partition(b":")
             name = name.strip().lower()
             if name == b"content-length":
                 length = int(value.strip())
             elif name == b"transfer-encoding":
-                raise HttpError(f"Transfer-Encoding {value.strip()!r} is not supported")
+                if value.strip().lower() != b"chunked":
+                    raise HttpError(f"Transfer-Encoding {value.strip()!r} is not supported")
+                length = -1
             elif name == b"connection" and value.strip().lower() == b"close":
                 self.reusable = False
-        if length < 0:
-            raise HttpError("answer without Content-Length")
+        if length == -2:
+            raise HttpError("answer with neither Content-Length nor chunked Transfer-Encoding")
         self._body_at, self._body_length = end + len(_HEADER_END), length
         return True
 

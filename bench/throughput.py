@@ -116,6 +116,9 @@ def loadgen(
     if done.returncode != 0:
         raise RuntimeError(f"loadgen {path} failed: {done.stderr[-2000:]}")
     summary: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    if not summary["requests"]:  # no figure to report, and none to divide by
+        raise RuntimeError(f"loadgen {path}: no request answered ({summary['errors']} failed; "
+                           f"the first: {summary['first_error'][:300]})")
     cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     # Over every request it sent, the warm-up's included: its CPU was spent on them all.
     summary["loadgen_cpu_us_per_request"] = cpu_s / max(1, summary["finished"]) * 1e6

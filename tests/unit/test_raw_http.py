@@ -81,15 +81,28 @@ async def test_a_connection_the_server_closes_is_not_used_again() -> None:
     assert connections == [1, 1]
 
 
-async def test_a_chunked_answer_is_refused_by_name() -> None:
-    chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n"
-    async with server(lambda request: [chunked]) as (url, _):
+async def test_a_chunked_answer_comes_back_whole_and_the_connection_is_kept() -> None:
+    chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\na;x=y\r\n0123456789\r\n0\r\n\r\n"
+    async with server(lambda request: [chunked[:40], chunked[40:55], chunked[55:]]) as (url, connections):
         pool = HttpPool(url)
         try:
-            with pytest.raises(HttpError, match="Transfer-Encoding"):
-                await pool.request("GET", "/")
+            answers = [await pool.request("GET", "/") for _ in range(2)]
         finally:
             await pool.close()
+    assert answers == [(200, b"abc0123456789")] * 2
+    assert connections == [2]
+
+
+async def test_an_answer_without_framing_or_with_another_encoding_is_refused_by_name() -> None:
+    for head, named in ((b"HTTP/1.1 200 OK\r\n\r\nabc", "neither Content-Length"),
+                        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n", "Transfer-Encoding")):
+        async with server(lambda request, head=head: [head]) as (url, _):  # type: ignore[misc]
+            pool = HttpPool(url)
+            try:
+                with pytest.raises(HttpError, match=named):
+                    await pool.request("GET", "/")
+            finally:
+                await pool.close()
 
 
 async def test_an_answer_cut_short_fails_that_request_and_the_next_gets_a_new_connection() -> None:

@@ -1,0 +1,56 @@
+"""The API's backlog: the consumer lag over every partition, kept up to date as the API
+produces and as the batchers report, read on every POST without any arithmetic over
+partitions. Its inputs are stood in for (the board and the counters are plain data)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from brimful.api.backlog import BacklogMonitor
+from brimful.core.stats import StatsField
+
+
+class Board:
+    def __init__(self) -> None:
+        self.batchers: list[dict[str, Any]] = []
+
+    async def read_all(self) -> list[dict[str, Any]]:
+        return self.batchers
+
+
+class Stats:
+    async def read(self) -> dict[str, int]:
+        return {StatsField.TASKS_DONE: 0, StatsField.TASKS_FAILED: 0}
+
+
+def lag_by_hand(highwater: dict[int, int], produced: dict[int, int], committed: dict[int, int]) -> int:
+    partitions = set(highwater) | set(produced)
+    return sum(max(0, max(highwater.get(p, 0), produced.get(p, 0)) - max(committed.get(p, 0), 0)) for p in partitions)
+
+
+async def test_backlog_follows_what_is_produced_and_what_the_batchers_report() -> None:
+    board = Board()
+    monitor = BacklogMonitor(board, Stats())  # type: ignore[arg-type]
+    assert monitor.backlog == 0
+    for offset in range(10):
+        monitor.produced(0, offset)
+    monitor.produced(1, 4)
+    assert monitor.backlog == 10 + 5  # nobody reported: everything produced is behind
+
+    board.batchers = [
+        {"member": "a", "partitions": {"0": {"highwater": 12, "committed": 7}}},
+        {"member": "b", "partitions": {"1": {"highwater": 5, "committed": -1}, "2": {"highwater": 3, "committed": 3}}},
+    ]
+    await monitor.refresh()
+    assert monitor.backlog == lag_by_hand({0: 12, 1: 5, 2: 3}, {0: 10, 1: 5}, {0: 7, 2: 3}) == 5 + 5 + 0
+
+    board.batchers[0]["partitions"]["0"] = {"highwater": 12, "committed": 12}
+    board.batchers[1]["partitions"]["1"] = {"highwater": 5, "committed": 2}
+    await monitor.refresh()
+    assert monitor.backlog == 0 + 3 + 0
+    monitor.produced(2, 9)  # the API's own count runs ahead of a stale report
+    assert monitor.backlog == 3 + 7
+
+    board.batchers[0]["partitions"]["0"] = {"highwater": 11, "committed": 5}  # an older report moves nothing back
+    await monitor.refresh()
+    assert monitor.backlog == 3 + 7
