@@ -108,7 +108,7 @@ def summary(runs: list[ModelRun], machine: Machine, min_wait_ms: float, worthwhi
         "task takes skip FastAPI's middleware and dependency resolution (the fast lane), submissions that arrive "
         "together share one Redis script call and one producer send (group commit), a batch's results reach the "
         "API as one push carrying them all, the status board is read without scanning the keyspace, and the "
-        "batcher runs on uvloop. The floor above says how much of what is left is the HTTP server itself; the "
+        "batcher runs on uvloop. The floor (next section) says how much of what is left is the HTTP server itself; the "
         "rest is Python doing Brimful's work a request at a time. More API workers or replicas scale it out "
         + (
             "on a machine with cores to spare, which this one does not have: near saturation every process here, the "
