@@ -120,23 +120,14 @@ def brimful_sender(post: Post, stages: Stages) -> Send:
     return send
 
 
-def floor_sender(post: Post) -> Send:
-    """The same POST to a server that answers a constant 202 without any I/O: the floor."""
+def expecting(post: Post, target: str, body: bytes, status: int) -> Send:
+    """POST ``body`` (holding %d for the request's number) and expect ``status``: the floor
+    server's constant 202, Ray Serve's 200."""
 
     async def send(i: int) -> int:
-        status, raw = await post("/v1/tasks", b'{"inputs": {"TEXT": "bench %d"}}' % i)
-        if status != 202:
-            raise RuntimeError(f"{status} {raw[:200]!r}")
-        return 1
-
-    return send
-
-
-def ray_sender(post: Post) -> Send:
-    async def send(i: int) -> int:
-        status, raw = await post("/", b'{"TEXT": "bench %d"}' % i)
-        if status != 200:
-            raise RuntimeError(f"{status} {raw[:200]!r}")
+        answered, raw = await post(target, body % i)
+        if answered != status:
+            raise RuntimeError(f"{answered} {raw[:200]!r}")
         return 1
 
     return send
@@ -268,8 +259,12 @@ async def main_async(args: argparse.Namespace) -> dict[str, object]:
             session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=4000), timeout=aiohttp.ClientTimeout(total=60))
             closers.append(session.close)
             post = aiohttp_post(session, args.url.rstrip("/"))
-        senders = {"brimful": lambda: brimful_sender(post, stages), "ray": lambda: ray_sender(post), "floor": lambda: floor_sender(post)}
-        send = senders[args.path]()
+        if args.path == "brimful":
+            send = brimful_sender(post, stages)
+        elif args.path == "ray":
+            send = expecting(post, "/", b'{"TEXT": "bench %d"}', 200)
+        else:  # the floor: the same POST as Brimful's, to a server answering a constant 202
+            send = expecting(post, "/v1/tasks", b'{"inputs": {"TEXT": "bench %d"}}', 202)
     else:
         import tritonclient.grpc.aio as grpcaio
 

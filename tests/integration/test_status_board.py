@@ -13,6 +13,7 @@ from redis.asyncio import Redis
 from brimful.core.redis_keys import RedisKeys
 from brimful.core.status_board import StatusBoard
 from brimful.stack import EmbeddedStack
+from tests.redis_sends import SendCounter
 
 
 @pytest.fixture
@@ -57,14 +58,6 @@ async def test_reading_the_board_costs_the_same_with_many_keys_beside_it(
         for n in range(5000):  # tasks share the keyspace with the board
             pipe.set(keys.task(f"{n:032x}"), "x", ex=60)
         await pipe.execute()
-    sends = 0
-    real_send = redis.connection_pool.connection_class.send_packed_command
-
-    async def counting_send(self: object, *args: object, **kwargs: object) -> None:
-        nonlocal sends
-        sends += 1
-        await real_send(self, *args, **kwargs)
-
-    monkeypatch.setattr(redis.connection_pool.connection_class, "send_packed_command", counting_send)
+    spy = SendCounter(redis, monkeypatch).start()
     assert [s["member"] for s in await status.read_all()] == ["only"]
-    assert sends == 2  # the member set, then the statuses: no scan over 5000 keys
+    assert spy.stop() == 2  # the member set, then the statuses: no scan over 5000 keys

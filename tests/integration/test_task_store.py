@@ -15,6 +15,7 @@ from brimful.core.task_status import TaskStatus
 from brimful.core.task_store import FinishedMessage, NewTask, TaskStore
 from brimful.core.tenant_limits import TenantLimits, TenantLimitStore
 from brimful.stack import EmbeddedStack
+from tests.redis_sends import SendCounter
 
 
 @pytest.fixture
@@ -213,22 +214,12 @@ async def test_a_batch_costs_two_round_trips_and_its_counters_ride_with_its_resu
             await store.create_queued(task_id, now_ms())
         await store.mark_running(ids[:1])  # the scripts are loaded once, before counting
         await store.mark_done({ids[0]: {"Y": 0}}, {StatsField.ROWS_DISPATCHED: 1}, StatsField.TASKS_DONE)
-        # A spy on what goes over the wire: each send is one round trip to the real Redis.
-        sends = 0
-        real_send = redis.connection_pool.connection_class.send_packed_command
-
-        async def counting_send(self: object, *args: object, **kwargs: object) -> None:
-            nonlocal sends
-            sends += 1
-            await real_send(self, *args, **kwargs)
-
-        monkeypatch.setattr(redis.connection_pool.connection_class, "send_packed_command", counting_send)
+        spy = SendCounter(redis, monkeypatch).start()
         running = await store.mark_running(ids[1:])
         counters = {StatsField.BATCHES_DISPATCHED: 1, StatsField.ROWS_DISPATCHED: 63, StatsField.PADDED_SLOTS: 1,
                     StatsField.flushes("full"): 1}
         done = await store.mark_done({t: {"Y": 1} for t in running}, counters, StatsField.TASKS_DONE)
-        assert sends == 2 and done == 63
-        monkeypatch.undo()
+        assert spy.stop() == 2 and done == 63
         totals = await stats.read()
         assert totals[StatsField.TASKS_DONE] == 64 and totals[StatsField.ROWS_DISPATCHED] == 64
         assert totals[StatsField.BATCHES_DISPATCHED] == 1 and totals[StatsField.flushes("full")] == 1
@@ -255,18 +246,9 @@ async def test_a_group_is_recorded_in_one_round_trip_each_task_on_its_own(
         clashing = NewTask(uuid.uuid4().hex, now, "ok", 0)
         await redis.rpush(keys.task(clashing.task_id), "a list where the record would go")
         group = [*ok[:20], refused, clashing, *ok[20:]]
-        sends = 0
-        real_send = redis.connection_pool.connection_class.send_packed_command
-
-        async def counting_send(self: object, *args: object, **kwargs: object) -> None:
-            nonlocal sends
-            sends += 1
-            await real_send(self, *args, **kwargs)
-
-        monkeypatch.setattr(redis.connection_pool.connection_class, "send_packed_command", counting_send)
+        spy = SendCounter(redis, monkeypatch).start()
         outcomes = await store.create_queued_many(group)
-        monkeypatch.undo()
-        assert sends == 1  # the script was loaded by the creates above
+        assert spy.stop() == 1  # the script was loaded by the creates above
         assert outcomes[:20] == [None] * 20 and outcomes[22:] == [None] * 20
         assert outcomes[20] == 2  # refused: the tenant's count
         assert "WRONGTYPE" in str(outcomes[21])
