@@ -12,6 +12,7 @@ from starlette.types import ASGIApp
 from brimful.api import batching_routes, dlq_routes, health_routes, openapi, task_routes
 from brimful.api.errors import HANDLERS
 from brimful.api.fast_lane import FastLane
+from brimful.api.response_metrics import ResponseCounter
 from brimful.api.state import ApiState
 from brimful.core.logs import configure_logging
 from brimful.core.settings import Settings, get_settings
@@ -25,7 +26,8 @@ def app_from_environment() -> ASGIApp:
 
 def create_app(settings: Settings) -> ASGIApp:
     """Build the application for these settings: FastAPI, behind the fast lane for the
-    two routes every task takes unless ``api_fast_lane`` is off."""
+    two routes every task takes unless ``api_fast_lane`` is off, every answer counted by
+    route and status."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -51,4 +53,4 @@ def create_app(settings: Settings) -> ASGIApp:
         app.include_router(routes.router)
     for error, handler in HANDLERS.items():
         app.add_exception_handler(error, handler)
-    return FastLane(app) if settings.api_fast_lane else app
+    return ResponseCounter(FastLane(app) if settings.api_fast_lane else app)

@@ -14,6 +14,7 @@ import logging
 import math
 import time
 
+from brimful.core import metrics
 from brimful.core.stats import SharedStats, StatsField
 from brimful.core.status_board import StatusBoard
 
@@ -70,6 +71,7 @@ class BacklogMonitor:
                 if int(state.get("committed", -1)) >= 0:
                     self._committed[partition] = max(self._committed.get(partition, 0), int(state["committed"]))
                 self._update(partition)
+        metrics.BACKLOG_ROWS.set(self.backlog)
         stats = await self._stats.read()
         finished = stats[StatsField.TASKS_DONE] + stats[StatsField.TASKS_FAILED]
         now = time.monotonic()

@@ -11,6 +11,11 @@ from fastapi.responses import JSONResponse
 from redis.exceptions import RedisError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from brimful.core import metrics
+
+# Answers that refuse work for load or size (not for a bad request): counted by reason.
+REFUSAL_STATUSES = frozenset({413, 429, 503})
+
 
 class ApiError(Exception):
     """An error answered to the client, with a code a program can branch on."""
@@ -29,6 +34,8 @@ def error_body(code: str, message: str) -> dict[str, dict[str, str]]:
 
 async def api_error_handler(request: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, ApiError)
+    if error.status in REFUSAL_STATUSES:
+        metrics.REFUSALS.labels(error.code).inc()
     return JSONResponse(error_body(error.code, error.message), status_code=error.status, headers=error.headers)
 
 
@@ -40,6 +47,7 @@ async def http_error_handler(request: Request, error: Exception) -> JSONResponse
 
 async def dependency_error_handler(request: Request, error: Exception) -> JSONResponse:
     """Redis or the broker failed mid-request: the client may retry, nothing was lost."""
+    metrics.REFUSALS.labels("dependency_unavailable").inc()
     return JSONResponse(
         error_body("dependency_unavailable", f"a backing service is unreachable ({type(error).__name__}); retry shortly"),
         status_code=503,

@@ -21,12 +21,14 @@ from starlette.types import Receive, Scope, Send
 
 from brimful.api.auth import Principal, requires
 from brimful.api.errors import handler_for
+from brimful.api.response_metrics import ROUTE_TEMPLATE_KEY
 from brimful.api.task_routes import TASKS_PATH, get_task, submit_task
 from brimful.core.api_keys import Scope as KeyScope
 
 log = logging.getLogger("brimful.api")
 
 _TASK_PREFIX = TASKS_PATH + "/"
+_TASK_TEMPLATE = TASKS_PATH + "/{task_id}"
 _submitter = requires(KeyScope.SUBMIT)
 _reader = requires(KeyScope.READ)
 
@@ -67,6 +69,7 @@ class FastLane:
             await self.app(scope, receive, send)
             return
         handler, scope["path_params"] = route
+        scope[ROUTE_TEMPLATE_KEY] = TASKS_PATH if handler is _submit else _TASK_TEMPLATE
         scope["app"] = self.app  # the handlers find the API's state through it, as under FastAPI
         request = Request(scope, receive)
         try:

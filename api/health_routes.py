@@ -16,6 +16,8 @@ from brimful.core.metrics import MULTIPROCESS_DIR_ENV
 router = APIRouter(tags=["health"])
 
 READY_CHECK_TIMEOUT_S = 2.0
+# The checks /readyz needs to pass; "model" (answering now) is reported beside them.
+READINESS_REQUIRES = ("broker", "redis", "model_signature")
 
 
 @router.get("/metrics", include_in_schema=False)
@@ -36,7 +38,10 @@ async def healthz() -> dict[str, str]:
 
 @router.get("/readyz")
 async def readyz(request: Request) -> JSONResponse:
-    """Readiness: 200 only when the broker, Redis and the model are all reachable."""
+    """Readiness: 200 when this API can accept work durably: the broker and Redis answer
+    and it knows the model's signature (read once, to validate inputs). Whether the model
+    answers *now* is reported, not required: while it is away, tasks queue in the broker,
+    as designed, instead of every API replica leaving its load balancer."""
     state = api_state(request)
 
     async def broker() -> bool:
@@ -57,7 +62,10 @@ async def readyz(request: Request) -> JSONResponse:
         except Exception:
             return False
 
-    results = await asyncio.gather(check(broker), check(redis), check(model))
-    checks = dict(zip(("broker", "redis", "model"), results))
-    ready = all(results)
-    return JSONResponse({"ready": ready, "checks": checks}, status_code=200 if ready else 503)
+    broker_ok, redis_ok, model_ok = await asyncio.gather(check(broker), check(redis), check(model))
+    signature_known = state.signature is not None
+    ready = broker_ok and redis_ok and signature_known
+    checks = {"broker": broker_ok, "redis": redis_ok, "model_signature": signature_known, "model": model_ok}
+    return JSONResponse(
+        {"ready": ready, "checks": checks, "required": list(READINESS_REQUIRES)}, status_code=200 if ready else 503
+    )

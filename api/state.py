@@ -14,6 +14,7 @@ from brimful.api.dead_letter_admin import DeadLetterAdmin
 from brimful.api.group_commit import GroupCommitter
 from brimful.api.rate_limit import RateLimiter
 from brimful.api.task_waiters import TaskWaiters
+from brimful.core import metrics
 from brimful.core.api_keys import ApiKeys
 from brimful.core.kafka import ensure_topics, make_producer
 from brimful.core.model_metadata import ModelMetadata, wait_for_signature
@@ -51,6 +52,7 @@ class ApiState:
             settings.submit_waiting_max,
         )
         self.backlog = BacklogMonitor(self.status_board, self.stats)
+        metrics.BACKLOG_LIMIT_ROWS.set(settings.max_backlog)
         self.waiters = TaskWaiters(self.redis, keys, self.store, settings.tenant_max_long_polls)
         self.api_keys = ApiKeys(self.redis, keys)
         self.rate_limiter = RateLimiter(self.redis, keys.rate_bucket, settings.rate_limit_per_s, settings.rate_limit_burst, "tasks")

@@ -9,9 +9,9 @@ import signal
 import socket
 import time
 from pathlib import Path
+from typing import Awaitable, Callable
 
-from prometheus_client import start_http_server
-
+from brimful.batcher.health_server import HealthServer, Probes, seconds_since
 from brimful.batcher.service import BatcherLimits, BatcherService
 from brimful.batcher.traces import ArrivalRecorder
 from brimful.core.channel_follower import follow_channel
@@ -116,6 +116,7 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
     pool = model_pool(settings, redis, keys)
     producer = make_producer(settings)
     consumer = make_consumer(settings, settings.consumer_group)
+    closers: list[Callable[[], Awaitable[None]]] = []
     try:
         await pool.refresh()
         while not pool.pool.endpoints and not stop.is_set():  # names that resolve to nothing yet
@@ -165,7 +166,17 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
             ),
         )
         if settings.batcher_metrics_port:
-            start_http_server(settings.batcher_metrics_port, addr=settings.api_host)
+            health = HealthServer(
+                settings.batcher_metrics_host,
+                settings.batcher_metrics_port,
+                Probes(
+                    seconds_since_fetch=lambda: seconds_since(service.last_fetch_at),
+                    consuming=lambda: service.running,
+                    status=lambda: {"member": member, **service.snapshot()},
+                ),
+            )
+            await health.start()
+            closers.append(health.close)
         await consumer.start()
         log.info("batcher started", extra={"topic": settings.requests_topic, "model": signature.name, "member": member})
         supervisor = asyncio.create_task(
@@ -182,6 +193,8 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
         await cancellations
         await resolver
     finally:
+        for close in closers:
+            await close()
         await consumer.stop()
         await producer.stop()
         await pool.close()

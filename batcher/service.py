@@ -61,6 +61,31 @@ class PartitionState:
     committed: int = -1
     in_flight: set[asyncio.Task[None]] = field(default_factory=set)
     paused: bool = False
+    fetched_to: int = -1  # offset after the last record fetched; -1: none yet
+    fetched_stamp: float | None = None  # produce time (wall-clock s) of the last record fetched
+
+    def _finished_to(self) -> int | None:
+        """The offset before which every record is finished here; None before the first fetch."""
+        if self.tracker is not None:
+            return self.tracker.safe_to_commit
+        return self.committed if self.committed >= 0 else None
+
+    def lag_rows(self, highwater: int) -> int:
+        """Records not yet finished (0 until this batcher has fetched from the partition)."""
+        finished = self._finished_to()
+        return 0 if finished is None else max(0, highwater - finished)
+
+    def lag_seconds(self, highwater: int, now: float, wall_now: float) -> float:
+        """How far behind the head in time: the oldest waiting row's age, or while records
+        wait unfetched in the broker, the age of the last one fetched (the next is younger,
+        so this bounds it from above); 0 when caught up."""
+        oldest = self.accumulator.oldest_arrival
+        waiting = now - oldest if oldest is not None else 0.0
+        unfetched = 0.0
+        finished = self._finished_to()
+        if finished is not None and highwater > max(self.fetched_to, finished) and self.fetched_stamp is not None:
+            unfetched = wall_now - self.fetched_stamp
+        return max(0.0, waiting, unfetched)
 
 
 class _Rebalance(ConsumerRebalanceListener):
@@ -107,6 +132,8 @@ class BatcherService:
         self._probe: asyncio.Task[None] | None = None
         self._wakeup = asyncio.Event()
         self._commit_wanted = asyncio.Event()
+        self.running = False  # consuming: joined the group and fetching
+        self.last_fetch_at: float | None = None  # when the fetch loop last came back (liveness)
 
     # --- assignment ------------------------------------------------------------------
 
@@ -114,6 +141,7 @@ class BatcherService:
         for tp in assigned:
             if tp.partition not in self._partitions:
                 self._partitions[tp.partition] = PartitionState(tp, Accumulator(WaitOrFullPolicy(self._params)))
+        metrics.ASSIGNED_PARTITIONS.set(len(self._partitions))
         log.info("partitions assigned", extra={"partitions": sorted(self._partitions)})
         self._wakeup.set()
 
@@ -121,6 +149,9 @@ class BatcherService:
         """Give partitions up: drop what has not been dispatched (the next owner reads it
         again from the committed offset), let in-flight batches finish briefly, commit."""
         states = [self._partitions.pop(tp.partition) for tp in revoked if tp.partition in self._partitions]
+        metrics.ASSIGNED_PARTITIONS.set(len(self._partitions))
+        for state in states:  # another batcher reports these now
+            metrics.forget_partition(str(state.tp.partition))
         for state in states:
             dropped = state.accumulator.drain()
             if dropped:
@@ -147,6 +178,7 @@ class BatcherService:
     def snapshot(self) -> dict[str, object]:
         """What each partition's accumulator is doing now (for metrics and ``brimful stats``)."""
         now = self._clock()
+        wall_now = now_ms() / 1000
         capacity = self._runner.pool.capacity()
         partitions: dict[str, dict[str, float | int]] = {}
         for number, state in sorted(self._partitions.items()):
@@ -155,6 +187,8 @@ class BatcherService:
             plan = accumulator.plan(now, capacity)
             oldest = accumulator.oldest_arrival
             budget = 0.0 if plan is None or oldest is None else max(0.0, plan.at - oldest)
+            highwater = self._consumer.highwater(state.tp) or 0
+            lag_s = state.lag_seconds(highwater, now, wall_now)
             partitions[str(number)] = {
                 "arrival_rate": round(rate, 3),
                 "wait_budget_s": round(budget, 4),
@@ -162,12 +196,15 @@ class BatcherService:
                 "patient": accumulator.patient,
                 "in_flight": len(state.in_flight),
                 "committed": state.committed,
-                "highwater": self._consumer.highwater(state.tp) or 0,
+                "highwater": highwater,
+                "lag_s": round(lag_s, 3),
             }
             label = str(number)
             metrics.ARRIVAL_RATE.labels(label).set(rate)
             metrics.FLUSH_DEADLINE.labels(label).set(budget if len(accumulator) else 0.0)
             metrics.PENDING_ROWS.labels(label).set(len(accumulator))
+            metrics.CONSUMER_LAG_ROWS.labels(label).set(state.lag_rows(highwater))
+            metrics.CONSUMER_LAG_SECONDS.labels(label).set(lag_s)
         return {
             "partitions": partitions,
             "paused_for_outage": self._paused_for_outage,
@@ -200,6 +237,7 @@ class BatcherService:
         committer = asyncio.create_task(self._commit_loop(), name="brimful-committer")
         fetcher = asyncio.create_task(self._fetch_loop(), name="brimful-fetcher")
         stop_wait = asyncio.create_task(stop.wait())
+        self.running = True
         try:
             while not stop.is_set():
                 wake = asyncio.create_task(self._wakeup.wait())
@@ -214,6 +252,7 @@ class BatcherService:
                 self._follow_model_health()
                 self._dispatch_due()
         finally:
+            self.running = False
             fetcher.cancel()
             stop_wait.cancel()
             await self._shutdown()
@@ -232,6 +271,7 @@ class BatcherService:
                 log.exception("fetch failed; retrying")
                 await asyncio.sleep(0.5)
                 continue
+            self.last_fetch_at = self._clock()
             if fetched:
                 self._accept(fetched)
                 self._wakeup.set()
@@ -257,6 +297,10 @@ class BatcherService:
             state = self._partitions.get(tp.partition)
             if state is None:
                 continue
+            if records:
+                state.fetched_to = max(state.fetched_to, records[-1].offset + 1)
+                last = records[-1].timestamp
+                state.fetched_stamp = last / 1000 if last and last > 0 else wall_ms / 1000
             for record in records:
                 if state.tracker is None:
                     state.tracker = OffsetTracker(record.offset)

@@ -32,11 +32,35 @@ ARRIVAL_RATE = Gauge(
     "brimful_arrival_rate_per_second", "Estimated arrival rate of the partition (EWMA).", ["partition"]
 )
 PENDING_ROWS = Gauge("brimful_pending_rows", "Rows waiting in the partition's accumulator.", ["partition"])
+CONSUMER_LAG_ROWS = Gauge(
+    "brimful_consumer_lag_rows",
+    "Records of the partition not yet finished and committed (high watermark less committed offset).",
+    ["partition"],
+)
+CONSUMER_LAG_SECONDS = Gauge(
+    "brimful_consumer_lag_seconds",
+    "How far behind the partition's head the batcher is in time: the age of its oldest waiting row, or, "
+    "while records wait unfetched in the broker, of the last record it fetched; 0 when caught up.",
+    ["partition"],
+)
+ASSIGNED_PARTITIONS = Gauge("brimful_batcher_assigned_partitions", "Partitions of the requests topic this batcher owns.")
 FETCH_WAIT = Gauge(
     "brimful_fetch_wait_seconds",
     "Longest the broker may hold the consumer's next fetch: raised while it lags behind a slow broker.",
     ["consumer"],
 )
+
+_PARTITION_GAUGES = (FLUSH_DEADLINE, ARRIVAL_RATE, PENDING_ROWS, CONSUMER_LAG_ROWS, CONSUMER_LAG_SECONDS)
+
+
+def forget_partition(partition: str) -> None:
+    """Drop a partition's gauges when this batcher gives it up, so no stale value lingers."""
+    for gauge in _PARTITION_GAUGES:
+        try:
+            gauge.remove(partition)
+        except KeyError:
+            pass
+
 
 # --- workers: model calls ------------------------------------------------------------
 BATCH_ROWS = Histogram(
@@ -58,6 +82,14 @@ ENDPOINT_BREAKER = Gauge(
     "brimful_endpoint_breaker_state", "The endpoint's circuit: 0 closed, 1 half-open, 2 open.", ["endpoint"]
 )
 ENDPOINT_ROWS = Counter("brimful_endpoint_rows", "Real rows the endpoint computed.", ["endpoint"])
+MODEL_RETRIES = Counter(
+    "brimful_model_retries",
+    "Model calls made again after a failure, by kind: transient (endpoint away) or model_error (the batch refused).",
+    ["kind"],
+)
+DEAD_LETTERS = Counter(
+    "brimful_dead_letters", "Tasks written to the dead-letter topic, by model and error class.", ["model", "error_class"]
+)
 TASK_LATENCY = Histogram(
     "brimful_task_latency_seconds", "Submit-to-result time of tasks that completed.", buckets=_LATENCY_BUCKETS
 )
@@ -67,6 +99,21 @@ TASKS_SUBMITTED = Counter("brimful_tasks_submitted", "Tasks accepted (answered 2
 SUBMIT_GROUP_SIZE = Histogram(
     "brimful_submit_group_size", "Submissions recorded and sent together by one group commit.",
     buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
+)
+HTTP_RESPONSES = Counter(
+    "brimful_http_responses", "HTTP answers, by route template and status code.", ["route", "status"]
+)
+REFUSALS = Counter(
+    "brimful_refusals",
+    "Requests refused for load or size, by reason (the error code: rate_limited, too_many_in_flight, overloaded, "
+    "body_too_large, ...).",
+    ["reason"],
+)
+BACKLOG_ROWS = Gauge(
+    "brimful_backlog_rows", "Accepted tasks not yet finished, as the API sees them.", multiprocess_mode="max"
+)
+BACKLOG_LIMIT_ROWS = Gauge(
+    "brimful_backlog_limit_rows", "The backlog above which POST answers 503 overloaded.", multiprocess_mode="max"
 )
 LONG_POLLS_WAITING = Gauge(
     "brimful_long_polls_waiting", "Requests held open waiting for a task to finish.", multiprocess_mode="livesum"

@@ -186,7 +186,13 @@ class Settings(BaseSettings):
         "", description="Directory where batchers record arrival traces (Parquet) for `brimful simulate`; empty: off."
     )
     batcher_metrics_port: int = Field(
-        9108, ge=0, le=65535, description="Port of the batcher's Prometheus /metrics; 0: not served."
+        9108, ge=0, le=65535,
+        description="Port of the batcher's HTTP server: Prometheus /metrics, /healthz, /readyz and /status; 0: not served.",
+    )
+    batcher_metrics_host: str = Field(
+        "127.0.0.1",
+        description="Address the batcher's /metrics and probes bind to: 0.0.0.0 in a container, so Prometheus and "
+        "the kubelet reach them.",
     )
 
     # --- Retries ---------------------------------------------------------------------

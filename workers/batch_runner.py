@@ -241,6 +241,7 @@ class BatchRunner:
                 if delay is None:
                     await self._fail(batch, items, error, attempts, outcome)
                     return
+                metrics.MODEL_RETRIES.labels("model_error").inc()
                 await self._sleep(delay)
                 continue
             await self._store_outputs(batch, items, outputs, attempts, outcome)
@@ -293,6 +294,7 @@ class BatchRunner:
                     await self._leave_seat(seat)
                     raise TransientOutageTooLong(error) from error
                 transient_retries += 1
+                metrics.MODEL_RETRIES.labels("transient").inc()
                 failed_at = seat.slot.endpoint
                 log.warning(
                     "model endpoint unreachable; will retry",

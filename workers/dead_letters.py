@@ -7,6 +7,7 @@ from typing import Sequence
 
 from aiokafka import AIOKafkaProducer
 
+from brimful.core import metrics
 from brimful.core.model_signature import ModelSignature
 from brimful.schemas import Attempt, DeadLetter, TaskRequest
 
@@ -89,3 +90,5 @@ class DeadLetterWriter:
             for letter in letters
         ]
         await asyncio.gather(*sends)
+        for letter in letters:  # counted once acknowledged: a letter that failed to land is retried, not counted
+            metrics.DEAD_LETTERS.labels(letter.request.model or "unknown", letter.error_class or "unknown").inc()

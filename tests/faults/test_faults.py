@@ -176,6 +176,10 @@ async def test_model_outage_of_20s_pauses_consumption_and_fails_nothing(
         return any(b.get("paused_for_outage") for b in (await fault_client.stats())["batchers"])
 
     await wait_for(paused, 15, "the batcher to pause consumption")
+    # The API stays ready: tasks queue in the broker while the model is away.
+    status, readiness = await fault_client.request("GET", "/readyz")
+    assert status == 200, readiness
+    assert readiness["checks"]["model"] is False
     # The outage itself: 20 s with the model down, load still arriving.
     await asyncio.sleep(max(0.0, 20 - (time.monotonic() - killed_at)))
     during = await fault_client.stats()

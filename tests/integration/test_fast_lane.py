@@ -19,6 +19,7 @@ from fastapi import FastAPI
 
 from brimful.api.app import create_app
 from brimful.api.fast_lane import FastLane
+from brimful.api.response_metrics import ResponseCounter
 from brimful.api.state import ApiState
 from brimful.core.api_keys import Scope
 from brimful.stack import EmbeddedStack
@@ -32,7 +33,9 @@ _COMPARED_HEADERS = ("content-type", "retry-after", "www-authenticate", "idempot
 async def lanes(stack: EmbeddedStack) -> AsyncIterator[tuple[Lanes, dict[str, str]]]:
     """Both lanes over one state with auth on; yields them and API keys by scope."""
     settings = stack.settings.model_copy(update={"auth_enabled": True, "api_fast_lane": False})
-    app = create_app(settings)
+    counted = create_app(settings)
+    assert isinstance(counted, ResponseCounter)
+    app = counted.app
     assert isinstance(app, FastAPI)
     lane = FastLane(app)
     async with app.router.lifespan_context(app):

@@ -181,7 +181,11 @@ async def test_redelivered_request_does_not_produce_a_second_result(stack: Embed
 async def test_readyz_reports_every_dependency(client: TaskClient) -> None:
     status, body = await client.request("GET", "/readyz")
     assert status == 200
-    assert body == {"ready": True, "checks": {"broker": True, "redis": True, "model": True}}
+    assert body == {
+        "ready": True,
+        "checks": {"broker": True, "redis": True, "model_signature": True, "model": True},
+        "required": ["broker", "redis", "model_signature"],
+    }
 
 
 async def test_committed_offsets_only_move_forward_to_finished_work(stack: EmbeddedStack, client: TaskClient) -> None:

@@ -1,0 +1,44 @@
+"""Counting every HTTP answer by route template and status (``brimful_http_responses_total``).
+
+The label is the route's *template* (``/v1/tasks/{task_id}``), never the raw path, so a
+client cannot grow the metric's series by inventing paths: whatever matched no route is
+counted as ``unmatched``.
+"""
+
+from __future__ import annotations
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from brimful.core import metrics
+
+# Where a handler that bypasses Starlette's router (the fast lane) names its route template.
+ROUTE_TEMPLATE_KEY = "brimful.route"
+UNMATCHED = "unmatched"
+
+
+def route_template(scope: Scope) -> str:
+    """The template of the route that answered, as Starlette or the fast lane recorded it."""
+    template = scope.get(ROUTE_TEMPLATE_KEY)
+    if template is None:
+        route = scope.get("route")
+        template = getattr(route, "path", None)
+    return template if isinstance(template, str) else UNMATCHED
+
+
+class ResponseCounter:
+    """ASGI wrapper: counts each HTTP answer once, when its status line is sent."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def counted_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                metrics.HTTP_RESPONSES.labels(route_template(scope), str(message["status"])).inc()
+            await send(message)
+
+        await self.app(scope, receive, counted_send)

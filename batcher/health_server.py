@@ -1,0 +1,131 @@
+"""The batcher's own small HTTP server: Prometheus ``/metrics`` and the probes.
+
+- ``GET /metrics``: this process's metrics.
+- ``GET /healthz``: liveness. 200 while the event loop answers and the fetch loop came
+  back recently; a batcher wedged in its consumer fails it and gets restarted.
+- ``GET /readyz``: 200 once the batcher has joined the consumer group and consumes.
+- ``GET /status``: JSON for people: assigned partitions, paused for an outage, and each
+  model endpoint's in-flight calls, capacity and breaker.
+
+It runs on the batcher's own event loop (so liveness proves the loop turns), answers one
+request per connection, and bounds what a caller can make it hold: the request head's
+size, the time to send it, and the connections open at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+log = logging.getLogger("brimful.batcher")
+
+MAX_HEAD_BYTES = 8192
+HEAD_TIMEOUT_S = 5.0
+MAX_CONNECTIONS = 32
+
+
+@dataclass(frozen=True)
+class Probes:
+    """What the server asks the batcher; each call is cheap and does no I/O."""
+
+    seconds_since_fetch: Callable[[], float | None]  # None: not consuming yet
+    consuming: Callable[[], bool]
+    status: Callable[[], dict[str, object]]
+    stale_after_s: float = 60.0
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    content_type: str
+    body: bytes
+
+
+_REASONS = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 503: "Service Unavailable"}
+
+
+def _json(status: int, value: object) -> Answer:
+    return Answer(status, "application/json", json.dumps(value).encode())
+
+
+def answer(method: str, path: str, probes: Probes) -> Answer:
+    """The answer to one request (pure apart from reading the metrics registry)."""
+    if method not in ("GET", "HEAD"):
+        return _json(405, {"error": {"code": "method_not_allowed", "message": f"{method} is not served here"}})
+    if path == "/metrics":
+        return Answer(200, CONTENT_TYPE_LATEST, generate_latest())
+    if path == "/healthz":
+        since = probes.seconds_since_fetch()
+        alive = since is None or since <= probes.stale_after_s
+        return _json(200 if alive else 503, {"alive": alive, "seconds_since_fetch": since})
+    if path == "/readyz":
+        ready = probes.consuming()
+        return _json(200 if ready else 503, {"ready": ready})
+    if path == "/status":
+        return _json(200, probes.status())
+    return _json(404, {"error": {"code": "not_found", "message": f"{path}: try /metrics, /healthz, /readyz, /status"}})
+
+
+class HealthServer:
+    """Serves ``answer`` on ``host:port`` until closed."""
+
+    def __init__(self, host: str, port: int, probes: Probes) -> None:
+        self._host = host
+        self._port = port
+        self._probes = probes
+        self._server: asyncio.Server | None = None
+        self._open = 0
+
+    @property
+    def port(self) -> int:
+        """The bound port (useful when asked for port 0)."""
+        assert self._server is not None and self._server.sockets
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, self._host, self._port, limit=MAX_HEAD_BYTES)
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._open += 1
+        try:
+            if self._open > MAX_CONNECTIONS:
+                return
+            try:
+                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=HEAD_TIMEOUT_S)
+            except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, asyncio.TimeoutError, ConnectionError):
+                return
+            parts = head.split(b"\r\n", 1)[0].decode("latin-1").split(" ")
+            if len(parts) != 3:
+                reply = _json(400, {"error": {"code": "bad_request", "message": "malformed request line"}})
+                method = "GET"
+            else:
+                method, target = parts[0], parts[1]
+                reply = answer(method, target.split("?", 1)[0], self._probes)
+            reason = _REASONS.get(reply.status, "Bad Request")
+            header = (
+                f"HTTP/1.1 {reply.status} {reason}\r\nContent-Type: {reply.content_type}\r\n"
+                f"Content-Length: {len(reply.body)}\r\nConnection: close\r\n\r\n"
+            ).encode()
+            writer.write(header if method == "HEAD" else header + reply.body)
+            await asyncio.wait_for(writer.drain(), timeout=HEAD_TIMEOUT_S)  # a reader that never reads
+        except (ConnectionError, asyncio.TimeoutError):
+            pass
+        finally:
+            self._open -= 1
+            writer.close()
+
+
+def seconds_since(at: float | None, clock: Callable[[], float] = time.monotonic) -> float | None:
+    """Seconds since ``at`` on ``clock``; None when ``at`` is None."""
+    return None if at is None else clock() - at

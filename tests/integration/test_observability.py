@@ -1,0 +1,137 @@
+"""What on-call reads: the batcher's probes and status, and the metrics that answer
+"what was refused, what failed, how far behind are we", on the real embedded stack."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+
+from brimful.stack import EmbeddedStack
+from tests.conftest import fault_file
+from tests.task_client import TaskClient
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+async def scrape(url: str) -> Samples:
+    """Every sample of a Prometheus text page, by name and labels."""
+    async with aiohttp.ClientSession() as session, session.get(url) as response:
+        assert response.status == 200
+        text = await response.text()
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def value(samples: Samples, name: str, **labels: str) -> float:
+    return samples.get((name, frozenset(labels.items())), 0.0)
+
+
+def batcher_url(stack: EmbeddedStack, path: str) -> str:
+    return f"http://127.0.0.1:{stack.settings.batcher_metrics_port}{path}"
+
+
+async def get(url: str, method: str = "GET") -> tuple[int, object]:
+    async with aiohttp.ClientSession() as session, session.request(method, url) as response:
+        return response.status, await response.json(content_type=None)
+
+
+async def test_the_batcher_answers_its_probes_and_names_its_partitions_and_endpoints(stack: EmbeddedStack) -> None:
+    deadline = time.monotonic() + 30
+    while True:  # None until its first fetch comes back (it may still be joining the group)
+        status, health = await get(batcher_url(stack, "/healthz"))
+        assert status == 200 and health["alive"] is True
+        if health["seconds_since_fetch"] is not None:
+            break
+        assert time.monotonic() < deadline, "the batcher never fetched"
+        await asyncio.sleep(0.1)
+    assert 0 <= health["seconds_since_fetch"] < 5
+    status, ready = await get(batcher_url(stack, "/readyz"))
+    assert (status, ready) == (200, {"ready": True})
+    status, detail = await get(batcher_url(stack, "/status"))
+    assert status == 200
+    assert set(detail["partitions"]) == {str(p) for p in range(stack.settings.topic_partitions)}
+    endpoints = detail["endpoints"]
+    assert {e["url"] for e in endpoints} == set(stack.settings.triton_endpoints)
+    assert all(e["breaker"] == "closed" for e in endpoints)
+    assert (await get(batcher_url(stack, "/nowhere")))[0] == 404
+    assert (await get(batcher_url(stack, "/healthz"), method="POST"))[0] == 405
+
+
+async def test_the_batcher_server_drops_an_oversized_request_head(stack: EmbeddedStack) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", stack.settings.batcher_metrics_port)
+    writer.write(b"GET /metrics HTTP/1.1\r\nX-Junk: " + b"a" * 20_000 + b"\r\n\r\n")
+    await writer.drain()
+    reply = await asyncio.wait_for(reader.read(), timeout=10)
+    writer.close()
+    assert reply == b""  # closed without an answer, and the server still serves
+    assert (await get(batcher_url(stack, "/healthz")))[0] == 200
+
+
+async def test_answers_are_counted_by_route_template_and_refusals_by_reason(
+    stack: EmbeddedStack, client: TaskClient
+) -> None:
+    api_metrics = f"{stack.api_url}/metrics"
+    before = await scrape(api_metrics)
+    task_ids = await asyncio.gather(*(client.submit({"TEXT": f"counted {i}"}) for i in range(20)))
+    await asyncio.gather(*(client.wait_final(t) for t in task_ids))
+    made_up = [f"/no/such/path/{i}" for i in range(5)]
+    for path in made_up:
+        assert (await client.request("GET", path))[0] == 404
+    status, _ = await client.request("POST", "/v1/tasks", data=b"x" * (stack.settings.max_body_bytes + 1),
+                                     headers={"Content-Type": "application/json"})
+    assert status == 413
+    after = await scrape(api_metrics)
+
+    def delta(name: str, **labels: str) -> float:
+        return value(after, name, **labels) - value(before, name, **labels)
+
+    assert delta("brimful_http_responses_total", route="/v1/tasks", status="202") == 20
+    assert delta("brimful_http_responses_total", route="/v1/tasks/{task_id}", status="200") >= 20
+    assert delta("brimful_http_responses_total", route="unmatched", status="404") == 5
+    assert not any(path in str(labels) for (_, labels) in after for path in made_up), "a raw path became a label"
+    assert delta("brimful_http_responses_total", route="/v1/tasks", status="413") == 1
+    assert delta("brimful_refusals_total", reason="body_too_large") == 1
+    assert value(after, "brimful_backlog_limit_rows") == stack.settings.max_backlog
+
+
+async def test_lag_settles_to_zero_once_the_work_is_done(stack: EmbeddedStack, client: TaskClient) -> None:
+    task_ids = await asyncio.gather(*(client.submit({"TEXT": f"lag {i}"}) for i in range(100)))
+    await asyncio.gather(*(client.wait_final(t) for t in task_ids))
+    deadline = time.monotonic() + 15  # offsets commit and the gauges refresh in the background
+    while True:
+        samples = await scrape(batcher_url(stack, "/metrics"))
+        lag_rows = {dict(labels)["partition"]: v for (name, labels), v in samples.items()
+                    if name == "brimful_consumer_lag_rows"}
+        lag_s = [v for (name, _), v in samples.items() if name == "brimful_consumer_lag_seconds"]
+        if len(lag_rows) == stack.settings.topic_partitions and not any(lag_rows.values()) and not any(lag_s):
+            break
+        assert time.monotonic() < deadline, f"lag never settled: rows {lag_rows}, seconds {lag_s}"
+        await asyncio.sleep(0.2)
+    assert value(samples, "brimful_batcher_assigned_partitions") == stack.settings.topic_partitions
+
+
+async def test_dead_letters_and_retries_are_counted_by_class(stack: EmbeddedStack, client: TaskClient) -> None:
+    before = await scrape(batcher_url(stack, "/metrics"))
+    switch = fault_file(stack)
+    switch.touch()  # the model now fails '!flaky' rows
+    try:
+        task_id = await client.submit({"TEXT": "!flaky counted"})
+        assert (await client.wait_final(task_id))["status"] == "failed"
+    finally:
+        switch.unlink()
+    after = await scrape(batcher_url(stack, "/metrics"))
+    model = stack.settings.model_name
+    lettered = value(after, "brimful_dead_letters_total", model=model, error_class="model_error") - value(
+        before, "brimful_dead_letters_total", model=model, error_class="model_error"
+    )
+    assert lettered == 1
+    retried = value(after, "brimful_model_retries_total", kind="model_error") - value(
+        before, "brimful_model_retries_total", kind="model_error"
+    )
+    assert retried >= stack.settings.max_attempts - 1
