@@ -120,6 +120,7 @@ class BatcherService:
         self._runner = runner
         self._dead_letters = dead_letters
         self._params = params
+        self._export_params()
         self._limits = limits
         self._clock = clock
         self._on_arrival = on_arrival  # (partition, wall-clock seconds): trace recording
@@ -171,6 +172,7 @@ class BatcherService:
     def set_params(self, params: PolicyParams) -> None:
         """Adopt new policy parameters; rows already waiting are judged by them at once."""
         self._params = params
+        self._export_params()
         for state in self._partitions.values():
             state.accumulator.set_params(params)
         self._wakeup.set()
@@ -214,6 +216,10 @@ class BatcherService:
                      "call_s": round(capacity.call_time, 4)},
             "endpoints": self._runner.pool.summary(),
         }
+
+    def _export_params(self) -> None:
+        metrics.POLICY_LATENCY_TARGET.set(self._params.latency_target)
+        metrics.POLICY_MAX_WAIT.set(self._params.max_wait)
 
     def cancel(self, task_id: str) -> bool:
         """Drop a task cancelled while it waits here, so its slot goes to the next row.

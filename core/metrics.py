@@ -43,6 +43,12 @@ CONSUMER_LAG_SECONDS = Gauge(
     "while records wait unfetched in the broker, of the last record it fetched; 0 when caught up.",
     ["partition"],
 )
+POLICY_LATENCY_TARGET = Gauge(
+    "brimful_policy_latency_target_seconds", "The flush policy's latency target, as this batcher applies it now."
+)
+POLICY_MAX_WAIT = Gauge(
+    "brimful_policy_max_wait_seconds", "Longest a row waits for its batch to fill, as this batcher applies it now."
+)
 ASSIGNED_PARTITIONS = Gauge("brimful_batcher_assigned_partitions", "Partitions of the requests topic this batcher owns.")
 FETCH_WAIT = Gauge(
     "brimful_fetch_wait_seconds",

@@ -15,6 +15,7 @@ import aiohttp
 from brimful.stack import EmbeddedStack
 from tests.faults.conftest import MAX_BACKLOG
 from tests.integration.test_pipeline import expected_outputs, read_dead_letters
+from tests.integration.test_observability import scrape
 from tests.integration.test_tuning_and_metrics import metric_values
 from tests.task_client import TaskClient
 
@@ -159,6 +160,11 @@ async def test_batcher_sigkill_mid_batch_loses_nothing(fault_stack: EmbeddedStac
     assert duplicates >= 0
 
 
+async def lag_seconds_above(stack: EmbeddedStack, seconds: float) -> bool:
+    samples = await scrape(f"http://127.0.0.1:{stack.settings.batcher_metrics_port}/metrics")
+    return max((v for (name, _), v in samples.items() if name == "brimful_consumer_lag_seconds"), default=0) > seconds
+
+
 async def _any_in_flight(client: TaskClient) -> bool:
     return any(batcher["in_flight"] > 0 for batcher in (await client.stats())["batchers"])
 
@@ -180,6 +186,10 @@ async def test_model_outage_of_20s_pauses_consumption_and_fails_nothing(
     status, readiness = await fault_client.request("GET", "/readyz")
     assert status == 200, readiness
     assert readiness["checks"]["model"] is False
+    # On-call sees why: the circuit open, and the work waiting, in time.
+    batcher_metrics = await scrape(f"http://127.0.0.1:{fault_stack.settings.batcher_metrics_port}/metrics")
+    assert max(v for (name, _), v in batcher_metrics.items() if name == "brimful_endpoint_breaker_state") == 2
+    await wait_for(lambda: lag_seconds_above(fault_stack, 1.0), 15, "the lag in seconds to show the outage")
     # The outage itself: 20 s with the model down, load still arriving.
     await asyncio.sleep(max(0.0, 20 - (time.monotonic() - killed_at)))
     during = await fault_client.stats()
