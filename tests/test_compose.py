@@ -33,7 +33,32 @@ def flag(command: list[str], name: str) -> str:
 
 
 def test_every_service_is_there(compose: dict[str, Any]) -> None:
-    assert set(compose["services"]) == {"kafka", "redis", "triton", "batcher", "api"}
+    always = {name for name, service in compose["services"].items() if not service.get("profiles")}
+    assert always == {"kafka", "redis", "triton", "batcher", "api"}
+
+
+def test_the_monitoring_profile_scrapes_every_process_and_provisions_the_dashboard(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    assert {name for name, s in services.items() if "monitoring" in s.get("profiles", [])} == {"prometheus", "grafana"}
+    mounts = {
+        volume.split(":")[1]: ROOT / volume.split(":")[0]
+        for name in ("prometheus", "grafana") for volume in services[name]["volumes"] if volume.startswith("./")
+    }
+    for source in mounts.values():
+        assert source.exists(), f"{source} is mounted but missing"
+    config = yaml.safe_load(mounts["/etc/prometheus/prometheus.yml"].read_text())
+    for rules in config["rule_files"]:  # resolved beside the config file, where it is mounted
+        assert f"/etc/prometheus/{rules}" in mounts
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    api_port = brimful_env(services["api"])["BRIMFUL_API_PORT"]
+    assert jobs["brimful-api"]["static_configs"][0]["targets"] == [f"api:{api_port}"]
+    batcher_sd = jobs["brimful-batcher"]["dns_sd_configs"][0]
+    assert batcher_sd["names"] == ["batcher"] and batcher_sd["port"] == Settings().batcher_metrics_port
+    assert brimful_env(services["batcher"])["BRIMFUL_BATCHER_METRICS_HOST"] == "0.0.0.0"
+    dashboards = mounts["/var/lib/grafana/dashboards"]
+    provider = yaml.safe_load((mounts["/etc/grafana/provisioning"] / "dashboards" / "brimful.yml").read_text())
+    assert provider["providers"][0]["options"]["path"] == "/var/lib/grafana/dashboards"
+    assert (dashboards / "brimful.json").exists()
 
 
 def test_python_commands_name_real_entry_points(compose: dict[str, Any]) -> None:
