@@ -55,6 +55,7 @@ class _Submission:
     task: NewTask
     record: bytes
     outcome: asyncio.Future[RecordMetadata] = field(repr=False)
+    headers: list[tuple[str, bytes]] | None = None  # the task's trace context, when traced
 
     def settle(self, result: RecordMetadata | None = None, error: BaseException | None = None) -> None:
         if self.outcome.done():  # nobody waits any more (a cancelled request): nothing to tell
@@ -89,7 +90,9 @@ class GroupCommitter:
         self._closed = False
         self._groups = 0  # groups sent: each goes to the next partition in turn
 
-    async def submit(self, task: NewTask, record: bytes) -> RecordMetadata:
+    async def submit(
+        self, task: NewTask, record: bytes, headers: list[tuple[str, bytes]] | None = None
+    ) -> RecordMetadata:
         """Record ``task`` as queued and put ``record`` on the requests topic, with the
         submissions that arrive alongside. Returns where the record landed. Raises
         InFlightLimitReached, GroupCommitterFull, GroupCommitterStopped, RedisError (the
@@ -101,7 +104,7 @@ class GroupCommitter:
             raise GroupCommitterFull(f"{len(self._waiting)} submissions are waiting to be written")
         outcome: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
         outcome.add_done_callback(_consume_error)
-        self._waiting.append(_Submission(task, record, outcome))
+        self._waiting.append(_Submission(task, record, outcome, headers))
         if self._runner is None or self._runner.done():
             self._runner = asyncio.create_task(self._run(), name="group-commit")
         # Shielded: a caller that goes away leaves its submission to finish with its group.
@@ -161,7 +164,8 @@ class GroupCommitter:
             try:
                 # Queues the record and returns at once (or once the producer has room).
                 ack = await producer.send(
-                    self._topic, value=submission.record, key=submission.task.task_id.encode(), partition=partition
+                    self._topic, value=submission.record, key=submission.task.task_id.encode(), partition=partition,
+                    headers=submission.headers,
                 )
             except KafkaError as error:
                 refused.append((submission, error))

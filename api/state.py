@@ -23,6 +23,7 @@ from brimful.core.policy_tuning import PolicyTuning
 from brimful.core.redis_client import make_redis
 from brimful.core.redis_keys import RedisKeys
 from brimful.core.settings import Settings
+from brimful.core.tracing import configure_tracing
 from brimful.core.stats import SharedStats
 from brimful.core.status_board import StatusBoard
 from brimful.core.task_store import TaskStore
@@ -53,6 +54,7 @@ class ApiState:
         )
         self.backlog = BacklogMonitor(self.status_board, self.stats)
         metrics.BACKLOG_LIMIT_ROWS.set(settings.max_backlog)
+        self.tracing = configure_tracing(settings, "brimful-api")
         self.waiters = TaskWaiters(self.redis, keys, self.store, settings.tenant_max_long_polls)
         self.api_keys = ApiKeys(self.redis, keys)
         self.rate_limiter = RateLimiter(self.redis, keys.rate_bucket, settings.rate_limit_per_s, settings.rate_limit_burst, "tasks")
@@ -82,6 +84,8 @@ class ApiState:
             await self.producer.stop()
         await self.model.close()
         await self.redis.aclose()
+        if self.tracing is not None:
+            await asyncio.to_thread(self.tracing.shutdown)  # flushes the exporter: blocking I/O
 
     async def _load_signature(self) -> None:
         # The model may still be loading when the API starts: keep asking.

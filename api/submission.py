@@ -197,7 +197,12 @@ async def enqueue(state: ApiState, submission: Submission, task_id: str, tenant:
     try:
         # Redis first, with the submissions that arrive alongside: a fast batcher must
         # never find the task missing.
-        sent = await state.committer.submit(NewTask(task_id, submitted_at, tenant, max_in_flight), record)
+        new_task = NewTask(task_id, submitted_at, tenant, max_in_flight)
+        if state.tracing is None:
+            sent = await state.committer.submit(new_task, record)
+        else:
+            with state.tracing.producer_span("brimful.enqueue", **{"brimful.task_id": task_id}) as headers:
+                sent = await state.committer.submit(new_task, record, headers)
     except InFlightLimitReached as refused:
         raise ApiError(
             429,

@@ -79,6 +79,13 @@ async def submit_task(request: Request, principal: Principal = Depends(requires(
     """Accept one task; 202 with its task_id once durably queued. With ``?wait=S``, hold
     the answer up to S seconds and return the result inline (200) if it is ready."""
     state = api_state(request)
+    if state.tracing is not None:
+        with state.tracing.server_span("brimful.accept", request.headers, **{"http.route": TASKS_PATH}):
+            return await _submit(request, principal, state)
+    return await _submit(request, principal, state)
+
+
+async def _submit(request: Request, principal: Principal, state: ApiState) -> JSONResponse:
     settings = state.settings
     wait_s = parse_wait(request, settings.long_poll_max_s)
     document = parse_json(await read_body(request, settings.max_body_bytes))

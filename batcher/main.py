@@ -26,6 +26,7 @@ from brimful.core.settings import Settings, get_settings
 from brimful.core.stats import SharedStats
 from brimful.core.status_board import StatusBoard
 from brimful.core.task_store import TaskStore
+from brimful.core.tracing import configure_tracing
 from brimful.workers.batch_runner import BatchRunner
 from brimful.workers.circuit_breaker import CircuitBreaker
 from brimful.workers.dead_letters import DeadLetterWriter
@@ -116,7 +117,10 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
     pool = model_pool(settings, redis, keys)
     producer = make_producer(settings)
     consumer = make_consumer(settings, settings.consumer_group)
+    tracing = configure_tracing(settings, "brimful-batcher")
     closers: list[Callable[[], Awaitable[None]]] = []
+    if tracing is not None:
+        closers.append(lambda: asyncio.to_thread(tracing.shutdown))  # flushes the exporter
     try:
         await pool.refresh()
         while not pool.pool.endpoints and not stop.is_set():  # names that resolve to nothing yet
@@ -144,6 +148,7 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
             ),
             transient_give_up_s=settings.transient_give_up_s,
             isolation=IsolationBudget(settings.tenant_isolation_calls_per_s, settings.tenant_isolation_burst),
+            tracing=tracing,
         )
         member = f"{socket.gethostname()}-{os.getpid()}"
         recorder = ArrivalRecorder(Path(settings.trace_dir), member) if settings.trace_dir else None
@@ -164,6 +169,7 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
             fetch_pacer=FetchPacer(
                 consumer, settings.kafka_fetch_max_wait_ms, settings.kafka_fetch_lagging_max_wait_ms, "batcher"
             ),
+            keep_trace_context=tracing is not None,
         )
         if settings.batcher_metrics_port:
             health = HealthServer(

@@ -113,8 +113,10 @@ class BatcherService:
         clock: Callable[[], float] = time.monotonic,
         on_arrival: Callable[[int, float], None] | None = None,
         fetch_pacer: FetchPacer | None = None,
+        keep_trace_context: bool = False,
     ) -> None:
         self._consumer = consumer
+        self._keep_trace_context = keep_trace_context  # tracing on: records' headers travel with their rows
         self._fetch_pacer = fetch_pacer  # lengthens fetch waits while lagging behind a slow broker
         self._topic = topic
         self._runner = runner
@@ -323,7 +325,11 @@ class BatcherService:
                 if request.deadline_at_ms:
                     flush_by = now + (request.deadline_at_ms - wall_ms) / 1000 - self._service_estimate
                 stamp = record.timestamp / 1000 if record.timestamp and record.timestamp > 0 else None
-                state.accumulator.add(BatchItem(request, tp.partition, record.offset), now, flush_by, stamp)
+                if self._keep_trace_context and record.headers:
+                    item = BatchItem(request, tp.partition, record.offset, tuple(record.headers), time.time_ns())
+                else:
+                    item = BatchItem(request, tp.partition, record.offset)
+                state.accumulator.add(item, now, flush_by, stamp)
                 if self._on_arrival is not None:
                     self._on_arrival(tp.partition, wall_ms / 1000)
             if len(state.accumulator) >= self._limits.max_pending_per_partition and not state.paused:
@@ -396,6 +402,7 @@ class BatcherService:
             items=[row.item for row in rows],
             reason=reason.value,
             slot=slot,
+            flushed_ns=time.time_ns(),
         )
         self._in_flight_total += 1
         task = asyncio.create_task(self._run_batch(state, batch), name=f"batch-{batch.batch_id}")

@@ -286,6 +286,18 @@ class Settings(BaseSettings):
         "POST answers 503 with Retry-After.",
     )
 
+    # --- Tracing (OpenTelemetry; see core/tracing.py) --------------------------------
+    tracing_enabled: bool = Field(
+        False, description="Trace each task from its POST through Kafka to the model call (needs the tracing extra)."
+    )
+    tracing_otlp_endpoint: str = Field(
+        "http://127.0.0.1:4318/v1/traces", description="Where spans go: an OTLP/HTTP traces endpoint (a collector)."
+    )
+    tracing_sample_ratio: float = Field(
+        1.0, ge=0.0, le=1.0,
+        description="Share of new traces recorded; a caller's traceparent decides for the traces it starts.",
+    )
+
     @model_validator(mode="after")
     def _check_consistency(self) -> "Settings":
         if self.min_wait_ms > self.max_wait_ms:

@@ -36,6 +36,7 @@ from brimful.core.model_signature import ModelSignature
 from brimful.core.stats import SharedStats, StatsField
 from brimful.core.task_store import TaskStore
 from brimful.core.tensor_codec import non_finite_rows, output_row_to_json, stack_rows
+from brimful.core.tracing import BatchTrace, TracedTask, Tracing
 from brimful.schemas import Attempt, TaskRequest
 from brimful.workers.dead_letters import DeadLetterWriter, dead_letter
 from brimful.workers.isolation_budget import IsolationBudget
@@ -54,6 +55,8 @@ class BatchItem:
     request: TaskRequest
     partition: int
     offset: int
+    trace_headers: tuple[tuple[str, bytes], ...] = ()  # the task's trace context (tracing on)
+    arrived_ns: int = 0  # when the batcher fetched it, wall clock (tracing on)
 
     @property
     def task_id(self) -> str:
@@ -69,6 +72,7 @@ class Batch:
     items: list[BatchItem]
     reason: str
     slot: Slot | None = None  # the model slot taken when it was dispatched; used by its first run
+    flushed_ns: int = 0  # when it left its accumulator, wall clock
 
 
 @dataclass
@@ -93,6 +97,10 @@ class BatchOutcome:
     # go with the batch's results in the same round trip (the tasks done are counted there),
     # or when the batch ends (failures are added at once: an outage shows live).
     stats: Counter[str] = field(default_factory=Counter)
+    # The last successful model call, wall clock (for traces).
+    call_started_ns: int = 0
+    call_ended_ns: int = 0
+    endpoint: str = ""
 
 
 @dataclass
@@ -133,6 +141,7 @@ class BatchRunner:
         isolation: IsolationBudget | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         clock: Callable[[], float] = time.monotonic,
+        tracing: Tracing | None = None,
     ) -> None:
         self.pool = pool
         self.signature = signature
@@ -144,6 +153,7 @@ class BatchRunner:
         self.isolation = isolation or IsolationBudget()
         self._sleep = sleep
         self._clock = clock
+        self.tracing = tracing
 
     async def run(self, batch: Batch) -> BatchOutcome:
         """Run the batch to a final state for every task in it; raises only on store or
@@ -165,6 +175,8 @@ class BatchRunner:
                 await self.pool.release(seat.slot)
         if any(outcome.stats.values()):  # what no store call carried (a batch with no result)
             await self.stats.add(outcome.stats)
+        if self.tracing is not None:
+            self._trace(batch, items, outcome)
         log.info(
             "batch finished",
             extra={
@@ -180,6 +192,20 @@ class BatchRunner:
             },
         )
         return outcome
+
+    def _trace(self, batch: Batch, items: list[BatchItem], outcome: BatchOutcome) -> None:
+        assert self.tracing is not None
+        traced = [TracedTask(i.task_id, i.trace_headers, i.arrived_ns) for i in items if i.trace_headers]
+        if traced:
+            self.tracing.record_batch(
+                BatchTrace(
+                    batch_id=batch.batch_id, flush_reason=batch.reason, partition=batch.partition,
+                    flushed_ns=batch.flushed_ns, call_started_ns=outcome.call_started_ns,
+                    call_ended_ns=outcome.call_ended_ns, stored_ns=time.time_ns(), endpoint=outcome.endpoint,
+                    rows=len(items), calls=outcome.calls,
+                ),
+                traced,
+            )
 
     async def abandon(self, batch: Batch, error: BaseException) -> None:
         """Give up a batch that keeps failing for a reason other than the model (a fault
@@ -275,6 +301,7 @@ class BatchRunner:
             metrics.BATCH_ROWS.labels(partition).observe(len(items))
             metrics.PADDED_SLOTS.labels(partition).inc(self.signature.batch_size - len(items))
             started = self._clock()
+            started_ns = time.time_ns()
             try:
                 outputs = await self._call(seat.slot, padded)
             except ModelCallError as error:
@@ -307,6 +334,8 @@ class BatchRunner:
                 seat.slot = await self.pool.switch(seat.slot, len(items))
                 continue
             self.pool.record_call(seat.slot, started, len(items), transient_failure=False)
+            outcome.call_started_ns, outcome.call_ended_ns = started_ns, time.time_ns()
+            outcome.endpoint = seat.slot.endpoint.url
             metrics.ENDPOINT_ROWS.labels(seat.slot.endpoint.url).inc(len(items))
             await self._leave_seat(seat)
             outcome.stats.update(call_stats)
