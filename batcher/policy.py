@@ -22,7 +22,8 @@ call), the plan knows the GPUs too:
   arrives meanwhile rides along at no latency cost (Triton's batch-grows-while-busy);
 - a slot free -> leave at once unless waiting pays: waiting pays when the rows expected
   before the latest moment the oldest row can leave and still meet ``latency_target``
-  (less the fitted call time) number ``min_worthwhile_rows``; then wait until the batch is
+  (less the fitted call time and the measured time a task spends around its batch:
+  submit to batcher, call to stored result) number ``min_worthwhile_rows``; then wait until the batch is
   expected full, never past that moment (a control limit on the queue, set by the
   target). ``max_wait`` stays a hard cap on any wait.
 
@@ -187,7 +188,8 @@ class WaitOrFullPolicy:
         self, now: float, pending: int, oldest_arrival: float, rate: float, capacity: PoolCapacity
     ) -> FlushPlan:
         p = self.params
-        latest, latest_reason = self.latest_flush(oldest_arrival, capacity.call_time)
+        # The target is submit-to-result: what the task spends before and after is not the batch's to wait.
+        latest, latest_reason = self.latest_flush(oldest_arrival, capacity.call_time + capacity.around_call)
         earliest = oldest_arrival + p.min_wait
         if now >= latest:
             return FlushPlan(latest, latest_reason)

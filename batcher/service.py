@@ -16,7 +16,7 @@ import functools
 import logging
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Awaitable, Callable
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
@@ -30,12 +30,16 @@ from brimful.core import metrics
 from brimful.core.clock import now_ms
 from brimful.core.fetch_pacer import FetchPacer
 from brimful.core.policy_params import PolicyParams
+from brimful.core.pool_capacity import PoolCapacity
 from brimful.schemas import TaskRequest
 from brimful.workers.batch_runner import Batch, BatchItem, BatchRunner
 from brimful.workers.dead_letters import DeadLetterWriter, dead_letter
 from brimful.workers.model_pool import Slot
 
 log = logging.getLogger("brimful.batcher")
+
+UPSTREAM_ALPHA = 0.05  # weight of each row in the submit-to-fetch EWMA (a half-life of ~14 rows)
+UPSTREAM_SAMPLE_MAX_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -129,6 +133,10 @@ class BatcherService:
         # Expected time from flush to stored result, so a row with its own deadline
         # leaves early enough; an EWMA of measured batch durations.
         self._service_estimate = 0.05
+        # Submit-to-fetch time of the rows read (the API's write and the Kafka hop): an EWMA
+        # over rows. With the service estimate it tells the policy how much of the latency
+        # target is spent around a batch rather than in it.
+        self._upstream = 0.0
         self._partitions: dict[int, PartitionState] = {}
         self._in_flight_total = 0
         self._paused_for_outage = False  # all partitions paused while the model is unreachable
@@ -183,7 +191,7 @@ class BatcherService:
         """What each partition's accumulator is doing now (for metrics and ``brimful stats``)."""
         now = self._clock()
         wall_now = now_ms() / 1000
-        capacity = self._runner.pool.capacity()
+        capacity = self._capacity()
         partitions: dict[str, dict[str, float | int]] = {}
         for number, state in sorted(self._partitions.items()):
             accumulator = state.accumulator
@@ -214,6 +222,7 @@ class BatcherService:
             "paused_for_outage": self._paused_for_outage,
             "in_flight": self._in_flight_total,
             "service_estimate_s": round(self._service_estimate, 4),
+            "upstream_estimate_s": round(self._upstream, 4),
             "pool": {"free_slots": capacity.free_slots, "next_free_in_s": round(capacity.next_free_in, 4),
                      "call_s": round(capacity.call_time, 4)},
             "endpoints": self._runner.pool.summary(),
@@ -222,6 +231,14 @@ class BatcherService:
     def _export_params(self) -> None:
         metrics.POLICY_LATENCY_TARGET.set(self._params.latency_target)
         metrics.POLICY_MAX_WAIT.set(self._params.max_wait)
+
+    def _capacity(self) -> PoolCapacity:
+        """The model pool as the policy should plan with it: with the time a task spends
+        before reaching this batcher and after its call, so the latency target holds from
+        submit to result."""
+        capacity = self._runner.pool.capacity()
+        after_call = max(0.0, self._service_estimate - capacity.call_time)
+        return replace(capacity, around_call=self._upstream + after_call)
 
     def cancel(self, task_id: str) -> bool:
         """Drop a task cancelled while it waits here, so its slot goes to the next row.
@@ -288,7 +305,7 @@ class BatcherService:
 
     def _seconds_to_next_flush(self) -> float | None:
         now = self._clock()
-        capacity = self._runner.pool.capacity()
+        capacity = self._capacity()
         nearest: float | None = None
         for state in self._partitions.values():
             if not self._has_slot(state):
@@ -321,6 +338,10 @@ class BatcherService:
                     state.in_flight.add(task)
                     task.add_done_callback(lambda done, state=state: self._letter_written(state, done))
                     continue
+                if request.submitted_at_ms:
+                    # Bounded: a skewed clock or a backlog's old rows must not blind the estimate for long.
+                    upstream = min(max(0.0, (wall_ms - request.submitted_at_ms) / 1000), UPSTREAM_SAMPLE_MAX_S)
+                    self._upstream += UPSTREAM_ALPHA * (upstream - self._upstream)
                 flush_by = None
                 if request.deadline_at_ms:
                     flush_by = now + (request.deadline_at_ms - wall_ms) / 1000 - self._service_estimate
@@ -368,7 +389,7 @@ class BatcherService:
     def _dispatch_due(self, force_reason: FlushReason | None = None) -> None:
         now = self._clock()
         pool = self._runner.pool
-        capacity = pool.capacity()
+        capacity = self._capacity()
         # Oldest waiting rows first, so one busy partition cannot starve the others.
         states = sorted(
             (s for s in self._partitions.values() if len(s.accumulator)),
@@ -376,7 +397,7 @@ class BatcherService:
         )
         for state in states:
             while len(state.accumulator) and self._has_slot(state):
-                reason = force_reason or state.accumulator.due(now, pool.capacity())
+                reason = force_reason or state.accumulator.due(now, self._capacity())
                 if reason is None:
                     break
                 slot = pool.reserve(min(len(state.accumulator), self._params.batch_size))

@@ -13,8 +13,9 @@ class PolicyParams:
     batch_size: int = 64
     max_wait: float = 0.250
     min_wait: float = 0.002
-    # Arrival-to-result time the policy keeps within when the model pool has room: it
-    # waits for rows only while the batch can still leave in time for it.
+    # Submit-to-result time the policy keeps within when the model pool has room: it waits
+    # for rows only while the batch can still leave in time for it (the measured time a
+    # task spends before the batcher and after its call counted).
     latency_target: float = 0.050
     rate_halflife: float = 0.500
     fill_slack: float = 1.25

@@ -13,3 +13,7 @@ class PoolCapacity:
     free_slots: int  # calls the pool can start now
     next_free_in: float  # seconds until a busy slot is expected to free (0 when one is free)
     call_time: float  # expected seconds of one call with a full batch
+    # Expected seconds of a task's latency spent outside its batch and the call: from its
+    # submit to the batcher (the API's write, the Kafka hop) and from the call's end to its
+    # stored result. The live batcher measures it; 0 where nobody does (the simulator).
+    around_call: float = 0.0

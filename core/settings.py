@@ -158,9 +158,10 @@ class Settings(BaseSettings):
     latency_target_ms: float = Field(
         50.0,
         gt=0,
-        description="Arrival-to-result time the policy aims to keep (the one knob of docs/batching.md): while a "
+        description="Submit-to-result time the policy aims to keep (the one knob of docs/batching.md): while a "
         "model slot is free it waits for more rows only when they are expected within this target, less the "
-        "fitted call time. High (with max_wait_ms) is the cost mode: fill first.",
+        "fitted call time and the measured time a task spends before the batcher and after its call. High "
+        "(with max_wait_ms) is the cost mode: fill first.",
     )
     rate_halflife_ms: float = Field(
         500.0, gt=0, description="Half-life of the EWMA arrival-rate estimate."

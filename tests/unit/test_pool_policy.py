@@ -58,6 +58,24 @@ def test_traffic_that_pays_waits_for_rows_but_not_past_the_target() -> None:
     assert plan.at == pytest.approx(now + PARAMS.latency_target - CALL)
 
 
+def test_the_time_a_task_spends_around_its_batch_comes_out_of_its_wait() -> None:
+    around = 0.012  # measured: submit to batcher, and call end to stored result
+    acc: Accumulator[int] = Accumulator(WaitOrFullPolicy(PARAMS))
+    now = steady(acc, rate=600.0, until=5.0)
+    acc.add(1, now)
+    plan = acc.plan(now, PoolCapacity(free_slots=1, next_free_in=0.0, call_time=CALL, around_call=around))
+    assert plan is not None and plan.reason is FlushReason.TARGET
+    assert plan.at == pytest.approx(now + PARAMS.latency_target - CALL - around)
+    # When what is left of the target would gather too few rows, nothing waits at all.
+    acc.drain()
+    now = steady(acc, rate=300.0, until=10.0, start=now)  # 300/s x 28 ms = 8.4 rows; x 16 ms = 4.8
+    acc.add(1, now)
+    crowded = PoolCapacity(free_slots=1, next_free_in=0.0, call_time=CALL, around_call=0.020)  # 10 ms left: 3 rows
+    plan = acc.plan(now, crowded)
+    assert plan is not None and plan.reason is FlushReason.SLOT_FREE
+    assert plan.at == pytest.approx(now + PARAMS.min_wait)
+
+
 def test_traffic_that_fills_the_batch_in_time_waits_for_it_to_fill() -> None:
     acc: Accumulator[int] = Accumulator(WaitOrFullPolicy(PARAMS))
     now = steady(acc, rate=10_000.0, until=2.0)
@@ -110,16 +128,21 @@ arrival_gaps = st.lists(st.floats(min_value=1e-5, max_value=0.2), min_size=1, ma
     gaps=arrival_gaps,
     target_ms=st.floats(min_value=5, max_value=500),
     call_ms=st.floats(min_value=0, max_value=100),
+    around_ms=st.floats(min_value=0, max_value=100),
     worthwhile=st.floats(min_value=0, max_value=64),
 )
 def test_no_row_waits_past_the_latency_target_when_capacity_allows(
-    gaps: list[float], target_ms: float, call_ms: float, worthwhile: float
+    gaps: list[float], target_ms: float, call_ms: float, around_ms: float, worthwhile: float
 ) -> None:
+    """Submit to result: the row's wait, its call and the time around them (to the batcher,
+    to the stored result) stay within the target, as far as min_wait allows."""
     params = PolicyParams(
         batch_size=64, max_wait=1.0, min_wait=0.002, latency_target=target_ms / 1000, min_worthwhile_rows=worthwhile
     )
-    capacity = PoolCapacity(free_slots=4, next_free_in=0.0, call_time=call_ms / 1000)
-    allowed = min(params.max_wait, max(params.min_wait, params.latency_target - capacity.call_time))
+    capacity = PoolCapacity(free_slots=4, next_free_in=0.0, call_time=call_ms / 1000, around_call=around_ms / 1000)
+    allowed = min(
+        params.max_wait, max(params.min_wait, params.latency_target - capacity.call_time - capacity.around_call)
+    )
     acc: Accumulator[int] = Accumulator(WaitOrFullPolicy(params))
     arrivals = [sum(gaps[: i + 1]) for i in range(len(gaps))]
     tick, now, index = 0.0005, 0.0, 0
