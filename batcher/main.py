@@ -75,6 +75,15 @@ async def supervise(
         log.warning("could not leave the status board", extra={"error": str(error)})
 
 
+async def announce(redis: RedisClient, channel: str, message: str) -> None:
+    """Publish news other batchers act on; Redis away costs only the news (each batcher
+    still learns from its own calls)."""
+    try:
+        await asyncio.wait_for(redis.publish(channel, message), timeout=2.0)
+    except Exception as error:
+        log.warning("could not announce", extra={"channel": channel, "error": repr(error)})
+
+
 async def flush_trace(recorder: ArrivalRecorder) -> None:
     """Write recorded arrivals out; a failure (a full disk, a bad trace_dir) costs the
     trace, never live tuning or the status board."""
@@ -193,10 +202,24 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
         cancellations = asyncio.create_task(
             follow_channel(redis, keys.cancelled_channel, lambda task_id: service.cancel(task_id.decode()), stop=stop)
         )
+        # Endpoint health shared: a circuit one batcher opens, every batcher opens at once,
+        # instead of each learning from its own failed calls.
+        announcements: set[asyncio.Task[None]] = set()
+
+        def announce_down(url: str) -> None:
+            task = asyncio.create_task(announce(redis, keys.endpoint_down_channel, url))
+            announcements.add(task)
+            task.add_done_callback(announcements.discard)
+
+        pool.on_opened = announce_down
+        endpoint_news = asyncio.create_task(
+            follow_channel(redis, keys.endpoint_down_channel, lambda url: pool.trip(url.decode()), stop=stop)
+        )
         resolver = asyncio.create_task(pool.keep_resolved(stop), name="brimful-endpoints")
         await service.run(stop)
         await supervisor
         await cancellations
+        await endpoint_news
         await resolver
     finally:
         for close in closers:

@@ -83,6 +83,11 @@ class RedisKeys:
         return f"{self.prefix}:cancelled"
 
     @property
+    def endpoint_down_channel(self) -> str:
+        """Where a batcher announces a model endpoint whose circuit it just opened."""
+        return f"{self.prefix}:endpoint-down"
+
+    @property
     def dlq_resolved(self) -> str:
         return f"{self.prefix}:dlq:resolved"
 

@@ -90,13 +90,27 @@ class CircuitBreaker:
         self._opened_times = 0
         self._probe_in_flight = False
 
+    def trip(self, now: float) -> bool:
+        """Open a closed circuit on news from elsewhere (another batcher's circuit for the
+        same endpoint opened), as if its own threshold were reached; after the open period
+        a probe decides as usual, so wrong news costs one period at most. Returns whether
+        the state changed."""
+        if self._state is not BreakerState.CLOSED:
+            return False
+        self._consecutive_failures = self.failure_threshold
+        self._open(now)
+        return True
+
     def record_failure(self, now: float) -> None:
         """A transient failure (unreachable, timed out). Model errors are not the
         endpoint's health and are not recorded here."""
         self._consecutive_failures += 1
         self._probe_in_flight = False
         if self._state is BreakerState.HALF_OPEN or self._consecutive_failures >= self.failure_threshold:
-            self._opened_times += 1
-            cap = min(self.max_open_s, self.base_open_s * 2 ** (self._opened_times - 1))
-            self._retry_at = now + self._rng.uniform(cap / 2, cap)
-            self._state = BreakerState.OPEN
+            self._open(now)
+
+    def _open(self, now: float) -> None:
+        self._opened_times += 1
+        cap = min(self.max_open_s, self.base_open_s * 2 ** (self._opened_times - 1))
+        self._retry_at = now + self._rng.uniform(cap / 2, cap)
+        self._state = BreakerState.OPEN

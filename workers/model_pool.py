@@ -77,6 +77,8 @@ class ModelPool:
         self._lease_retry_s = lease_retry_s
         self._models: dict[str, TritonModel] = {}
         self._changed = asyncio.Event()  # a slot freed or the endpoints changed
+        # Told when this pool opens an endpoint's circuit, so other batchers can hear it.
+        self.on_opened: Callable[[str], None] | None = None
         self._sync(self.configured if resolve is None else [])
 
     # --- membership --------------------------------------------------------------------
@@ -181,8 +183,12 @@ class ModelPool:
     def record_call(self, slot: Slot, started_at: float, rows: int, transient_failure: bool) -> None:
         """What a call on ``slot`` came to (its breaker and call time hear it)."""
         now = self._clock()
+        was = slot.endpoint.breaker.state(now)
         self.pool.record_call(slot.endpoint, started_at, now, rows, transient_failure)
-        metrics.ENDPOINT_BREAKER.labels(slot.endpoint.url).set(_BREAKER_LEVEL[slot.endpoint.breaker.state(now)])
+        state = slot.endpoint.breaker.state(now)
+        metrics.ENDPOINT_BREAKER.labels(slot.endpoint.url).set(_BREAKER_LEVEL[state])
+        if was is BreakerState.CLOSED and state is BreakerState.OPEN and self.on_opened is not None:
+            self.on_opened(slot.endpoint.url)
         if not transient_failure:
             metrics.ENDPOINT_CALL_SECONDS.labels(slot.endpoint.url).set(slot.endpoint.call_time.predict(self.batch_size))
 
@@ -239,6 +245,18 @@ class ModelPool:
             not e.retired and e.breaker.state(now) is not BreakerState.CLOSED and e.breaker.would_allow(now)
             for e in self.pool.endpoints.values()
         )
+
+    def trip(self, url: str) -> bool:
+        """Open ``url``'s circuit here on news that another batcher's opened (its own
+        failed calls would tell this one later). Unknown or already open: nothing."""
+        endpoint = self.pool.endpoints.get(url)
+        now = self._clock()
+        if endpoint is None or endpoint.retired or not endpoint.breaker.trip(now):
+            return False
+        metrics.ENDPOINT_BREAKER.labels(url).set(_BREAKER_LEVEL[endpoint.breaker.state(now)])
+        log.warning("model endpoint's circuit opened on another batcher's news", extra={"endpoint": url})
+        self._changed.set()
+        return True
 
     async def probe(self) -> None:
         """Ask each endpoint whose breaker lets a probe through whether it serves again.

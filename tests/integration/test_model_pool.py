@@ -107,15 +107,16 @@ async def test_an_endpoint_killed_mid_run_loses_its_share_within_seconds_and_not
         await asyncio.sleep(1.0)  # under way: batches at both endpoints
         pool_stack.processes[victim].kill()
         killed_at = time.monotonic()
-        # Every batcher stops sending it calls: its circuit leaves "closed". Each batcher
-        # learns from its own failed calls, so one with little traffic there takes longer:
-        # 0.8-1.1 s here, seen through the status board (published every 100 ms). The bound
-        # is a generous one; bench/drain.py measures how fast it goes.
+        # Every batcher stops sending it calls: its circuit leaves "closed". The first batcher
+        # whose calls fail announces it and the others open theirs on that news, instead of
+        # each learning from its own failed calls (0.8-1.1 s here for one with little
+        # traffic there before the news was shared). Seen through the status board,
+        # published every 100 ms.
         while True:
             views = [{e["url"]: e for e in b["endpoints"]}[victim_url] for b in (await pool_client.stats())["batchers"]]
             if all(view["breaker"] != "closed" for view in views):
                 break
-            assert time.monotonic() - killed_at < 2.0, views
+            assert time.monotonic() - killed_at < 1.5, views
             await asyncio.sleep(0.05)
         print(f"\ntraffic off the killed endpoint after {time.monotonic() - killed_at:.2f} s")
         await submitting  # every task done with its own result

@@ -76,3 +76,21 @@ def test_would_allow_answers_as_allow_would_without_taking_the_probe() -> None:
     assert b.would_allow(later) and b.would_allow(later)  # asking twice takes nothing
     assert b.allow(later)  # the probe
     assert not b.would_allow(later) and not b.allow(later)  # one probe at a time
+
+
+def test_news_from_another_batcher_opens_a_closed_circuit_until_a_probe_decides() -> None:
+    breaker = CircuitBreaker(failure_threshold=3, base_open_s=0.5, max_open_s=5.0, rng=random.Random(1))
+    assert breaker.trip(10.0) is True
+    assert breaker.state(10.0) is BreakerState.OPEN and not breaker.allow(10.0)
+    assert breaker.trip(10.1) is False  # already open: the news changes nothing
+    later = 10.0 + breaker.seconds_until_allowed(10.0)
+    assert breaker.state(later) is BreakerState.HALF_OPEN and breaker.allow(later)
+    breaker.record_success()  # the endpoint serves after all: wrong news cost one period
+    assert breaker.state(later) is BreakerState.CLOSED
+    assert breaker.seconds_until_allowed(10.0) == 0.0
+
+
+def test_news_opens_for_the_first_period_only() -> None:
+    breaker = CircuitBreaker(failure_threshold=3, base_open_s=0.5, max_open_s=5.0, rng=random.Random(1))
+    breaker.trip(0.0)
+    assert 0.25 <= breaker.seconds_until_allowed(0.0) <= 0.5
