@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -124,8 +123,3 @@ class HealthServer:
         finally:
             self._open -= 1
             writer.close()
-
-
-def seconds_since(at: float | None, clock: Callable[[], float] = time.monotonic) -> float | None:
-    """Seconds since ``at`` on ``clock``; None when ``at`` is None."""
-    return None if at is None else clock() - at

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Awaitable, Callable
 
-from brimful.batcher.health_server import HealthServer, Probes, seconds_since
+from brimful.batcher.health_server import HealthServer, Probes
 from brimful.batcher.service import BatcherLimits, BatcherService
 from brimful.batcher.traces import ArrivalRecorder
 from brimful.core.channel_follower import follow_channel
@@ -185,7 +185,7 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
                 settings.batcher_metrics_host,
                 settings.batcher_metrics_port,
                 Probes(
-                    seconds_since_fetch=lambda: seconds_since(service.last_fetch_at),
+                    seconds_since_fetch=service.seconds_since_fetch,
                     consuming=lambda: service.running,
                     status=lambda: {"member": member, **service.snapshot()},
                 ),

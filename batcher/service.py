@@ -228,6 +228,11 @@ class BatcherService:
             "endpoints": self._runner.pool.summary(),
         }
 
+    def seconds_since_fetch(self) -> float | None:
+        """How long ago the fetch loop last came back, on this service's clock (liveness);
+        None before its first fetch."""
+        return None if self.last_fetch_at is None else self._clock() - self.last_fetch_at
+
     def _export_params(self) -> None:
         metrics.POLICY_LATENCY_TARGET.set(self._params.latency_target)
         metrics.POLICY_MAX_WAIT.set(self._params.max_wait)
