@@ -420,8 +420,17 @@ class BatcherService:
         now = self._clock()
         label = str(state.tp.partition)
         metrics.FLUSHES.labels(label, reason.value).inc()
+        wall_now = now_ms() / 1000
+        waited_total = upstream_total = 0.0
         for row in rows:
-            metrics.QUEUE_WAIT.labels(label).observe(now - row.arrived_at)
+            waited = now - row.arrived_at
+            metrics.QUEUE_WAIT.labels(label).observe(waited)
+            waited_total += waited
+            submitted = row.item.request.submitted_at_ms
+            if submitted:  # fetched at wall_now - waited
+                upstream_total += min(max(0.0, wall_now - waited - submitted / 1000), UPSTREAM_SAMPLE_MAX_S)
+        metrics.BATCH_STAGE.labels("to_batcher").observe(upstream_total / len(rows))
+        metrics.BATCH_STAGE.labels("in_batch").observe(waited_total / len(rows))
         batch = Batch(
             batch_id=uuid.uuid4().hex,
             partition=state.tp.partition,

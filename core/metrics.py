@@ -96,6 +96,14 @@ MODEL_RETRIES = Counter(
 DEAD_LETTERS = Counter(
     "brimful_dead_letters", "Tasks written to the dead-letter topic, by model and error class.", ["model", "error_class"]
 )
+BATCH_STAGE = Histogram(
+    "brimful_batch_stage_seconds",
+    "Where a batch's time goes, one observation per batch and stage: to_batcher (its rows' mean submit-to-fetch: "
+    "the API's write and the Kafka hop), in_batch (their mean wait in the accumulator), prepare (flush to the "
+    "call: marking the tasks running, the slot's lease, padding), call (the model call), store (call end to "
+    "results stored).",
+    ["stage"], buckets=_WAIT_BUCKETS,
+)
 TASK_LATENCY = Histogram(
     "brimful_task_latency_seconds", "Submit-to-result time of tasks that completed.", buckets=_LATENCY_BUCKETS
 )

@@ -175,6 +175,11 @@ class BatchRunner:
                 await self.pool.release(seat.slot)
         if any(outcome.stats.values()):  # what no store call carried (a batch with no result)
             await self.stats.add(outcome.stats)
+        if outcome.calls == 1 and outcome.call_ended_ns and batch.flushed_ns:  # the common path; retries and splits would blur the stages
+            stored_ns = time.time_ns()
+            metrics.BATCH_STAGE.labels("prepare").observe(max(0, outcome.call_started_ns - batch.flushed_ns) / 1e9)
+            metrics.BATCH_STAGE.labels("call").observe(max(0, outcome.call_ended_ns - outcome.call_started_ns) / 1e9)
+            metrics.BATCH_STAGE.labels("store").observe(max(0, stored_ns - outcome.call_ended_ns) / 1e9)
         if self.tracing is not None:
             self._trace(batch, items, outcome)
         log.info(

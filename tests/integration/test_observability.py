@@ -136,3 +136,33 @@ async def test_dead_letters_and_retries_are_counted_by_class(stack: EmbeddedStac
         before, "brimful_model_retries_total", kind="model_error"
     )
     assert retried >= stack.settings.max_attempts - 1
+
+
+async def test_each_batch_is_split_into_its_stages(stack: EmbeddedStack, client: TaskClient) -> None:
+    stages = ("to_batcher", "in_batch", "prepare", "call", "store")
+
+    def per_stage(samples: Samples, suffix: str) -> dict[str, float]:
+        return {stage: value(samples, f"brimful_batch_stage_seconds_{suffix}", stage=stage) for stage in stages}
+
+    before = await scrape(batcher_url(stack, "/metrics"))
+    task_ids = await asyncio.gather(*(client.submit({"TEXT": f"stages {i}"}) for i in range(40)))
+    await asyncio.gather(*(client.wait_final(t) for t in task_ids))
+    after = await scrape(batcher_url(stack, "/metrics"))
+
+    def calls(samples: Samples) -> float:  # summed over partitions
+        return sum(v for (name, _), v in samples.items() if name == "brimful_batch_rows_count")
+
+    batches = calls(after) - calls(before)
+    counts = {k: v - per_stage(before, "count")[k] for k, v in per_stage(after, "count").items()}
+    sums = {k: v - per_stage(before, "sum")[k] for k, v in per_stage(after, "sum").items()}
+    assert batches >= 1
+    assert counts == {stage: batches for stage in stages}, "every batch of clean rows is seen once at every stage"
+    means = {stage: sums[stage] / batches for stage in stages}
+    latency = (value(after, "brimful_task_latency_seconds_sum") - value(before, "brimful_task_latency_seconds_sum")) / (
+        value(after, "brimful_task_latency_seconds_count") - value(before, "brimful_task_latency_seconds_count")
+    )
+    # In seconds, each a part of the submit-to-result time; together about all of it (the
+    # stages are means over batches, the latency a mean over rows).
+    assert all(0 <= mean < latency for mean in means.values()), (means, latency)
+    assert means["call"] > 0 and means["to_batcher"] > 0
+    assert 0.5 * latency < sum(means.values()) < 1.5 * latency, (means, latency)
