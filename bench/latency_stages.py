@@ -8,11 +8,13 @@ share of its nominal ceiling (64 rows / 20 ms), offers open-loop Poisson load th
 Brimful (``POST ?wait``) and then straight to the dynamic batcher. Each Brimful answer
 carries ``submitted_at_ms`` (the API took the task) and ``updated_at_ms`` (its result was
 stored); with the load generator's clock on the same machine they split each request into
-*to the API*, *inside Brimful* and *back to the client*. The batcher's own metrics split
-*inside Brimful* further: the time rows waited in the accumulator (the flush policy's
-wait, ``brimful_queue_wait_seconds``) and the model call (the fitted full-batch
-``brimful_endpoint_call_seconds``: this model's cost does not depend on its rows); what is left is the Kafka hop
-(producer linger, the consumer's fetch) and storing the results. All figures are means.
+*to the API*, *inside Brimful* and *back to the client*. The batcher's own histogram
+``brimful_batch_stage_seconds`` splits *inside Brimful* further, a batch at a time: its rows'
+submit-to-fetch (the API's write and the Kafka hop), their wait in the accumulator (the
+flush policy), *prepare* (flush to the call: marking the tasks running, the slot's lease,
+padding), the model call itself, and storing the results. Those are means over batches,
+so at light load, where batches are thin, they weigh rows a little differently from the
+end-to-end mean; *other* is what the batch means leave of the row mean. All figures are means.
 
 Each load's figures go to ``latency_stages.json`` as soon as they are measured, and the
 report ``latency_stages.md`` is rebuilt after each; ``--render`` rebuilds it from the JSON.
@@ -38,13 +40,23 @@ from brimful.stack import EmbeddedStack, read_sample_sums, settings_on_free_port
 NOMINAL_CEILING = 64 / (GPU_LIKE_CALL_MS / 1000)  # rows/s of one endpoint sent only full batches
 
 
+STAGES = ("to_batcher", "in_batch", "prepare", "call", "store")
+
+
 def batcher_metrics(stack: EmbeddedStack) -> dict[str, float]:
-    """The batcher's own figures: sums and counts summed over partitions, and the fitted call time."""
-    return read_sample_sums(f"http://127.0.0.1:{stack.settings.batcher_metrics_port}/metrics")
+    """The batcher's own figures: rows per call, and each stage's sum and count."""
+    url = f"http://127.0.0.1:{stack.settings.batcher_metrics_port}/metrics"
+    sums = read_sample_sums(url)
+    for stage in STAGES:
+        staged = read_sample_sums(url, stage=stage)
+        sums[f"{stage}_sum"] = staged.get("brimful_batch_stage_seconds_sum", 0.0)
+        sums[f"{stage}_count"] = staged.get("brimful_batch_stage_seconds_count", 0.0)
+    return sums
 
 
 def measure(stack: EmbeddedStack, share: float, seconds: float) -> dict[str, Any]:
     rate = share * NOMINAL_CEILING
+    stack.empty_broker()  # each load starts on an empty broker: see EmbeddedStack.empty_broker
     before = batcher_metrics(stack)
     brimful = loadgen(stack, "brimful", seconds, rate=rate)
     after = batcher_metrics(stack)
@@ -55,9 +67,8 @@ def measure(stack: EmbeddedStack, share: float, seconds: float) -> dict[str, Any
 
     rows = delta("brimful_batch_rows_count")
     stages = brimful.get("stages_mean_ms", {})
-    queue_ms = delta("brimful_queue_wait_seconds_sum") / max(1.0, delta("brimful_queue_wait_seconds_count")) * 1000
-    call_ms = after.get("brimful_endpoint_call_seconds", 0.0) * 1000
     inside = stages.get("in_brimful", float("nan"))
+    staged = {f"{stage}_ms": delta(f"{stage}_sum") / max(1.0, delta(f"{stage}_count")) * 1000 for stage in STAGES}
     return {
         "share": share,
         "rate": rate,
@@ -65,9 +76,8 @@ def measure(stack: EmbeddedStack, share: float, seconds: float) -> dict[str, Any
         "brimful_p50_ms": brimful["p50_ms"],
         "to_api_ms": stages.get("to_api", float("nan")),
         "inside_ms": inside,
-        "queue_wait_ms": queue_ms,
-        "call_ms": call_ms,
-        "kafka_and_store_ms": inside - queue_ms - call_ms,
+        **staged,
+        "other_ms": inside - sum(staged.values()),
         "to_client_ms": stages.get("to_client", float("nan")),
         "rows_per_call": delta("brimful_batch_rows_sum") / rows if rows else float("nan"),
         "dynamic_mean_ms": dynamic["mean_ms"],
@@ -80,21 +90,24 @@ def render(results: dict[str, Any]) -> str:
     lines = [
         "# Where a task's time goes (GPU-like model, one endpoint)",
         "",
-        f"Command: `{results['command']}`. Machine: {results['machine']}. Means in ms; the call is the "
-        f"batcher's fitted call time, {GPU_LIKE_CALL_MS} ms of it the model's own.",
+        f"Command: `{results['command']}`. Machine: {results['machine']}. Means in ms; the model's own share "
+        f"of each call is {GPU_LIKE_CALL_MS} ms.",
         "",
-        "| load | rate /s | Brimful mean (p50) | to API | queue wait (policy) | model call | Kafka hop + store "
-        "| back to client | rows per call | dynamic batcher mean (p50) |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| load | rate /s | Brimful mean (p50) | to API | API to batcher | in batch (policy) | prepare | model call "
+        "| store | other | back to client | rows per call | dynamic batcher mean (p50) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for step in results["steps"]:
         if "error" in step:
-            lines.append(f"| {step['share']:.0%} | failed: {step['error']} |||||||||")
+            lines.append(f"| {step['share']:.0%} | failed: {step['error']} ||||||||||||")
+            continue
+        if "prepare_ms" not in step:  # saved by an earlier version of this script
             continue
         lines.append(
             f"| {step['share']:.0%} | {step['rate']:.0f} | {step['brimful_mean_ms']:.1f} ({step['brimful_p50_ms']:.1f}) "
-            f"| {step['to_api_ms']:.1f} | {step['queue_wait_ms']:.1f} | {step['call_ms']:.1f} "
-            f"| {step['kafka_and_store_ms']:.1f} | {step['to_client_ms']:.1f} | {step['rows_per_call']:.1f} "
+            f"| {step['to_api_ms']:.1f} | {step['to_batcher_ms']:.1f} | {step['in_batch_ms']:.1f} "
+            f"| {step['prepare_ms']:.1f} | {step['call_ms']:.1f} | {step['store_ms']:.1f} | {step['other_ms']:.1f} "
+            f"| {step['to_client_ms']:.1f} | {step['rows_per_call']:.1f} "
             f"| {step['dynamic_mean_ms']:.1f} ({step['dynamic_p50_ms']:.1f}) |"
         )
     errors = sum(step.get("errors", 0) for step in results["steps"])

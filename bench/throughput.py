@@ -199,10 +199,14 @@ def measure_saturation(stack: EmbeddedStack, run: ModelRun, seconds: float) -> N
 def measure_sweep(stack: EmbeddedStack, run: ModelRun, seconds: float) -> None:
     # Open-loop arrivals do not back off as a closed loop's clients do, so the load
     # Brimful sustains is found first, by offering its closed-loop peak; the sweep is
-    # taken as shares of that.
+    # taken as shares of that. Each open-loop run starts on an empty broker: the embedded
+    # one slows as it fills (EmbeddedStack.empty_broker), and the closed-loop runs before
+    # would otherwise weigh on every latency below.
+    stack.empty_broker()
     run.runs["brimful-open"] = loadgen(stack, "brimful", seconds, rate=run.saturation)
     for fraction in SWEEP:
         rate = max(1.0, fraction * run.sustained)
+        stack.empty_broker()
         before = stats(stack)
         brimful = loadgen(stack, "brimful", seconds, rate=rate)
         after = stats(stack)
@@ -242,6 +246,7 @@ def tune(stack: EmbeddedStack, **changes: float) -> None:
 def measure_latency_tuned(stack: EmbeddedStack, run: ModelRun, seconds: float) -> None:
     """The lowest load again, with the policy tuned live to flush thin traffic at min_wait."""
     default = stack.settings.min_worthwhile_rows
+    stack.empty_broker()  # as for the sweep's runs
     tune(stack, min_worthwhile_rows=LATENCY_TUNED_ROWS)
     try:
         run.latency_tuned = loadgen(stack, "brimful", seconds, rate=max(1.0, SWEEP[0] * run.sustained))

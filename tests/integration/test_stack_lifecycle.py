@@ -1,8 +1,9 @@
 """`brimful up`: reaches readiness, serves, and stops cleanly on Ctrl-C or SIGTERM,
-leaving no process behind."""
+leaving no process behind; and the embedded stack's broker, emptied by a restart."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -14,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from brimful.stack import settings_env, wait_until
+from brimful.stack import EmbeddedStack, settings_env, wait_until
 from brimful.stack.processes import http_ok
-from tests.conftest import stack_settings
+from tests.conftest import stack_settings, start_stack
 from tests.task_client import TaskClient
 
 
@@ -135,3 +136,27 @@ async def test_a_killed_batcher_is_started_again_while_the_api_keeps_accepting(t
         output, _ = process.communicate(timeout=60)
     assert process.returncode == 0, output.decode()
     assert b"batcher-0 exited" in output and b"batcher-0 started again" in output
+
+
+def requests_highwater(stack: EmbeddedStack) -> int:
+    """The requests topic's high watermark, summed over partitions, as the batcher reports it."""
+    url = f"http://127.0.0.1:{stack.settings.batcher_metrics_port}/status"
+    with urllib.request.urlopen(url, timeout=5) as answer:
+        partitions = json.load(answer)["partitions"]
+    return sum(int(p["highwater"]) for p in partitions.values())
+
+
+async def test_an_emptied_broker_starts_from_nothing_and_the_stack_serves_again(tmp_path: Path) -> None:
+    stack = start_stack(tmp_path, stack_settings(topic_partitions=1))
+    try:
+        async with TaskClient(stack.api_url) as client:
+            for i in range(5):
+                assert (await client.wait_final(await client.submit({"TEXT": f"before {i}"})))["status"] == "done"
+            wait_until(lambda: requests_highwater(stack) == 5, 10, "the batcher to see all five records")
+            stack.empty_broker()
+        async with TaskClient(stack.api_url) as client:  # the API was restarted with the broker
+            task = await client.wait_final(await client.submit({"TEXT": "after"}))
+            assert task["status"] == "done"
+            wait_until(lambda: requests_highwater(stack) == 1, 10, "a topic holding only the new record")
+    finally:
+        stack.stop()

@@ -76,6 +76,8 @@ app.kubernetes.io/component: {{ .component }}
   value: {{ .Values.kafka.replication | quote }}
 - name: BRIMFUL_KAFKA_IDEMPOTENCE
   value: {{ .Values.kafka.idempotence | quote }}
+- name: BRIMFUL_KAFKA_FETCH_MAX_WAIT_MS
+  value: {{ .Values.kafka.fetchMaxWaitMs | quote }}
 - name: BRIMFUL_KAFKA_SECURITY_PROTOCOL
   value: {{ .Values.kafka.securityProtocol | quote }}
 {{- if hasPrefix "SASL" .Values.kafka.securityProtocol }}
