@@ -126,6 +126,12 @@ class TransientOutageTooLong(Exception):
         self.error = error
 
 
+def _ignore_outcome(task: asyncio.Future[object]) -> None:
+    # A lease given up on: its error, if any, is read here rather than reported as never retrieved.
+    if not task.cancelled():
+        task.exception()
+
+
 class BatchRunner:
     """Executes batches on the model pool; shared by all partitions of a batcher."""
 
@@ -165,7 +171,7 @@ class BatchRunner:
         try:
             # Only tasks that this atomic move takes from queued to running reach the model:
             # tasks already final (redelivered) or cancelled are left out.
-            running = set(await self.store.mark_running(item.task_id for item in batch.items))
+            running = set(await self._mark_running_while_leasing(batch, seat))
             items = [item for item in batch.items if item.task_id in running]
             outcome.skipped = len(batch.items) - len(items)
             if items:
@@ -197,6 +203,29 @@ class BatchRunner:
             },
         )
         return outcome
+
+    async def _mark_running_while_leasing(self, batch: Batch, seat: _Seat) -> list[str]:
+        """Mark the batch's tasks running while its slot is leased across batchers: the call
+        needs both, and the two round trips to Redis take the time of one. ``seat`` ends
+        holding the slot to give back (None if none is held)."""
+        task_ids = [item.task_id for item in batch.items]
+        if seat.slot is None or seat.slot.leased or not self.pool.leasing:
+            return await self.store.mark_running(task_ids)
+        securing = asyncio.ensure_future(self.pool.secure(seat.slot, len(batch.items)))
+        try:
+            running = await self.store.mark_running(task_ids)
+        except BaseException:
+            if securing.done() and not securing.cancelled() and securing.exception() is None:
+                seat.slot = securing.result()  # leased: given back by the caller
+            else:
+                securing.cancel()  # a slot it moved to, it gives back itself
+                if not securing.done():
+                    securing.add_done_callback(_ignore_outcome)
+                self.pool.abandon(seat.slot)
+                seat.slot = None
+            raise
+        seat.slot = await securing
+        return running
 
     def _trace(self, batch: Batch, items: list[BatchItem], outcome: BatchOutcome) -> None:
         assert self.tracing is not None

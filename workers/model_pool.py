@@ -49,6 +49,7 @@ class Slot:
     taken_at: float
     holder: str
     leased: bool = False
+    freed: bool = False  # given back here: a second give-back must not free another batch's place
 
 
 class ModelPool:
@@ -77,6 +78,7 @@ class ModelPool:
         self._lease_retry_s = lease_retry_s
         self._models: dict[str, TritonModel] = {}
         self._changed = asyncio.Event()  # a slot freed or the endpoints changed
+        self._giving_back: set[asyncio.Task[None]] = set()  # leases given back in the background
         # Told when this pool opens an endpoint's circuit, so other batchers can hear it.
         self.on_opened: Callable[[str], None] | None = None
         self._sync(self.configured if resolve is None else [])
@@ -167,17 +169,29 @@ class ModelPool:
             except asyncio.TimeoutError:
                 pass
 
+    @property
+    def leasing(self) -> bool:
+        """Whether slots are leased across batchers (a round trip to Redis before a call)."""
+        return self._leases is not None
+
     async def secure(self, slot: Slot, rows: int) -> Slot:
         """The slot, leased across batchers; if other batchers hold every slot of its
-        endpoint, another one (waiting if need be)."""
-        while self._leases is not None and not slot.leased:
-            if await self._leases.take(slot.endpoint.url, slot.endpoint.capacity, slot.holder):
-                slot.leased = True
-                break
-            now = self._clock()
-            self.pool.held_elsewhere(slot.endpoint, now, now + self._lease_retry_s)
-            self._free(slot)
-            slot = await self.acquire(rows)
+        endpoint, another one (waiting if need be). Should it raise or be cancelled after
+        moving to another slot, that one is given back here; the caller's is freed already."""
+        original = slot
+        try:
+            while self._leases is not None and not slot.leased:
+                if await self._leases.take(slot.endpoint.url, slot.endpoint.capacity, slot.holder):
+                    slot.leased = True
+                    break
+                now = self._clock()
+                self.pool.held_elsewhere(slot.endpoint, now, now + self._lease_retry_s)
+                self._free(slot)
+                slot = await self.acquire(rows)
+        except BaseException:
+            if slot is not original:
+                self.abandon(slot)
+            raise
         return slot
 
     def record_call(self, slot: Slot, started_at: float, rows: int, transient_failure: bool) -> None:
@@ -199,6 +213,17 @@ class ModelPool:
             slot.leased = False
             await self._leases.give_back(slot.endpoint.url, slot.holder)
 
+    def abandon(self, slot: Slot) -> None:
+        """Give back a slot whose lease is in doubt (a take cut short): locally now, and
+        any lease in its holder's name in the background, without waiting (safe while being
+        cancelled). A take that lands after the give-back holds its lease until it expires."""
+        self._free(slot)
+        slot.leased = False
+        if self._leases is not None:
+            task = asyncio.ensure_future(self._leases.give_back(slot.endpoint.url, slot.holder))
+            self._giving_back.add(task)
+            task.add_done_callback(self._giving_back.discard)
+
     async def switch(self, slot: Slot, rows: int) -> Slot:
         """After a transient failure: give the slot back and take another, which
         ``EndpointPool.choose`` places away from the endpoint that failed where it can."""
@@ -210,6 +235,9 @@ class ModelPool:
         return self.pool.capacity(self._clock(), self.batch_size).free_slots > 0
 
     def _free(self, slot: Slot) -> None:
+        if slot.freed:
+            return
+        slot.freed = True
         self.pool.release(slot.endpoint, slot.taken_at)
         metrics.IN_FLIGHT.labels(slot.endpoint.url).set(slot.endpoint.in_flight)
         self._changed.set()

@@ -1,0 +1,85 @@
+"""Endpoint slots leased in a real Redis: a lease cut short by an error gives back every
+slot it touched, and giving a slot back twice frees it once."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from typing import AsyncIterator
+
+import pytest
+from redis.asyncio import Redis
+from redis.exceptions import ResponseError
+
+from brimful.core.redis_keys import RedisKeys
+from brimful.stack import EmbeddedStack
+from brimful.workers.circuit_breaker import CircuitBreaker
+from brimful.workers.endpoint_leases import EndpointLeases
+from brimful.workers.endpoint_pool import EndpointPool
+from brimful.workers.model_pool import ModelPool
+from brimful.workers.triton_model import TritonModel
+
+# Nothing listens there: no call is made, the pool only needs clients to hold.
+URLS = ["127.0.0.1:9", "127.0.0.1:11"]
+
+
+@pytest.fixture
+async def redis(stack: EmbeddedStack) -> AsyncIterator[Redis]:
+    client = Redis.from_url(stack.settings.redis_url)
+    yield client
+    await client.aclose()
+
+
+def make_pool(redis: Redis, keys: RedisKeys, urls: list[str] = URLS, capacity: int = 1) -> ModelPool:
+    return ModelPool(
+        urls, EndpointPool(capacity, lambda: CircuitBreaker(failure_threshold=3)),
+        lambda url: TritonModel(url, "m", "", 64, 1.0), 64, leases=EndpointLeases(redis, keys, ttl_s=30),
+    )
+
+
+def in_flight(pool: ModelPool) -> dict[str, int]:
+    return {url: e.in_flight for url, e in pool.pool.endpoints.items()}
+
+
+async def test_a_lease_that_fails_after_moving_endpoints_gives_both_places_back(redis: Redis) -> None:
+    keys = RedisKeys(f"lease-test-{uuid.uuid4().hex[:8]}")
+    pool = make_pool(redis, keys)
+    slot = pool.reserve(rows=3)
+    assert slot is not None
+    first, other = slot.endpoint.url, next(url for url in URLS if url != slot.endpoint.url)
+    # Another batcher holds the first endpoint's one slot; the other's lease key is broken,
+    # so the move there fails in Redis.
+    await redis.zadd(keys.endpoint_slots(first), {"someone-else": (time.time() + 60) * 1000})
+    await redis.set(keys.endpoint_slots(other), "not a sorted set")
+    try:
+        with pytest.raises(ResponseError):
+            await pool.secure(slot, rows=3)
+        assert in_flight(pool) == {first: 0, other: 0}
+        await pool.release(slot)  # the caller gives back what it held: already freed, nothing more
+        assert in_flight(pool) == {first: 0, other: 0}
+        assert all(not e.started for e in pool.pool.endpoints.values())
+    finally:
+        await redis.delete(keys.endpoint_slots(first), keys.endpoint_slots(other))
+        await pool.close()
+
+
+async def test_an_abandoned_lease_is_freed_once_and_given_back_in_redis(redis: Redis) -> None:
+    keys = RedisKeys(f"lease-test-{uuid.uuid4().hex[:8]}")
+    pool = make_pool(redis, keys, urls=URLS[:1], capacity=2)
+    url = URLS[0]
+    slot, neighbour = pool.reserve(rows=3), pool.reserve(rows=3)
+    assert slot is not None and neighbour is not None
+    try:
+        assert await pool.secure(slot, rows=3) is slot and slot.leased
+        assert await redis.zcard(keys.endpoint_slots(url)) == 1
+        pool.abandon(slot)
+        pool.abandon(slot)  # twice: the neighbour's place stays taken
+        assert in_flight(pool) == {url: 1}
+        deadline = time.monotonic() + 5
+        while await redis.zcard(keys.endpoint_slots(url)):  # given back in the background
+            assert time.monotonic() < deadline, "the lease was never given back"
+            await asyncio.sleep(0.01)
+    finally:
+        await redis.delete(keys.endpoint_slots(url))
+        await pool.close()
