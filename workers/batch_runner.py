@@ -336,6 +336,8 @@ class BatchRunner:
             metrics.PADDED_SLOTS.labels(partition).inc(self.signature.batch_size - len(items))
             started = self._clock()
             started_ns = time.time_ns()
+            first_call = outcome.calls == 1 and batch.flushed_ns
+            self.pool.call_begins(seat.slot, (started_ns - batch.flushed_ns) / 1e9 if first_call else None)
             try:
                 outputs = await self._call(seat.slot, padded)
             except ModelCallError as error:

@@ -11,9 +11,12 @@ at once), the calls in flight to it, its own circuit breaker, and a fitted call 
   next busy one is expected to free, and the time of a full call. An endpoint's slots may
   exceed its instances (``capacity`` > ``instances``): the extra slots only queue the next
   batch at the endpoint, so the policy counts an endpoint busy once its instances are, and
-  the next batch keeps filling until just before one frees (``handoff_s``) and only then
-  takes the queueing slot, which hides the hand-over without freezing a half-empty batch
-  in Triton's queue;
+  the next batch keeps filling until just before one frees and only then takes the
+  queueing slot, which hides the hand-over without freezing a half-empty batch in Triton's
+  queue. A call is expected to end its fitted time after it began (not after its slot was
+  taken: marking its tasks running and its lease come first), and "just before" is the
+  hand-over itself (``handoff_s``): the measured time from a batch's flush to its call,
+  smoothed, plus a margin, so the next call reaches the endpoint as the running one ends;
 - what is configured now (``sync``): endpoints added start taking calls; those gone are
   retired (no new calls) and leave once their calls in flight return.
 """
@@ -38,7 +41,8 @@ class Endpoint:
     breaker: CircuitBreaker
     call_time: CallTimeFit
     in_flight: int = 0
-    started: list[float] = field(default_factory=list)  # start times of the calls in flight
+    # For each slot held: when its call began (when the slot was taken, until it does).
+    started: list[float] = field(default_factory=list)
     calls: int = 0
     rows: int = 0
     failures: int = 0
@@ -68,6 +72,10 @@ class Endpoint:
         }
 
 
+HANDOFF_ALPHA = 0.1  # weight of each flush-to-call sample in the hand-over estimate
+HANDOFF_SAMPLE_MAX_S = 0.05
+
+
 class EndpointPool:
     """Where each call goes, and what the pool can take."""
 
@@ -78,13 +86,15 @@ class EndpointPool:
         initial_call_s: float = 0.05,
         instances: int | None = None,
         handoff_s: float = 0.003,
+        handoff_margin_s: float = 0.001,
     ) -> None:
         if capacity < 1:
             raise ValueError("capacity must be at least 1")
         self.instances = capacity if instances is None else instances
         if not 1 <= self.instances <= capacity:
             raise ValueError("need 1 <= instances <= capacity")
-        self.handoff_s = handoff_s
+        self.handoff_s = handoff_s  # flush to call, as measured (``observe_handoff``), plus the margin
+        self.handoff_margin_s = handoff_margin_s
         self.capacity_per_endpoint = capacity
         self._new_breaker = breaker
         self._initial_call_s = initial_call_s
@@ -161,6 +171,21 @@ class EndpointPool:
         endpoint.started.append(now)
         self._last_pick[endpoint.url] = next(self._turn)
 
+    def call_began(self, endpoint: Endpoint, held_since: float, now: float) -> float:
+        """The call on the slot held since ``held_since`` begins now: the endpoint is
+        expected to free a fitted call time from now. Returns the slot's new reference
+        (what ``release`` and the next ``call_began`` take)."""
+        if held_since in endpoint.started:
+            endpoint.started[endpoint.started.index(held_since)] = now
+        return now
+
+    def observe_handoff(self, seconds: float) -> None:
+        """A flushed batch reached its call after ``seconds`` (its tasks marked running, its
+        slot leased, its rows padded): the hand-over the queueing slot must hide. Smoothed;
+        one sample is capped at HANDOFF_SAMPLE_MAX_S, so an outage's wait does not stick."""
+        sample = min(max(0.0, seconds), HANDOFF_SAMPLE_MAX_S) + self.handoff_margin_s
+        self.handoff_s += HANDOFF_ALPHA * (sample - self.handoff_s)
+
     def record_call(self, endpoint: Endpoint, started_at: float, now: float, rows: int, transient_failure: bool) -> None:
         """A call made on a slot of ``endpoint`` returned. ``transient_failure``: the
         endpoint did not answer (unreachable, timed out); any answer, a refusal included,
@@ -174,11 +199,11 @@ class EndpointPool:
         endpoint.rows += rows
         endpoint.call_time.observe(rows, max(0.0, now - started_at))
 
-    def release(self, endpoint: Endpoint, taken_at: float) -> None:
-        """The slot taken at ``taken_at`` is free again."""
+    def release(self, endpoint: Endpoint, held_since: float) -> None:
+        """The slot held since ``held_since`` (taken then, or its call began then) is free again."""
         endpoint.in_flight = max(0, endpoint.in_flight - 1)
-        if taken_at in endpoint.started:
-            endpoint.started.remove(taken_at)
+        if held_since in endpoint.started:
+            endpoint.started.remove(held_since)
 
     def held_elsewhere(self, endpoint: Endpoint, now: float, until: float) -> None:
         """Other batchers hold every slot of ``endpoint``: count it full until ``until``.

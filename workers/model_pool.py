@@ -46,7 +46,7 @@ class Slot:
 
     endpoint: Endpoint
     model: TritonModel
-    taken_at: float
+    held_since: float  # taken then; once its call begins, then (the pool plans the endpoint's end from it)
     holder: str
     leased: bool = False
     freed: bool = False  # given back here: a second give-back must not free another batch's place
@@ -194,6 +194,15 @@ class ModelPool:
             raise
         return slot
 
+    def call_begins(self, slot: Slot, handoff_s: float | None = None) -> None:
+        """The call on ``slot`` is sent now; ``handoff_s``: how long after its batch's flush
+        (the first call of a batch only)."""
+        if slot.freed:
+            return
+        slot.held_since = self.pool.call_began(slot.endpoint, slot.held_since, self._clock())
+        if handoff_s is not None:
+            self.pool.observe_handoff(handoff_s)
+
     def record_call(self, slot: Slot, started_at: float, rows: int, transient_failure: bool) -> None:
         """What a call on ``slot`` came to (its breaker and call time hear it)."""
         now = self._clock()
@@ -238,7 +247,7 @@ class ModelPool:
         if slot.freed:
             return
         slot.freed = True
-        self.pool.release(slot.endpoint, slot.taken_at)
+        self.pool.release(slot.endpoint, slot.held_since)
         metrics.IN_FLIGHT.labels(slot.endpoint.url).set(slot.endpoint.in_flight)
         self._changed.set()
 

@@ -143,3 +143,28 @@ def test_a_queueing_slot_is_offered_just_before_the_running_call_ends() -> None:
     assert p.choose(1.018, 64) is None
     with pytest.raises(ValueError):
         EndpointPool(1, CircuitBreaker, instances=2)
+
+
+def test_the_running_call_is_expected_to_end_a_call_time_after_it_began_and_the_handover_is_measured() -> None:
+    """The slot is taken at the flush, the call begins after the batch's tasks are marked
+    running and its lease taken: the endpoint frees a fitted call time after the call began,
+    and the queueing slot is offered that hand-over (measured, smoothed, plus a margin) before."""
+    p = EndpointPool(2, lambda: CircuitBreaker(rng=random.Random(1)), initial_call_s=0.02, instances=1,
+                     handoff_s=0.003, handoff_margin_s=0.001)
+    p.sync(["a:1"])
+    a = p.endpoints["a:1"]
+    for _ in range(30):
+        a.call_time.observe(64, 0.020)
+    p.begin(a, 1.000)  # flushed: the slot is taken
+    assert p.capacity(1.001, 64).next_free_in == pytest.approx(0.016)  # planned from the take until the call begins
+    held = p.call_began(a, 1.000, 1.004)
+    assert held == 1.004
+    assert p.capacity(1.005, 64).next_free_in == pytest.approx(0.016)  # 1.004 + 0.020 - 0.003 - 1.005
+    for _ in range(100):
+        p.observe_handoff(0.004)
+    assert p.handoff_s == pytest.approx(0.005, abs=1e-4)
+    assert p.capacity(1.005, 64).next_free_in == pytest.approx(0.014, abs=1e-4)
+    p.observe_handoff(30.0)  # a batch that waited out an outage: one capped sample
+    assert p.handoff_s < 0.005 + 0.1 * 0.05 + 1e-9
+    p.release(a, held)
+    assert a.in_flight == 0 and not a.started
