@@ -116,7 +116,10 @@ async def test_an_endpoint_killed_mid_run_loses_its_share_within_seconds_and_not
             views = [{e["url"]: e for e in b["endpoints"]}[victim_url] for b in (await pool_client.stats())["batchers"]]
             if all(view["breaker"] != "closed" for view in views):
                 break
-            assert time.monotonic() - killed_at < 1.5, views
+            # A bound for "within seconds", not a measurement: the first batcher opens it after
+            # its second failed call there, which waits for traffic the pool already steers
+            # elsewhere (0.5-1.35 s in 6 runs here). The sharing itself is the next test's.
+            assert time.monotonic() - killed_at < 3.0, views
             await asyncio.sleep(0.05)
         print(f"\ntraffic off the killed endpoint after {time.monotonic() - killed_at:.2f} s")
         await submitting  # every task done with its own result
@@ -129,6 +132,35 @@ async def test_an_endpoint_killed_mid_run_loses_its_share_within_seconds_and_not
     while not all({e["url"]: e for e in b["endpoints"]}[victim_url]["breaker"] == "closed"
                   for b in (await pool_client.stats())["batchers"]):
         assert time.monotonic() < deadline, "the restarted endpoint never rejoined"
+        await asyncio.sleep(0.1)
+
+
+async def test_news_of_an_endpoint_down_opens_its_circuit_on_every_batcher(
+    pool_stack: EmbeddedStack, pool_client: TaskClient
+) -> None:
+    """What a batcher announces when it opens an endpoint's circuit: every batcher opens its
+    own at once, and, the endpoint being well, probes close them again."""
+    url = pool_stack.settings.triton_endpoints[0]
+
+    async def breakers() -> list[str]:
+        return [{e["url"]: e for e in b["endpoints"]}[url]["breaker"] for b in (await pool_client.stats())["batchers"]]
+
+    deadline = time.monotonic() + 30  # both batchers on the status board, the circuit closed on each
+    while await breakers() != ["closed", "closed"]:
+        assert time.monotonic() < deadline, await breakers()
+        await asyncio.sleep(0.1)
+    redis = Redis.from_url(pool_stack.settings.redis_url)
+    try:
+        await redis.publish(RedisKeys(pool_stack.settings.key_prefix).endpoint_down_channel, url)
+    finally:
+        await redis.aclose()
+    deadline = time.monotonic() + 10  # the status board is published every 100 ms
+    while not all(state != "closed" for state in await breakers()):
+        assert time.monotonic() < deadline, await breakers()
+        await asyncio.sleep(0.05)
+    deadline = time.monotonic() + 30
+    while await breakers() != ["closed", "closed"]:
+        assert time.monotonic() < deadline, "a probe never closed the circuit of an endpoint that serves"
         await asyncio.sleep(0.1)
 
 
