@@ -213,7 +213,7 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
 
         pool.on_opened = announce_down
         endpoint_news = asyncio.create_task(
-            follow_channel(redis, keys.endpoint_down_channel, lambda url: pool.trip(url.decode()), stop=stop)
+            follow_channel(redis, keys.endpoint_down_channel, lambda url: service.endpoint_down(url.decode()), stop=stop)
         )
         resolver = asyncio.create_task(pool.keep_resolved(stop), name="brimful-endpoints")
         await service.run(stop)

@@ -245,6 +245,13 @@ class BatcherService:
         after_call = max(0.0, self._service_estimate - capacity.call_time)
         return replace(capacity, around_call=self._upstream + after_call)
 
+    def endpoint_down(self, url: str) -> None:
+        """News that another batcher opened ``url``'s circuit: open it here too, and wake
+        the loop, which probes it while it is open (asleep with nothing to do, it would not
+        look until the next record arrived)."""
+        if self._runner.pool.trip(url):
+            self._wakeup.set()
+
     def cancel(self, task_id: str) -> bool:
         """Drop a task cancelled while it waits here, so its slot goes to the next row.
         (A task cancelled after its batch left is kept from the model by the store.)"""

@@ -66,6 +66,7 @@ class ModelPool:
         resolve_every_s: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
         lease_retry_s: float = 0.005,
+        probe_timeout_s: float = 2.0,
     ) -> None:
         self.configured = list(configured)
         self.pool = pool
@@ -76,6 +77,7 @@ class ModelPool:
         self._resolve_every_s = resolve_every_s
         self._clock = clock
         self._lease_retry_s = lease_retry_s
+        self._probe_timeout_s = probe_timeout_s  # a readiness answer takes milliseconds; a hung endpoint is down
         self._models: dict[str, TritonModel] = {}
         self._changed = asyncio.Event()  # a slot freed or the endpoints changed
         self._giving_back: set[asyncio.Task[None]] = set()  # leases given back in the background
@@ -296,27 +298,34 @@ class ModelPool:
         return True
 
     async def probe(self) -> None:
-        """Ask each endpoint whose breaker lets a probe through whether it serves again.
-        The batcher calls this while consumption is paused for an outage and no batch is
-        calling (after a long outage failed every batch to the DLQ, nothing else would)."""
+        """Ask each endpoint whose breaker lets a probe through whether it serves again, all
+        at once and each for at most ``probe_timeout_s`` (a readiness check, not a call): an
+        endpoint that hangs must not hold back the news that another is back. The batcher
+        calls this while a circuit is open and nothing else would find out (consumption
+        paused for an outage, or the pool steering every batch elsewhere)."""
         now = self._clock()
-        for endpoint in list(self.pool.endpoints.values()):
-            if endpoint.retired or endpoint.breaker.state(now) is BreakerState.CLOSED:
-                continue
-            if not endpoint.breaker.allow(now):
-                continue
-            model = self._models[endpoint.url]
-            try:
-                ready = await asyncio.wait_for(model.is_ready(), timeout=model.timeout_s)
-            except asyncio.TimeoutError:
-                ready = False
-            if ready:
-                endpoint.breaker.record_success()
-            else:
-                endpoint.breaker.record_failure(self._clock())
-            metrics.ENDPOINT_BREAKER.labels(endpoint.url).set(_BREAKER_LEVEL[endpoint.breaker.state(self._clock())])
-            log.info("probed a model endpoint", extra={"endpoint": endpoint.url, "ready": ready})
+        due = [
+            endpoint for endpoint in list(self.pool.endpoints.values())
+            if not endpoint.retired and endpoint.breaker.state(now) is not BreakerState.CLOSED
+            and endpoint.breaker.allow(now)
+        ]
+        await asyncio.gather(*(self._probe_one(endpoint) for endpoint in due))
         self._changed.set()
+
+    async def _probe_one(self, endpoint: Endpoint) -> None:
+        model = self._models.get(endpoint.url)
+        try:
+            ready = model is not None and await asyncio.wait_for(
+                model.is_ready(), timeout=min(model.timeout_s, self._probe_timeout_s)
+            )
+        except asyncio.TimeoutError:
+            ready = False
+        if ready:
+            endpoint.breaker.record_success()
+        else:
+            endpoint.breaker.record_failure(self._clock())
+        metrics.ENDPOINT_BREAKER.labels(endpoint.url).set(_BREAKER_LEVEL[endpoint.breaker.state(self._clock())])
+        log.info("probed a model endpoint", extra={"endpoint": endpoint.url, "ready": ready})
 
     def summary(self) -> list[dict[str, object]]:
         """Each endpoint: in flight, capacity, call time, breaker, calls, rows."""
