@@ -42,6 +42,14 @@ UPSTREAM_ALPHA = 0.05  # weight of each row in the submit-to-fetch EWMA (a half-
 UPSTREAM_SAMPLE_MAX_S = 1.0
 
 
+def upstream_seconds(item: BatchItem) -> float:
+    """A row's submit-to-fetch time (the API's write and the Kafka hop), bounded: a skewed
+    clock or a backlog's old rows must not blind an estimate built on it for long."""
+    if not item.request.submitted_at_ms:
+        return 0.0
+    return min(max(0.0, item.arrived_ns / 1e9 - item.request.submitted_at_ms / 1000), UPSTREAM_SAMPLE_MAX_S)
+
+
 @dataclass(frozen=True)
 class BatcherLimits:
     """Bounds on work held by one batcher process."""
@@ -329,7 +337,8 @@ class BatcherService:
 
     def _accept(self, fetched: dict[TopicPartition, list[ConsumerRecord]]) -> None:
         now = self._clock()
-        wall_ms = now_ms()
+        wall_ns = time.time_ns()
+        wall_ms = wall_ns // 1_000_000
         for tp, records in fetched.items():
             state = self._partitions.get(tp.partition)
             if state is None:
@@ -350,18 +359,14 @@ class BatcherService:
                     state.in_flight.add(task)
                     task.add_done_callback(lambda done, state=state: self._letter_written(state, done))
                     continue
-                if request.submitted_at_ms:
-                    # Bounded: a skewed clock or a backlog's old rows must not blind the estimate for long.
-                    upstream = min(max(0.0, (wall_ms - request.submitted_at_ms) / 1000), UPSTREAM_SAMPLE_MAX_S)
-                    self._upstream += UPSTREAM_ALPHA * (upstream - self._upstream)
                 flush_by = None
                 if request.deadline_at_ms:
                     flush_by = now + (request.deadline_at_ms - wall_ms) / 1000 - self._service_estimate
                 stamp = record.timestamp / 1000 if record.timestamp and record.timestamp > 0 else None
-                if self._keep_trace_context and record.headers:
-                    item = BatchItem(request, tp.partition, record.offset, tuple(record.headers), time.time_ns())
-                else:
-                    item = BatchItem(request, tp.partition, record.offset)
+                headers = tuple(record.headers) if self._keep_trace_context and record.headers else ()
+                item = BatchItem(request, tp.partition, record.offset, headers, wall_ns)
+                if request.submitted_at_ms:
+                    self._upstream += UPSTREAM_ALPHA * (upstream_seconds(item) - self._upstream)
                 state.accumulator.add(item, now, flush_by, stamp)
                 if self._on_arrival is not None:
                     self._on_arrival(tp.partition, wall_ms / 1000)
@@ -427,15 +432,12 @@ class BatcherService:
         now = self._clock()
         label = str(state.tp.partition)
         metrics.FLUSHES.labels(label, reason.value).inc()
-        wall_now = now_ms() / 1000
         waited_total = upstream_total = 0.0
         for row in rows:
             waited = now - row.arrived_at
             metrics.QUEUE_WAIT.labels(label).observe(waited)
             waited_total += waited
-            submitted = row.item.request.submitted_at_ms
-            if submitted:  # fetched at wall_now - waited
-                upstream_total += min(max(0.0, wall_now - waited - submitted / 1000), UPSTREAM_SAMPLE_MAX_S)
+            upstream_total += upstream_seconds(row.item)
         metrics.BATCH_STAGE.labels("to_batcher").observe(upstream_total / len(rows))
         metrics.BATCH_STAGE.labels("in_batch").observe(waited_total / len(rows))
         batch = Batch(

@@ -28,6 +28,7 @@ import os
 import platform
 import sys
 import tempfile
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.throughput import loadgen  # noqa: E402
 from bench.throughput_plan import GPU_LIKE_CALL_MS  # noqa: E402
-from brimful.stack import EmbeddedStack, read_sample_sums, settings_on_free_ports  # noqa: E402
+from brimful.stack import EmbeddedStack, sample_sums, settings_on_free_ports  # noqa: E402
 
 NOMINAL_CEILING = 64 / (GPU_LIKE_CALL_MS / 1000)  # rows/s of one endpoint sent only full batches
 
@@ -45,10 +46,11 @@ STAGES = ("to_batcher", "in_batch", "prepare", "call", "store")
 
 def batcher_metrics(stack: EmbeddedStack) -> dict[str, float]:
     """The batcher's own figures: rows per call, and each stage's sum and count."""
-    url = f"http://127.0.0.1:{stack.settings.batcher_metrics_port}/metrics"
-    sums = read_sample_sums(url)
+    with urllib.request.urlopen(f"http://127.0.0.1:{stack.settings.batcher_metrics_port}/metrics", timeout=5) as page:
+        text = page.read().decode()
+    sums = sample_sums(text)
     for stage in STAGES:
-        staged = read_sample_sums(url, stage=stage)
+        staged = sample_sums(text, stage=stage)
         sums[f"{stage}_sum"] = staged.get("brimful_batch_stage_seconds_sum", 0.0)
         sums[f"{stage}_count"] = staged.get("brimful_batch_stage_seconds_count", 0.0)
     return sums

@@ -56,7 +56,7 @@ class BatchItem:
     partition: int
     offset: int
     trace_headers: tuple[tuple[str, bytes], ...] = ()  # the task's trace context (tracing on)
-    arrived_ns: int = 0  # when the batcher fetched it, wall clock (tracing on)
+    arrived_ns: int = 0  # when the batcher fetched it, wall clock
 
     @property
     def task_id(self) -> str:
