@@ -14,6 +14,7 @@ from brimful.api.errors import HANDLERS
 from brimful.api.fast_lane import FastLane
 from brimful.api.response_metrics import ResponseCounter
 from brimful.api.state import ApiState
+from brimful.core.heap import freeze_startup_heap
 from brimful.core.logs import configure_logging
 from brimful.core.settings import Settings, get_settings
 
@@ -34,6 +35,7 @@ def create_app(settings: Settings) -> ASGIApp:
         state = ApiState(settings)
         app.state.brimful = state
         await state.start()
+        freeze_startup_heap()
         try:
             yield
         finally:

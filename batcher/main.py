@@ -16,6 +16,7 @@ from brimful.batcher.service import BatcherLimits, BatcherService
 from brimful.batcher.traces import ArrivalRecorder
 from brimful.core.channel_follower import follow_channel
 from brimful.core.fetch_pacer import FetchPacer
+from brimful.core.heap import freeze_startup_heap
 from brimful.core.kafka import ensure_topics, make_consumer, make_producer
 from brimful.core.logs import configure_logging
 from brimful.core.model_metadata import wait_for_signature
@@ -194,6 +195,7 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
             closers.append(health.close)
         await consumer.start()
         log.info("batcher started", extra={"topic": settings.requests_topic, "model": signature.name, "member": member})
+        freeze_startup_heap()
         supervisor = asyncio.create_task(
             supervise(service, tuning, StatusBoard(redis, keys), recorder, member,
                       settings.tuning_poll_ms / 1000, stop)

@@ -56,6 +56,14 @@ FETCH_WAIT = Gauge(
     ["consumer"],
 )
 
+# --- every process -------------------------------------------------------------------
+GC_FROZEN_OBJECTS = Gauge(
+    "brimful_gc_frozen_objects",
+    "Objects this process kept from start-up and moved out of the garbage collector's full passes "
+    "(core/heap.py); 0 until start-up is over (of several API workers, the least).",
+    multiprocess_mode="livemin",
+)
+
 _PARTITION_GAUGES = (FLUSH_DEADLINE, ARRIVAL_RATE, PENDING_ROWS, CONSUMER_LAG_ROWS, CONSUMER_LAG_SECONDS)
 
 

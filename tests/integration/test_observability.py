@@ -74,6 +74,16 @@ async def test_the_batcher_server_drops_an_oversized_request_head(stack: Embedde
     assert (await get(batcher_url(stack, "/healthz")))[0] == 200
 
 
+async def test_api_and_batcher_keep_their_startup_heap_out_of_full_collections(stack: EmbeddedStack) -> None:
+    # The batcher freezes once it consumes, which may follow its first scrape: poll.
+    deadline = time.monotonic() + 30
+    for url in (f"{stack.api_url}/metrics", batcher_url(stack, "/metrics")):
+        while (frozen := value(await scrape(url), "brimful_gc_frozen_objects")) == 0:
+            assert time.monotonic() < deadline, f"{url}: nothing frozen"
+            await asyncio.sleep(0.1)
+        assert frozen > 10_000, f"{url}: only {frozen} objects frozen"  # start-up holds ~100,000
+
+
 async def test_answers_are_counted_by_route_template_and_refusals_by_reason(
     stack: EmbeddedStack, client: TaskClient
 ) -> None:
