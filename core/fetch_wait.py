@@ -2,8 +2,9 @@
 a partition lags and fetches still come back empty.
 
 A fetch's wait is the most the broker may hold it looking for data. Short is right while
-the batcher is caught up, since a broker that holds every fetch for the full wait (Tansu
-in memory mode does) would otherwise deliver arrivals in lumps. But a broker that reads
+the batcher is caught up, since a broker that holds a fetch past its records' arrival
+(Tansu in memory mode does: an empty fetch lasts its whole wait, and records arriving
+meanwhile are answered some ms later) would otherwise deliver arrivals late and in lumps. But a broker that reads
 old records slowly (Tansu on S3 storage after a restart: one object read per record
 batch) answers a short fetch with nothing when the wait ends before its first read does,
 and the batcher then never gets past its position. So while a partition's high watermark
