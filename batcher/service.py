@@ -24,7 +24,7 @@ from aiokafka.structs import ConsumerRecord, OffsetAndMetadata
 from google.protobuf.message import DecodeError
 
 from brimful.batcher.accumulator import Accumulator, Pending
-from brimful.batcher.offsets import OffsetTracker
+from brimful.batcher.offsets import GapPatience, OffsetTracker
 from brimful.batcher.policy import FlushReason, WaitOrFullPolicy
 from brimful.core import metrics
 from brimful.core.clock import now_ms
@@ -61,6 +61,10 @@ class BatcherLimits:
     revoke_wait_s: float = 2.0
     shutdown_wait_s: float = 30.0
     store_retry_s: float = 0.5
+    # How long a gap in a partition's offsets is read again before it counts as real
+    # (batcher/offsets.py): the embedded broker's unreadable records become readable within
+    # milliseconds; on Apache Kafka a real gap (compaction, transaction markers) costs this once.
+    gap_patience_s: float = 1.0
 
 
 @dataclass
@@ -70,6 +74,7 @@ class PartitionState:
     tp: TopicPartition
     accumulator: Accumulator[BatchItem]
     tracker: OffsetTracker | None = None  # created at the first record: its offset is the start
+    gaps: GapPatience = field(default_factory=lambda: GapPatience(1.0))
     committed: int = -1
     in_flight: set[asyncio.Task[None]] = field(default_factory=set)
     paused: bool = False
@@ -159,7 +164,9 @@ class BatcherService:
     def assign(self, assigned: list[TopicPartition]) -> None:
         for tp in assigned:
             if tp.partition not in self._partitions:
-                self._partitions[tp.partition] = PartitionState(tp, Accumulator(WaitOrFullPolicy(self._params)))
+                self._partitions[tp.partition] = PartitionState(
+                    tp, Accumulator(WaitOrFullPolicy(self._params)), gaps=GapPatience(self._limits.gap_patience_s)
+                )
         metrics.ASSIGNED_PARTITIONS.set(len(self._partitions))
         log.info("partitions assigned", extra={"partitions": sorted(self._partitions)})
         self._wakeup.set()
@@ -343,6 +350,7 @@ class BatcherService:
             state = self._partitions.get(tp.partition)
             if state is None:
                 continue
+            records = self._readable(state, tp, records, now)
             if records:
                 state.fetched_to = max(state.fetched_to, records[-1].offset + 1)
                 last = records[-1].timestamp
@@ -373,6 +381,32 @@ class BatcherService:
             if len(state.accumulator) >= self._limits.max_pending_per_partition and not state.paused:
                 self._consumer.pause(tp)
                 state.paused = True
+
+    def _readable(
+        self, state: PartitionState, tp: TopicPartition, records: list[ConsumerRecord], now: float
+    ) -> list[ConsumerRecord]:
+        """The records of this fetch up to a gap in the offsets that may still fill: from
+        there the partition is read again (a skipped record would never be read, and the
+        commit would pass it). Past ``gap_patience_s`` the gap is taken as real."""
+        if not records:
+            return records
+        expected = state.tracker.gap_before(records[0].offset) if state.tracker is not None else None
+        kept = records
+        if expected is None:  # within the fetch (the broker's batches are read in order)
+            for index in range(1, len(records)):
+                if records[index].offset > records[index - 1].offset + 1:
+                    expected, kept = records[index - 1].offset + 1, records[:index]
+                    break
+        else:
+            kept = []
+        if expected is None:
+            return records
+        if state.gaps.keep_reading(expected, now):
+            self._consumer.seek(tp, expected)
+            metrics.OFFSET_GAPS_REREAD.labels(str(tp.partition)).inc()
+            return kept
+        log.warning("offsets skipped: a real gap", extra={"partition": tp.partition, "first_skipped": expected})
+        return records
 
     def _follow_model_health(self) -> None:
         """Pause every partition while the model's circuit is open, so an outage costs

@@ -50,6 +50,12 @@ POLICY_MAX_WAIT = Gauge(
     "brimful_policy_max_wait_seconds", "Longest a row waits for its batch to fill, as this batcher applies it now."
 )
 ASSIGNED_PARTITIONS = Gauge("brimful_batcher_assigned_partitions", "Partitions of the requests topic this batcher owns.")
+OFFSET_GAPS_REREAD = Counter(
+    "brimful_offset_gaps_reread",
+    "Fetches that skipped offsets of the partition and were read again from the first skipped one "
+    "(a record the broker had numbered but could not yet serve).",
+    ["partition"],
+)
 FETCH_WAIT = Gauge(
     "brimful_fetch_wait_seconds",
     "Longest the broker may hold the consumer's next fetch: raised while it lags behind a slow broker.",

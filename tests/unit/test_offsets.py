@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from brimful.batcher.offsets import OffsetTracker
+from brimful.batcher.offsets import GapPatience, OffsetTracker
 
 
 def test_nothing_finished_commits_the_start() -> None:
@@ -86,3 +86,21 @@ def test_commit_point_is_always_the_first_unfinished_offset(start: int, steps: l
         assert tracker.safe_to_commit == expected
         # Never past an unfinished offset: everything below the commit point is finished.
         assert all(o in finished for o in offsets if o < tracker.safe_to_commit)
+
+
+def test_a_skipped_offset_is_named_until_it_is_received() -> None:
+    tracker = OffsetTracker(5)
+    assert tracker.gap_before(5) is None
+    assert tracker.receive(5)
+    assert tracker.gap_before(6) is None
+    assert tracker.gap_before(8) == 6  # 6 and 7 would be skipped
+    assert tracker.receive(6) and tracker.gap_before(8) == 7
+
+
+def test_a_gap_is_read_again_for_its_patience_then_taken_as_real() -> None:
+    patience = GapPatience(1.0)
+    assert patience.keep_reading(6, now=10.0)
+    assert patience.keep_reading(6, now=10.9)  # the same gap, still within its patience
+    assert not patience.keep_reading(6, now=11.0)  # real: read past it
+    assert patience.keep_reading(9, now=11.0)  # another gap starts its own patience
+    assert patience.keep_reading(6, now=11.5)  # and one seen again later, too
