@@ -73,8 +73,8 @@ class PartitionState:
 
     tp: TopicPartition
     accumulator: Accumulator[BatchItem]
+    gaps: GapPatience  # how long a gap in its offsets is read again
     tracker: OffsetTracker | None = None  # created at the first record: its offset is the start
-    gaps: GapPatience = field(default_factory=lambda: GapPatience(1.0))
     committed: int = -1
     in_flight: set[asyncio.Task[None]] = field(default_factory=set)
     paused: bool = False
@@ -165,7 +165,7 @@ class BatcherService:
         for tp in assigned:
             if tp.partition not in self._partitions:
                 self._partitions[tp.partition] = PartitionState(
-                    tp, Accumulator(WaitOrFullPolicy(self._params)), gaps=GapPatience(self._limits.gap_patience_s)
+                    tp, Accumulator(WaitOrFullPolicy(self._params)), GapPatience(self._limits.gap_patience_s)
                 )
         metrics.ASSIGNED_PARTITIONS.set(len(self._partitions))
         log.info("partitions assigned", extra={"partitions": sorted(self._partitions)})
@@ -390,17 +390,15 @@ class BatcherService:
         commit would pass it). Past ``gap_patience_s`` the gap is taken as real."""
         if not records:
             return records
-        expected = state.tracker.gap_before(records[0].offset) if state.tracker is not None else None
-        kept = records
-        if expected is None:  # within the fetch (the broker's batches are read in order)
-            for index in range(1, len(records)):
-                if records[index].offset > records[index - 1].offset + 1:
-                    expected, kept = records[index - 1].offset + 1, records[:index]
-                    break
-        else:
-            kept = []
-        if expected is None:
+        first = records[0].offset
+        expected = state.tracker.gap_before(first) if state.tracker is not None else None
+        if expected is not None:  # between the last fetch and this one
+            kept: list[ConsumerRecord] = []
+        elif records[-1].offset - first + 1 == len(records):  # contiguous: the common case
             return records
+        else:  # within this fetch (its offsets rise)
+            index = next(i for i in range(1, len(records)) if records[i].offset > records[i - 1].offset + 1)
+            expected, kept = records[index - 1].offset + 1, records[:index]
         if state.gaps.keep_reading(expected, now):
             self._consumer.seek(tp, expected)
             metrics.OFFSET_GAPS_REREAD.labels(str(tp.partition)).inc()
