@@ -337,7 +337,7 @@ class BatchRunner:
             started = self._clock()
             started_ns = time.time_ns()
             first_call = outcome.calls == 1 and batch.flushed_ns
-            self.pool.call_begins(seat.slot, (started_ns - batch.flushed_ns) / 1e9 if first_call else None)
+            self.pool.call_begins(seat.slot, len(items), (started_ns - batch.flushed_ns) / 1e9 if first_call else None)
             try:
                 outputs = await self._call(seat.slot, padded)
             except ModelCallError as error:

@@ -41,8 +41,10 @@ class Endpoint:
     breaker: CircuitBreaker
     call_time: CallTimeFit
     in_flight: int = 0
-    # For each slot held: when its call began (when the slot was taken, until it does).
-    started: list[float] = field(default_factory=list)
+    # For each slot held: when its call began (when the slot was taken, until it does), and
+    # the real rows it carries (None: not known, plan for a full batch). Its end is planned
+    # from those rows: a line fitted on thin calls and stretched to a full batch overshoots.
+    started: list[tuple[float, int | None]] = field(default_factory=list)
     calls: int = 0
     rows: int = 0
     failures: int = 0
@@ -161,22 +163,24 @@ class EndpointPool:
         """Choose an endpoint and take one of its slots (``choose`` then ``begin``)."""
         endpoint = self.choose(now, rows)
         if endpoint is not None:
-            self.begin(endpoint, now)
+            self.begin(endpoint, now, rows)
         return endpoint
 
-    def begin(self, endpoint: Endpoint, now: float) -> None:
-        """A batch takes one of ``endpoint``'s slots now; it makes its calls there, one at
-        a time, until it gives the slot back (``release``)."""
+    def begin(self, endpoint: Endpoint, now: float, rows: int | None = None) -> None:
+        """A batch of ``rows`` real rows takes one of ``endpoint``'s slots now; it makes its
+        calls there, one at a time, until it gives the slot back (``release``)."""
         endpoint.in_flight += 1
-        endpoint.started.append(now)
+        endpoint.started.append((now, rows))
         self._last_pick[endpoint.url] = next(self._turn)
 
-    def call_began(self, endpoint: Endpoint, held_since: float, now: float) -> float:
-        """The call on the slot held since ``held_since`` begins now: the endpoint is
-        expected to free a fitted call time from now. Returns the slot's new reference
-        (what ``release`` and the next ``call_began`` take)."""
-        if held_since in endpoint.started:
-            endpoint.started[endpoint.started.index(held_since)] = now
+    def call_began(self, endpoint: Endpoint, held_since: float, now: float, rows: int | None = None) -> float:
+        """The call on the slot held since ``held_since`` begins now, with ``rows`` real
+        rows (None: as many as the slot was taken for): the endpoint is expected to free the
+        fitted time of such a call from now. Returns the slot's new reference (what
+        ``release`` and the next ``call_began`` take)."""
+        index = _held(endpoint, held_since)
+        if index is not None:
+            endpoint.started[index] = (now, endpoint.started[index][1] if rows is None else rows)
         return now
 
     def observe_handoff(self, seconds: float) -> None:
@@ -202,8 +206,9 @@ class EndpointPool:
     def release(self, endpoint: Endpoint, held_since: float) -> None:
         """The slot held since ``held_since`` (taken then, or its call began then) is free again."""
         endpoint.in_flight = max(0, endpoint.in_flight - 1)
-        if held_since in endpoint.started:
-            endpoint.started.remove(held_since)
+        index = _held(endpoint, held_since)
+        if index is not None:
+            del endpoint.started[index]
 
     def held_elsewhere(self, endpoint: Endpoint, now: float, until: float) -> None:
         """Other batchers hold every slot of ``endpoint``: count it full until ``until``.
@@ -230,12 +235,18 @@ class EndpointPool:
         for e in serving:
             if now < e.busy_elsewhere_until:
                 frees_at.append(e.busy_elsewhere_until)
-            elif e.open_slots(now):  # a queueing slot is free: take it just before an instance frees
-                frees_at.extend(start + e.call_time.predict(batch_size) - self.handoff_s for start in e.started)
             else:
-                frees_at.extend(start + e.call_time.predict(batch_size) for start in e.started)
+                ends = [start + e.call_time.predict(batch_size if rows is None else rows) for start, rows in e.started]
+                if e.open_slots(now):  # a queueing slot is free: take it just before an instance frees
+                    ends = [end - self.handoff_s for end in ends]
+                frees_at.extend(ends)
         next_free = min(frees_at) - now if frees_at else call_time
         return PoolCapacity(0, max(0.0, next_free), call_time)
 
     def summary(self, now: float, batch_size: int) -> list[dict[str, object]]:
         return [e.summary(now, batch_size) for _, e in sorted(self.endpoints.items())]
+
+
+def _held(endpoint: Endpoint, since: float) -> int | None:
+    """Where in ``endpoint.started`` the slot held since ``since`` is (None: not held)."""
+    return next((index for index, (start, _) in enumerate(endpoint.started) if start == since), None)

@@ -196,12 +196,12 @@ class ModelPool:
             raise
         return slot
 
-    def call_begins(self, slot: Slot, handoff_s: float | None = None) -> None:
-        """The call on ``slot`` is sent now; ``handoff_s``: how long after its batch's flush
-        (the first call of a batch only)."""
+    def call_begins(self, slot: Slot, rows: int, handoff_s: float | None = None) -> None:
+        """The call on ``slot`` is sent now with ``rows`` real rows; ``handoff_s``: how long
+        after its batch's flush (the first call of a batch only)."""
         if slot.freed:
             return
-        slot.held_since = self.pool.call_began(slot.endpoint, slot.held_since, self._clock())
+        slot.held_since = self.pool.call_began(slot.endpoint, slot.held_since, self._clock(), rows)
         if handoff_s is not None:
             self.pool.observe_handoff(handoff_s)
 

@@ -168,3 +168,23 @@ def test_the_running_call_is_expected_to_end_a_call_time_after_it_began_and_the_
     assert p.handoff_s < 0.005 + 0.1 * 0.05 + 1e-9
     p.release(a, held)
     assert a.in_flight == 0 and not a.started
+
+
+def test_a_thin_running_call_is_expected_to_end_at_its_own_fitted_time_not_a_full_batchs() -> None:
+    """At light load the fit sees only thin calls, and a little noise in their times makes a
+    slope that a full batch stretches far: the running call's end is planned from its rows."""
+    p = EndpointPool(2, lambda: CircuitBreaker(rng=random.Random(1)), initial_call_s=0.02, instances=1, handoff_s=0.0)
+    p.sync(["a:1"])
+    a = p.endpoints["a:1"]
+    for _ in range(30):
+        for rows, seconds in ((2, 0.029), (6, 0.031)):  # 0.5 ms a row: 60 more rows, 30 ms more
+            a.call_time.observe(rows, seconds)
+    assert a.call_time.predict(64) == pytest.approx(0.060)
+    p.begin(a, 1.000, rows=4)  # taken for four rows
+    assert p.capacity(1.000, 64).next_free_in == pytest.approx(0.030)
+    held = p.call_began(a, 1.000, 1.002, rows=2)  # the call carries two (two were cancelled meanwhile)
+    assert p.capacity(1.002, 64).next_free_in == pytest.approx(0.029)
+    p.begin(a, 1.003)  # rows not known: planned as a full batch
+    assert p.capacity(1.003, 64).next_free_in == pytest.approx(0.028)  # the thin call still ends first
+    p.release(a, held)
+    assert p.capacity(1.003, 64).next_free_in == pytest.approx(0.060)
