@@ -38,6 +38,24 @@ def test_the_fit_learns_a_line_and_a_constant_when_sizes_never_change() -> None:
     assert constant.predict(1) == pytest.approx(0.02) and constant.predict(64) == pytest.approx(0.02)
 
 
+def test_a_slope_the_calls_cannot_tell_from_zero_is_not_stretched_to_a_full_batch() -> None:
+    """A GPU-like model: every call costs 30 ms whatever its rows, give or take 3 ms of
+    noise. Seen only through thin calls (light load), the fit must not predict a full batch
+    far above 30 ms; a real cost per row, as noisy, is still found."""
+    rng = random.Random(7)
+    flat, linear = CallTimeFit(), CallTimeFit()
+    stretched = []
+    for _ in range(2000):
+        rows = rng.randint(1, 8)
+        flat.observe(rows, 0.030 + rng.gauss(0, 0.003))
+        linear.observe(rows * 8, 0.010 + 0.0005 * rows * 8 + rng.gauss(0, 0.003))
+        stretched.append(flat.predict(64))
+    stretched.sort()
+    assert stretched[len(stretched) // 2] == pytest.approx(0.030, abs=0.002)  # the median prediction
+    assert stretched[int(len(stretched) * 0.9)] < 0.036  # and nine in ten of them
+    assert linear.predict(64) == pytest.approx(0.042, abs=0.006)
+
+
 def test_calls_go_to_the_endpoint_expected_to_finish_soonest() -> None:
     p = pool(["a:1", "b:1"])
     for _ in range(20):  # a is slow, b fast
@@ -171,8 +189,8 @@ def test_the_running_call_is_expected_to_end_a_call_time_after_it_began_and_the_
 
 
 def test_a_thin_running_call_is_expected_to_end_at_its_own_fitted_time_not_a_full_batchs() -> None:
-    """At light load the fit sees only thin calls, and a little noise in their times makes a
-    slope that a full batch stretches far: the running call's end is planned from its rows."""
+    """At light load the fit sees only thin calls, and whatever slope they show, a full batch
+    stretches it far: the running call's end is planned from its rows."""
     p = EndpointPool(2, lambda: CircuitBreaker(rng=random.Random(1)), initial_call_s=0.02, instances=1, handoff_s=0.0)
     p.sync(["a:1"])
     a = p.endpoints["a:1"]
