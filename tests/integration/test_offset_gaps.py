@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from typing import Any, Awaitable, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -78,12 +78,11 @@ def gap_settings(stack: EmbeddedStack) -> Settings:
     })
 
 
-async def fill(settings: Settings, redis: Redis, skip_task: bool) -> list[str]:
+async def fill(settings: Settings, store: TaskStore, skip_task: bool) -> list[str]:
     """Record TASKS queued tasks and produce them in one record batch (offsets 0..TASKS-1).
     With ``skip_task``, the record at HIDDEN stands for one that is not there: no task is
     recorded for it."""
     await ensure_topics(settings)
-    store = TaskStore(redis, RedisKeys(settings.key_prefix), settings.result_ttl_s, settings.task_wait_ttl_s)
     task_ids = [uuid.uuid4().hex for _ in range(TASKS)]
     submitted = now_ms()
     for index, task_id in enumerate(task_ids):
@@ -159,52 +158,54 @@ def rereads() -> float:
     return REGISTRY.get_sample_value("brimful_offset_gaps_reread_total", {"partition": "0"}) or 0.0
 
 
-async def test_a_record_a_fetch_skipped_is_read_again_and_its_task_finishes(
-    stack: EmbeddedStack, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+async def gap_run(stack: EmbeddedStack) -> AsyncIterator[tuple[Settings, TaskStore]]:
+    """Settings of this test's own, and the task store under its key prefix."""
     settings = gap_settings(stack)
     redis = Redis.from_url(settings.redis_url)
-    store = TaskStore(redis, RedisKeys(settings.key_prefix), settings.result_ttl_s, settings.task_wait_ttl_s)
     try:
-        task_ids = await fill(settings, redis, skip_task=False)
-        rereads_before = rereads()
-
-        skipping = await run_batcher_until(
-            settings, monkeypatch, times=1, finished=lambda: statuses(store, task_ids),
-            wanted=lambda seen: all(status in (TaskStatus.DONE, TaskStatus.FAILED) for status in seen),
-        )
-        assert skipping.skipped == 1  # the fault happened
-        assert rereads() > rereads_before
-        for task_id in task_ids:
-            record = await store.get(task_id)
-            assert record is not None and record.status == TaskStatus.DONE, (task_id, record)
-            assert record.outputs == expected_outputs(f"gap {task_id}")
-        assert await committed(settings) == TASKS  # past the skipped record, now that it is done
+        keys = RedisKeys(settings.key_prefix)
+        yield settings, TaskStore(redis, keys, settings.result_ttl_s, settings.task_wait_ttl_s)
     finally:
         await redis.aclose()
+
+
+async def test_a_record_a_fetch_skipped_is_read_again_and_its_task_finishes(
+    gap_run: tuple[Settings, TaskStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings, store = gap_run
+    task_ids = await fill(settings, store, skip_task=False)
+    rereads_before = rereads()
+
+    skipping = await run_batcher_until(
+        settings, monkeypatch, times=1, finished=lambda: statuses(store, task_ids),
+        wanted=lambda seen: all(status in (TaskStatus.DONE, TaskStatus.FAILED) for status in seen),
+    )
+    assert skipping.skipped == 1  # the fault happened
+    assert rereads() > rereads_before
+    for task_id in task_ids:
+        record = await store.get(task_id)
+        assert record is not None and record.status == TaskStatus.DONE, (task_id, record)
+        assert record.outputs == expected_outputs(f"gap {task_id}")
+    assert await committed(settings) == TASKS  # past the skipped record, now that it is done
 
 
 async def test_a_gap_that_never_fills_holds_the_partition_only_for_its_patience(
-    stack: EmbeddedStack, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    gap_run: tuple[Settings, TaskStore], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    settings = gap_settings(stack)
-    redis = Redis.from_url(settings.redis_url)
-    store = TaskStore(redis, RedisKeys(settings.key_prefix), settings.result_ttl_s, settings.task_wait_ttl_s)
-    try:
-        task_ids = await fill(settings, redis, skip_task=True)
-        others = [task_id for index, task_id in enumerate(task_ids) if index != HIDDEN]
-        rereads_before = rereads()
+    settings, store = gap_run
+    task_ids = await fill(settings, store, skip_task=True)
+    others = [task_id for index, task_id in enumerate(task_ids) if index != HIDDEN]
+    rereads_before = rereads()
 
-        with caplog.at_level(logging.WARNING, logger="brimful.batcher"):
-            skipping = await run_batcher_until(
-                settings, monkeypatch, times=0, finished=lambda: statuses(store, others),
-                wanted=lambda seen: all(status == TaskStatus.DONE for status in seen),
-            )
-        assert skipping.skipped >= 2  # read again, and skipped again, until the patience ran out
-        assert rereads() - rereads_before >= 2
-        gaps = [r for r in caplog.records if r.getMessage() == "offsets skipped: a real gap"]
-        assert [getattr(r, "first_skipped", None) for r in gaps] == [HIDDEN]
-        assert await store.get(task_ids[HIDDEN]) is None  # no task was ever recorded for it
-        assert await committed(settings) == TASKS
-    finally:
-        await redis.aclose()
+    with caplog.at_level(logging.WARNING, logger="brimful.batcher"):
+        skipping = await run_batcher_until(
+            settings, monkeypatch, times=0, finished=lambda: statuses(store, others),
+            wanted=lambda seen: all(status == TaskStatus.DONE for status in seen),
+        )
+    assert skipping.skipped >= 2  # read again, and skipped again, until the patience ran out
+    assert rereads() - rereads_before >= 2
+    gaps = [r for r in caplog.records if r.getMessage() == "offsets skipped: a real gap"]
+    assert [getattr(r, "first_skipped", None) for r in gaps] == [HIDDEN]
+    assert await store.get(task_ids[HIDDEN]) is None  # no task was ever recorded for it
+    assert await committed(settings) == TASKS
