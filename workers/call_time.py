@@ -25,10 +25,11 @@ class CallTimeFit:
         if not 0 < weight <= 1:
             raise ValueError("weight must be in (0, 1]")
         self._weight = weight
-        self._initial_s = initial_s
         # Exponentially weighted moments of rows (n) and seconds (t), and the sum of the
         # squared weights, which gives the effective number of calls behind them.
         self._w = self._w2 = self._n = self._t = self._nn = self._nt = self._tt = 0.0
+        # Fitted once a call, read for every flush plan: the pool predicts on the hot path.
+        self._line = (0.0, initial_s)
 
     @property
     def observed(self) -> bool:
@@ -44,12 +45,15 @@ class CallTimeFit:
         self._nn = keep * self._nn + weight * rows * rows
         self._nt = keep * self._nt + weight * rows * seconds
         self._tt = keep * self._tt + weight * seconds * seconds
+        self._line = self._fit()
 
     def line(self) -> tuple[float, float]:
         """(a, b): seconds per row and seconds per call; a is never negative, and 0 unless
         the calls tell it from 0."""
-        if not self.observed:
-            return 0.0, self._initial_s
+        return self._line
+
+    def _fit(self) -> tuple[float, float]:
+        """The line through the moments, its slope kept only past SLOPE_MIN_T standard errors."""
         mean_n, mean_t = self._n / self._w, self._t / self._w
         variance = self._nn / self._w - mean_n * mean_n
         if variance < 1e-6:

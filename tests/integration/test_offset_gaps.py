@@ -34,7 +34,7 @@ from brimful.core.task_store import TaskStatus, TaskStore
 from brimful.core.tensor_codec import encode_input
 from brimful.schemas import TaskRequest
 from brimful.stack import EmbeddedStack
-from tests.integration.test_pipeline import expected_outputs
+from tests.integration.test_pipeline import committed_offset, expected_outputs
 
 TASKS = 12
 TEXT_SPEC = TensorSpec("TEXT", "BYTES", (1,))
@@ -144,15 +144,6 @@ async def statuses(store: TaskStore, task_ids: list[str]) -> list[TaskStatus | N
     return [record.status if record else None for record in records]
 
 
-async def committed(settings: Settings) -> int | None:
-    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, group_id=settings.consumer_group)
-    await consumer.start()
-    try:
-        return await consumer.committed(TopicPartition(settings.requests_topic, 0))
-    finally:
-        await consumer.stop()
-
-
 def rereads() -> float:
     """Gaps read again in partition 0, by the batchers run in this process."""
     return REGISTRY.get_sample_value("brimful_offset_gaps_reread_total", {"partition": "0"}) or 0.0
@@ -187,7 +178,7 @@ async def test_a_record_a_fetch_skipped_is_read_again_and_its_task_finishes(
         record = await store.get(task_id)
         assert record is not None and record.status == TaskStatus.DONE, (task_id, record)
         assert record.outputs == expected_outputs(f"gap {task_id}")
-    assert await committed(settings) == TASKS  # past the skipped record, now that it is done
+    assert await committed_offset(settings, 0) == TASKS  # past the skipped record, now that it is done
 
 
 async def test_a_gap_that_never_fills_holds_the_partition_only_for_its_patience(
@@ -208,4 +199,4 @@ async def test_a_gap_that_never_fills_holds_the_partition_only_for_its_patience(
     gaps = [r for r in caplog.records if r.getMessage() == "offsets skipped: a real gap"]
     assert [getattr(r, "first_skipped", None) for r in gaps] == [HIDDEN]
     assert await store.get(task_ids[HIDDEN]) is None  # no task was ever recorded for it
-    assert await committed(settings) == TASKS
+    assert await committed_offset(settings, 0) == TASKS

@@ -13,6 +13,7 @@ import aiohttp
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from brimful.core.kafka import read_whole_topic
+from brimful.core.settings import Settings
 from brimful.schemas import DeadLetter, TaskRequest
 from brimful.stack import EmbeddedStack, sample_sums
 from tests.conftest import tune_live
@@ -132,9 +133,8 @@ async def test_failing_request_ends_failed_with_its_error_and_in_the_dlq(
     assert letter.model == stack.settings.model_name
 
 
-async def committed_offset(stack: EmbeddedStack, partition: int) -> int:
+async def committed_offset(settings: Settings, partition: int) -> int:
     """The batchers' committed offset on one partition of the requests topic (-1 if none)."""
-    settings = stack.settings
     consumer = AIOKafkaConsumer(
         bootstrap_servers=settings.kafka_bootstrap, group_id=settings.consumer_group, enable_auto_commit=False
     )
@@ -167,7 +167,7 @@ async def test_redelivered_request_does_not_produce_a_second_result(stack: Embed
         await producer.stop()
 
     deadline = time.monotonic() + 20
-    while await committed_offset(stack, metadata.partition) <= metadata.offset:
+    while await committed_offset(stack.settings, metadata.partition) <= metadata.offset:
         assert time.monotonic() < deadline, "the batcher never committed past the redelivered request"
         await asyncio.sleep(0.1)
 
@@ -210,7 +210,7 @@ async def test_committed_offsets_only_move_forward_to_finished_work(stack: Embed
         await consumer.stop()
     deadline = time.monotonic() + 10
     for partition, end in ends.items():
-        while (committed := await committed_offset(stack, partition)) != end:
+        while (committed := await committed_offset(stack.settings, partition)) != end:
             assert committed <= end
             assert time.monotonic() < deadline, f"partition {partition}: committed {committed}, end {end}"
             await asyncio.sleep(0.1)
