@@ -373,7 +373,8 @@ class BatchRunner:
             outcome.call_started_ns, outcome.call_ended_ns = started_ns, time.time_ns()
             outcome.endpoint = seat.slot.endpoint.url
             metrics.ENDPOINT_ROWS.labels(seat.slot.endpoint.url).inc(len(items))
-            await self._leave_seat(seat)
+            slot, seat.slot = seat.slot, None
+            self.pool.release_soon(slot)  # its lease goes back while the results are stored
             outcome.stats.update(call_stats)
             return outputs
 

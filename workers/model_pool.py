@@ -224,12 +224,24 @@ class ModelPool:
             slot.leased = False
             await self._leases.give_back(slot.endpoint.url, slot.holder)
 
+    def release_soon(self, slot: Slot) -> None:
+        """Give the slot back locally at once and its lease, if any, in the background: a
+        call's results should not wait a round trip to Redis before they are stored. The
+        lease's holder name is the slot's own, so a late give-back frees only this lease."""
+        self._free(slot)
+        if slot.leased:
+            slot.leased = False
+            self._give_back_later(slot)
+
     def abandon(self, slot: Slot) -> None:
         """Give back a slot whose lease is in doubt (a take cut short): locally now, and
         any lease in its holder's name in the background, without waiting (safe while being
         cancelled). A take that lands after the give-back holds its lease until it expires."""
         self._free(slot)
         slot.leased = False
+        self._give_back_later(slot)
+
+    def _give_back_later(self, slot: Slot) -> None:
         if self._leases is not None:
             task = asyncio.ensure_future(self._leases.give_back(slot.endpoint.url, slot.holder))
             self._giving_back.add(task)

@@ -1,5 +1,6 @@
 """Endpoint slots leased in a real Redis: a lease cut short by an error gives back every
-slot it touched, and giving a slot back twice frees it once."""
+slot it touched, giving a slot back twice frees it once, and a slot released after its
+call is free at once while its lease goes back in the background."""
 
 from __future__ import annotations
 
@@ -80,6 +81,28 @@ async def test_an_abandoned_lease_is_freed_once_and_given_back_in_redis(redis: R
         while await redis.zcard(keys.endpoint_slots(url)):  # given back in the background
             assert time.monotonic() < deadline, "the lease was never given back"
             await asyncio.sleep(0.01)
+    finally:
+        await redis.delete(keys.endpoint_slots(url))
+        await pool.close()
+
+
+async def test_a_slot_released_soon_is_free_at_once_and_gives_back_only_its_own_lease(redis: Redis) -> None:
+    keys = RedisKeys(f"lease-test-{uuid.uuid4().hex[:8]}")
+    pool = make_pool(redis, keys, urls=URLS[:1], capacity=2)
+    url = URLS[0]
+    slot, neighbour = pool.reserve(rows=3), pool.reserve(rows=3)
+    assert slot is not None and neighbour is not None
+    try:
+        for held in (slot, neighbour):
+            assert await pool.secure(held, rows=3) is held and held.leased
+        assert await redis.zcard(keys.endpoint_slots(url)) == 2
+        pool.release_soon(slot)
+        assert in_flight(pool) == {url: 1}  # free here before any round trip: the next batch may go
+        deadline = time.monotonic() + 5
+        while await redis.zcard(keys.endpoint_slots(url)) != 1:
+            assert time.monotonic() < deadline, "the lease was never given back"
+            await asyncio.sleep(0.01)
+        assert await redis.zrange(keys.endpoint_slots(url), 0, -1) == [neighbour.holder.encode()]
     finally:
         await redis.delete(keys.endpoint_slots(url))
         await pool.close()
