@@ -7,10 +7,10 @@ from collections.abc import Awaitable, Callable
 from aiokafka.errors import KafkaError
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
 from redis.exceptions import RedisError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from brimful.api.json_answer import JsonAnswer
 from brimful.core import metrics
 
 # Answers that refuse work for load or size (not for a bad request): counted by reason.
@@ -32,39 +32,39 @@ def error_body(code: str, message: str) -> dict[str, dict[str, str]]:
     return {"error": {"code": code, "message": message}}
 
 
-async def api_error_handler(request: Request, error: Exception) -> JSONResponse:
+async def api_error_handler(request: Request, error: Exception) -> JsonAnswer:
     assert isinstance(error, ApiError)
     if error.status in REFUSAL_STATUSES:
         metrics.REFUSALS.labels(error.code).inc()
-    return JSONResponse(error_body(error.code, error.message), status_code=error.status, headers=error.headers)
+    return JsonAnswer(error_body(error.code, error.message), status_code=error.status, headers=error.headers)
 
 
-async def http_error_handler(request: Request, error: Exception) -> JSONResponse:
+async def http_error_handler(request: Request, error: Exception) -> JsonAnswer:
     assert isinstance(error, StarletteHTTPException)
     code = {404: "not_found", 405: "method_not_allowed"}.get(error.status_code, "http_error")
-    return JSONResponse(error_body(code, str(error.detail)), status_code=error.status_code, headers=error.headers)
+    return JsonAnswer(error_body(code, str(error.detail)), status_code=error.status_code, headers=error.headers)
 
 
-async def dependency_error_handler(request: Request, error: Exception) -> JSONResponse:
+async def dependency_error_handler(request: Request, error: Exception) -> JsonAnswer:
     """Redis or the broker failed mid-request: the client may retry, nothing was lost."""
     metrics.REFUSALS.labels("dependency_unavailable").inc()
-    return JSONResponse(
+    return JsonAnswer(
         error_body("dependency_unavailable", f"a backing service is unreachable ({type(error).__name__}); retry shortly"),
         status_code=503,
         headers={"Retry-After": "1"},
     )
 
 
-async def validation_error_handler(request: Request, error: Exception) -> JSONResponse:
+async def validation_error_handler(request: Request, error: Exception) -> JsonAnswer:
     assert isinstance(error, RequestValidationError)
     problems = "; ".join(
         f"{'.'.join(str(part) for part in issue.get('loc', ()))}: {issue.get('msg', 'invalid')}"
         for issue in error.errors()
     )
-    return JSONResponse(error_body("invalid_request", problems or "invalid request"), status_code=422)
+    return JsonAnswer(error_body("invalid_request", problems or "invalid request"), status_code=422)
 
 
-Handler = Callable[[Request, Exception], Awaitable[JSONResponse]]
+Handler = Callable[[Request, Exception], Awaitable[JsonAnswer]]
 
 # Which error gets which answer: installed in FastAPI, and used by the fast lane.
 HANDLERS: dict[type[Exception], Handler] = {

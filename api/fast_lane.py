@@ -16,11 +16,12 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from fastapi.responses import PlainTextResponse, Response
 from starlette.types import Receive, Scope, Send
 
 from brimful.api.auth import Principal, requires
 from brimful.api.errors import handler_for
+from brimful.api.json_answer import JsonAnswer
 from brimful.api.response_metrics import ROUTE_TEMPLATE_KEY
 from brimful.api.task_routes import TASKS_PATH, get_task, submit_task
 from brimful.core.api_keys import Scope as KeyScope
@@ -39,7 +40,7 @@ async def _submit(request: Request) -> Response:
 
 async def _read(request: Request) -> Response:
     principal: Principal = await _reader(request)
-    return JSONResponse(await get_task(request.path_params["task_id"], request, principal))
+    return JsonAnswer(await get_task(request.path_params["task_id"], request, principal))
 
 
 def _route(scope: Scope) -> tuple[Callable[[Request], Awaitable[Response]], dict[str, str]] | None:

@@ -5,15 +5,16 @@ from __future__ import annotations
 import asyncio
 import math
 import re
+import secrets
 import time
-import uuid
 from typing import Any
+from urllib.parse import parse_qsl
 
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import JSONResponse
 
 from brimful.api.auth import Principal, requires
 from brimful.api.errors import ApiError
+from brimful.api.json_answer import JsonAnswer
 from brimful.api.request_body import parse_json, read_body
 from brimful.api.state import ApiState, api_state
 from brimful.api.submission import (
@@ -37,13 +38,36 @@ router = APIRouter(tags=["tasks"])
 TASKS_PATH = "/v1/tasks"  # the fast lane matches the same paths (api/fast_lane.py)
 
 TASK_ID_PATTERN = re.compile(r"^[0-9a-f]{32}$")
+
+
+def new_task_id() -> str:
+    """A fresh task id: 128 random bits as 32 lowercase hex characters (``TASK_ID_PATTERN``).
+    ``uuid4().hex`` costs seven times as much (5.5 against 0.8 us) for what no reader uses."""
+    return secrets.token_hex(16)
+
 IDEMPOTENCY_KEY_MAX_LENGTH = 255
 IDEMPOTENCY_KEY_PATTERN = re.compile(rf"^[\x21-\x7e]{{1,{IDEMPOTENCY_KEY_MAX_LENGTH}}}$")
 
 
+def _query_value(query_string: bytes, name: str) -> str | None:
+    """The last value of ``name`` in a raw query string, as Starlette's ``query_params``
+    reads it, without building them all: a sixth of their cost on the routes every task
+    takes (2 against 13 us for ``wait=30``)."""
+    if not query_string:
+        return None
+    if b"%" in query_string or b"+" in query_string:  # escapes: the standard library decodes them
+        return dict(parse_qsl(query_string.decode("latin-1"), keep_blank_values=True)).get(name)
+    wanted, found = name.encode("latin-1"), None
+    for pair in query_string.split(b"&"):
+        key, _, value = pair.partition(b"=")
+        if key == wanted:
+            found = value.decode("latin-1")
+    return found
+
+
 def parse_wait(request: Request, limit_s: float) -> float:
     """The ``wait`` query parameter: seconds to hold the answer for a result (0 = none)."""
-    raw = request.query_params.get("wait")
+    raw = _query_value(request.scope.get("query_string", b""), "wait")
     if raw is None or raw == "":
         return 0.0
     try:
@@ -75,7 +99,7 @@ def task_answer(task_id: str, record: TaskRecord) -> dict[str, Any]:
 
 
 @router.post(TASKS_PATH, status_code=202)
-async def submit_task(request: Request, principal: Principal = Depends(requires(Scope.SUBMIT))) -> JSONResponse:
+async def submit_task(request: Request, principal: Principal = Depends(requires(Scope.SUBMIT))) -> JsonAnswer:
     """Accept one task; 202 with its task_id once durably queued. With ``?wait=S``, hold
     the answer up to S seconds and return the result inline (200) if it is ready."""
     state = api_state(request)
@@ -85,7 +109,7 @@ async def submit_task(request: Request, principal: Principal = Depends(requires(
     return await _submit(request, principal, state)
 
 
-async def _submit(request: Request, principal: Principal, state: ApiState) -> JSONResponse:
+async def _submit(request: Request, principal: Principal, state: ApiState) -> JsonAnswer:
     settings = state.settings
     wait_s = parse_wait(request, settings.long_poll_max_s)
     document = parse_json(await read_body(request, settings.max_body_bytes))
@@ -93,7 +117,7 @@ async def _submit(request: Request, principal: Principal, state: ApiState) -> JS
         check_admission(state)
     submission = parse_submission(document, state.signature)  # type: ignore[arg-type]
 
-    task_id = uuid.uuid4().hex
+    task_id = new_task_id()
     key = request.headers.get("idempotency-key")
     if key is not None:
         if not IDEMPOTENCY_KEY_PATTERN.match(key):
@@ -106,12 +130,12 @@ async def _submit(request: Request, principal: Principal, state: ApiState) -> JS
         if original is not None:
             record = await state.store.get(original)
             answer = task_answer(original, record) if record else {"task_id": original, "status": TaskStatus.QUEUED.value}
-            return JSONResponse(answer, status_code=200, headers={"Idempotent-Replayed": "true"})
+            return JsonAnswer(answer, status_code=200, headers={"Idempotent-Replayed": "true"})
     if wait_s > 0 and not state.waiters.has_room(principal.tenant):
         wait_s = 0.0  # the tenant holds its limit of waiters here: accept, answer 202 at once
     if wait_s <= 0:
         await _accept(state, principal, submission, task_id, key)
-        return JSONResponse({"task_id": task_id, "status": TaskStatus.QUEUED.value}, status_code=202)
+        return JsonAnswer({"task_id": task_id, "status": TaskStatus.QUEUED.value}, status_code=202)
     # Watch before the task exists: its result cannot be published unseen, and no read of
     # the store is needed to start waiting.
     with state.waiters.holding(principal.tenant), state.waiters.watch(task_id) as finished:
@@ -123,8 +147,8 @@ async def _submit(request: Request, principal: Principal, state: ApiState) -> JS
                 task_id, principal.tenant, deadline - time.monotonic()
             )  # feed lost
         if record is not None and record.status.is_final:
-            return JSONResponse(task_answer(task_id, record), status_code=200)
-    return JSONResponse({"task_id": task_id, "status": TaskStatus.QUEUED.value}, status_code=202)
+            return JsonAnswer(task_answer(task_id, record), status_code=200)
+    return JsonAnswer({"task_id": task_id, "status": TaskStatus.QUEUED.value}, status_code=202)
 
 
 async def _accept(state: ApiState, principal: Principal, submission: Submission, task_id: str, key: str | None) -> None:
@@ -173,7 +197,7 @@ async def submit_tasks(request: Request, principal: Principal = Depends(requires
         except ApiError as error:
             results.append({"error": {"code": error.code, "message": error.message}})
             continue
-        valid[position] = (uuid.uuid4().hex, submission)
+        valid[position] = (new_task_id(), submission)
         results.append({})
 
     async def one(task_id: str, submission: Submission) -> dict[str, Any]:
