@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import AsyncIterator
 
@@ -161,6 +162,23 @@ async def test_a_task_counts_in_flight_for_its_tenant_until_final_and_again_when
     # cannot hold a slot forever.
     assert await store.create_queued(uuid.uuid4().hex, now_ms() + 120_000, "t1", max_in_flight=1) is None
     await redis.aclose()
+
+
+async def test_requests_that_find_a_tenants_limits_stale_share_one_read(
+    stack: EmbeddedStack, store: TaskStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    redis = Redis.from_url(stack.settings.redis_url)
+    limits = TenantLimitStore(redis, store.keys, TenantLimits(0, 3))
+    try:
+        await limits.set("t1", max_in_flight=7)
+        sends = SendCounter(redis, monkeypatch).start()
+        answers = await asyncio.gather(*(limits.get("t1") for _ in range(50)))  # the cache is empty: one read
+        assert sends.stop() == 1
+        assert answers == [TenantLimits(0, 7)] * 50
+        assert await limits.get("t1") == TenantLimits(0, 7)  # fresh now: no read at all
+    finally:
+        await redis.delete(store.keys.tenant_limits)
+        await redis.aclose()
 
 
 async def test_an_idempotency_key_names_a_task_only_once_it_was_accepted(store: TaskStore) -> None:
