@@ -58,6 +58,7 @@ class BatcherLimits:
     max_in_flight_per_partition: int = 2
     max_pending_per_partition: int = 512
     commit_timeout_s: float = 5.0
+    commit_every_s: float = 0.1  # commits of batches finishing within this go as one
     revoke_wait_s: float = 2.0
     shutdown_wait_s: float = 30.0
     store_retry_s: float = 0.5
@@ -556,7 +557,7 @@ class BatcherService:
             await self._commit_wanted.wait()
             self._commit_wanted.clear()
             await self._commit(list(self._partitions.values()))
-            await asyncio.sleep(0.02)  # coalesce the commits of batches finishing together
+            await asyncio.sleep(self._limits.commit_every_s)  # the commits of batches finishing meanwhile go as one
 
     async def _commit(self, states: list[PartitionState]) -> None:
         offsets = {

@@ -61,6 +61,14 @@ class Settings(BaseSettings):
     kafka_commit_timeout_s: float = Field(
         5.0, gt=0, description="Upper bound on one offset commit, so a broker fault cannot hang the batcher."
     )
+    kafka_commit_every_ms: int = Field(
+        100,
+        ge=0,
+        le=10_000,
+        description="Shortest time between a batcher's offset commits: the commits of batches finishing within it "
+        "go as one. A batcher that dies re-reads at most this much finished work, which it skips (those tasks "
+        "are final). At 20 ms, commits were 4.6% of the batcher's profile at saturation.",
+    )
     kafka_fetch_max_wait_ms: int = Field(
         5,
         ge=0,
