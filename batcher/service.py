@@ -466,9 +466,10 @@ class BatcherService:
         label = str(state.tp.partition)
         metrics.FLUSHES.labels(label, reason.value).inc()
         waited_total = upstream_total = 0.0
+        queue_wait = metrics.QUEUE_WAIT.labels(label)  # looked up once a batch, not once a row
         for row in rows:
             waited = now - row.arrived_at
-            metrics.QUEUE_WAIT.labels(label).observe(waited)
+            queue_wait.observe(waited)
             waited_total += waited
             upstream_total += upstream_seconds(row.item)
         metrics.BATCH_STAGE.labels("to_batcher").observe(upstream_total / len(rows))

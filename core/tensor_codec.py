@@ -147,13 +147,19 @@ def _json_element(value: Any) -> Any:
     return value
 
 
-def output_row_to_json(spec: TensorSpec, row: np.ndarray) -> Any:
-    """One row of an output as JSON; a row of shape ``[1]`` becomes a bare scalar."""
+def output_rows_to_json(spec: TensorSpec, array: np.ndarray) -> list[Any]:
+    """Each row of an output as JSON, in order; a row of shape ``[1]`` becomes a bare
+    scalar. Numbers convert in one ``tolist`` for the whole output, not a row at a time."""
+    if len(array) == 0:
+        return []
     if spec.row_shape in ((1,), ()):
-        return _json_element(row.reshape(-1)[0])
-    if row.dtype == object:
-        return np.vectorize(_json_element, otypes=[object])(row).tolist()
-    return row.tolist()
+        first = array.reshape(len(array), -1)[:, 0]  # a row's first element
+        if first.dtype == object or first.dtype.kind in "SU":
+            return [_json_element(value) for value in first]
+        return first.tolist()
+    if array.dtype == object:
+        return np.vectorize(_json_element, otypes=[object])(array).tolist()
+    return array.tolist()
 
 
 def non_finite_rows(specs: Sequence[TensorSpec], outputs: Mapping[str, np.ndarray]) -> dict[int, str]:

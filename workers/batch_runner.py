@@ -35,7 +35,7 @@ from brimful.core.clock import now_ms
 from brimful.core.model_signature import ModelSignature
 from brimful.core.stats import SharedStats, StatsField
 from brimful.core.task_store import TaskStore
-from brimful.core.tensor_codec import non_finite_rows, output_row_to_json, stack_rows
+from brimful.core.tensor_codec import non_finite_rows, output_rows_to_json, stack_rows
 from brimful.core.tracing import BatchTrace, TracedTask, Tracing
 from brimful.schemas import Attempt, TaskRequest
 from brimful.workers.dead_letters import DeadLetterWriter, dead_letter
@@ -409,12 +409,8 @@ class BatchRunner:
             keep = [row for row in range(len(items)) if row not in unfit]
             items = [items[row] for row in keep]
             outputs = {name: array[keep] for name, array in outputs.items()}
-        results = {
-            item.task_id: {
-                spec.name: output_row_to_json(spec, outputs[spec.name][row]) for spec in self.signature.outputs
-            }
-            for row, item in enumerate(items)
-        }
+        columns = {spec.name: output_rows_to_json(spec, outputs[spec.name]) for spec in self.signature.outputs}
+        results = {item.task_id: {name: column[row] for name, column in columns.items()} for row, item in enumerate(items)}
         # The batch's counters so far ride along with its results: one round trip for both.
         done = await self.store.mark_done(results, outcome.stats, done_counter=StatsField.TASKS_DONE)
         outcome.stats.clear()

@@ -10,7 +10,7 @@ from brimful.core.tensor_codec import (
     InputValidationError,
     encode_input,
     non_finite_rows,
-    output_row_to_json,
+    output_rows_to_json,
     stack_rows,
 )
 from brimful.workers.padding import pad_batch, pad_rows, unpad
@@ -73,10 +73,17 @@ def test_invalid_values_are_refused_with_a_message_naming_the_problem(spec: Tens
 
 
 def test_output_rows_become_json() -> None:
-    assert output_row_to_json(TEXT, np.array([b"abc"], dtype=object)) == "abc"
-    assert output_row_to_json(COUNT, np.array([7], dtype=np.int8)) == 7
-    assert output_row_to_json(VECTOR, np.array([1.0, 2.0, 3.0], dtype=np.float32)) == [1.0, 2.0, 3.0]
-    assert output_row_to_json(TEXT, np.array([b"\xff"], dtype=object)) == {"base64": "/w=="}
+    assert output_rows_to_json(TEXT, np.array([[b"abc"], [b"\xff"], [b""]], dtype=object)) == ["abc", {"base64": "/w=="}, ""]
+    assert output_rows_to_json(TEXT, np.array([[b"abc"], [b"de"]], dtype="S3")) == ["abc", "de"]
+    counts = output_rows_to_json(COUNT, np.array([[7], [-3]], dtype=np.int8))
+    assert counts == [7, -3] and all(type(count) is int for count in counts)
+    assert output_rows_to_json(VECTOR, np.array([[1.0, 2.0, 3.0], [0.5, 0.0, -1.0]], dtype=np.float32)) == [
+        [1.0, 2.0, 3.0], [0.5, 0.0, -1.0]
+    ]
+    assert output_rows_to_json(TensorSpec("W", "BYTES", (2,)), np.array([[b"a", b"\xff"]], dtype=object)) == [
+        ["a", {"base64": "/w=="}]
+    ]
+    assert output_rows_to_json(COUNT, np.zeros((0, 1), dtype=np.int8)) == []
 
 
 def test_signature_from_triton_metadata_drops_the_batch_dimension() -> None:
