@@ -46,9 +46,9 @@ class TenantLimitStore:
 
     async def get(self, tenant: str) -> TenantLimits:
         """The tenant's limits: its override if one is set, else the defaults (cached briefly).
-        One read refreshes a stale copy for every request that needs it meanwhile: each of
-        them reading Redis on its own cost 7% of the API's CPU at saturation, hundreds of
-        reads a second queueing for the connection pool."""
+        One read refreshes a stale copy for every request that needs it meanwhile: when each
+        read Redis on its own, 48 reads a second instead of one queued for the connection
+        pool at saturation (7% of the API's profile)."""
         cached = self._cache.get(tenant)
         if cached is not None and time.monotonic() - cached[0] < CACHE_S:
             return cached[1]
