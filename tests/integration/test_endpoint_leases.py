@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from dataclasses import dataclass
 from typing import AsyncIterator
 
 import pytest
@@ -18,7 +19,7 @@ from brimful.stack import EmbeddedStack
 from brimful.workers.circuit_breaker import CircuitBreaker
 from brimful.workers.endpoint_leases import EndpointLeases
 from brimful.workers.endpoint_pool import EndpointPool
-from brimful.workers.model_pool import ModelPool
+from brimful.workers.model_pool import ModelPool, Slot
 from brimful.workers.triton_model import TritonModel
 
 # Nothing listens there: no call is made, the pool only needs clients to hold.
@@ -65,44 +66,57 @@ async def test_a_lease_that_fails_after_moving_endpoints_gives_both_places_back(
         await pool.close()
 
 
-async def test_an_abandoned_lease_is_freed_once_and_given_back_in_redis(redis: Redis) -> None:
+@dataclass
+class TwoSlots:
+    """Two slots reserved on one endpoint of capacity 2, its leases under keys of their own."""
+
+    keys: RedisKeys
+    pool: ModelPool
+    url: str
+    slot: Slot
+    neighbour: Slot
+
+
+@pytest.fixture
+async def two_slots(redis: Redis) -> AsyncIterator[TwoSlots]:
     keys = RedisKeys(f"lease-test-{uuid.uuid4().hex[:8]}")
     pool = make_pool(redis, keys, urls=URLS[:1], capacity=2)
-    url = URLS[0]
     slot, neighbour = pool.reserve(rows=3), pool.reserve(rows=3)
     assert slot is not None and neighbour is not None
     try:
-        assert await pool.secure(slot, rows=3) is slot and slot.leased
-        assert await redis.zcard(keys.endpoint_slots(url)) == 1
-        pool.abandon(slot)
-        pool.abandon(slot)  # twice: the neighbour's place stays taken
-        assert in_flight(pool) == {url: 1}
-        deadline = time.monotonic() + 5
-        while await redis.zcard(keys.endpoint_slots(url)):  # given back in the background
-            assert time.monotonic() < deadline, "the lease was never given back"
-            await asyncio.sleep(0.01)
+        yield TwoSlots(keys, pool, URLS[0], slot, neighbour)
     finally:
-        await redis.delete(keys.endpoint_slots(url))
+        await redis.delete(keys.endpoint_slots(URLS[0]))
         await pool.close()
 
 
-async def test_a_slot_released_soon_is_free_at_once_and_gives_back_only_its_own_lease(redis: Redis) -> None:
-    keys = RedisKeys(f"lease-test-{uuid.uuid4().hex[:8]}")
-    pool = make_pool(redis, keys, urls=URLS[:1], capacity=2)
-    url = URLS[0]
-    slot, neighbour = pool.reserve(rows=3), pool.reserve(rows=3)
-    assert slot is not None and neighbour is not None
-    try:
-        for held in (slot, neighbour):
-            assert await pool.secure(held, rows=3) is held and held.leased
-        assert await redis.zcard(keys.endpoint_slots(url)) == 2
-        pool.release_soon(slot)
-        assert in_flight(pool) == {url: 1}  # free here before any round trip: the next batch may go
-        deadline = time.monotonic() + 5
-        while await redis.zcard(keys.endpoint_slots(url)) != 1:
-            assert time.monotonic() < deadline, "the lease was never given back"
-            await asyncio.sleep(0.01)
-        assert await redis.zrange(keys.endpoint_slots(url), 0, -1) == [neighbour.holder.encode()]
-    finally:
-        await redis.delete(keys.endpoint_slots(url))
-        await pool.close()
+async def wait_for_leases(redis: Redis, key: str, count: int) -> None:
+    """Until ``count`` leases are held under ``key`` (leases go back in the background)."""
+    deadline = time.monotonic() + 5
+    while await redis.zcard(key) != count:
+        assert time.monotonic() < deadline, "the lease was never given back"
+        await asyncio.sleep(0.01)
+
+
+async def test_an_abandoned_lease_is_freed_once_and_given_back_in_redis(redis: Redis, two_slots: TwoSlots) -> None:
+    pool, slot, key = two_slots.pool, two_slots.slot, two_slots.keys.endpoint_slots(two_slots.url)
+    assert await pool.secure(slot, rows=3) is slot and slot.leased
+    assert await redis.zcard(key) == 1
+    pool.abandon(slot)
+    pool.abandon(slot)  # twice: the neighbour's place stays taken
+    assert in_flight(pool) == {two_slots.url: 1}
+    await wait_for_leases(redis, key, 0)
+
+
+async def test_a_slot_released_soon_is_free_at_once_and_gives_back_only_its_own_lease(
+    redis: Redis, two_slots: TwoSlots
+) -> None:
+    pool, slot, neighbour = two_slots.pool, two_slots.slot, two_slots.neighbour
+    key = two_slots.keys.endpoint_slots(two_slots.url)
+    for held in (slot, neighbour):
+        assert await pool.secure(held, rows=3) is held and held.leased
+    assert await redis.zcard(key) == 2
+    pool.release_soon(slot)
+    assert in_flight(pool) == {two_slots.url: 1}  # free here before any round trip: the next batch may go
+    await wait_for_leases(redis, key, 1)
+    assert await redis.zrange(key, 0, -1) == [neighbour.holder.encode()]
