@@ -44,17 +44,19 @@ local moved = {}
 local finished = {}
 for i = 1, tasks do
   local key = KEYS[i]
-  local current = redis.call('HGET', key, 'status')
+  -- One read and one write a task: what it is now, and what it becomes.
+  local kept = redis.call('HMGET', key, 'status', 'tenant', 'submitted_at_ms')
+  local current = kept[1]
   if current and string.find(',' .. allowed .. ',', ',' .. current .. ',', 1, true) then
-    redis.call('HSET', key, 'status', new_status, 'updated_at_ms', now)
     local value = ARGV[first_value + i]
     if field ~= '' and value ~= '' then
-      redis.call('HSET', key, field, value)
+      redis.call('HSET', key, 'status', new_status, 'updated_at_ms', now, field, value)
+    else
+      redis.call('HSET', key, 'status', new_status, 'updated_at_ms', now)
     end
     redis.call('EXPIRE', key, ttl)
     local task_id = string.match(key, '[^:]+$')
-    local kept = redis.call('HMGET', key, 'tenant', 'submitted_at_ms')
-    local tenant, submitted = kept[1] or '', kept[2] or '0'
+    local tenant, submitted = kept[2] or '', kept[3] or '0'
     if in_flight_prefix ~= '' then
       redis.call('ZREM', in_flight_prefix .. tenant, task_id)
     end
