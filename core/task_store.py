@@ -111,12 +111,20 @@ local outcomes = {}
 local function failed(reply)
   return type(reply) == 'table' and reply.err
 end
+local trimmed = {}
 for i = 1, #KEYS / 2 do
   local record, in_flight = KEYS[2 * i - 1], KEYS[2 * i]
   local at = 2 + 5 * (i - 1)
   local submitted, limit, oldest, task_id, tenant = ARGV[at + 1], tonumber(ARGV[at + 2]), ARGV[at + 3], ARGV[at + 4], ARGV[at + 5]
   local outcome = -1
-  local reply = redis.pcall('ZREMRANGEBYSCORE', in_flight, '-inf', '(' .. oldest)
+  -- A tenant's stale entries are dropped once a group (by its first task's cutoff, which
+  -- the group's others share to the millisecond), not once a task; a failure, once heard,
+  -- answers each of the tenant's tasks in the group as it did the first.
+  local reply = trimmed[in_flight]
+  if reply == nil then
+    reply = redis.pcall('ZREMRANGEBYSCORE', in_flight, '-inf', '(' .. oldest)
+    trimmed[in_flight] = reply
+  end
   if failed(reply) then
     outcome = reply.err
   elseif limit > 0 and redis.call('ZCARD', in_flight) >= limit then
