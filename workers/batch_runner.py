@@ -178,7 +178,7 @@ class BatchRunner:
                 await self._resolve(batch, seat, items, _Attempts(), outcome, isolating=False)
         finally:
             if seat.slot is not None:
-                await self.pool.release(seat.slot)
+                self.pool.release(seat.slot)
         if any(outcome.stats.values()):  # what no store call carried (a batch with no result)
             await self.stats.add(outcome.stats)
         if outcome.calls == 1 and outcome.call_ended_ns and batch.flushed_ns:  # the common path; retries and splits would blur the stages
@@ -246,7 +246,7 @@ class BatchRunner:
         in Brimful or in what it was given): every task of it not yet final fails, with
         its dead letter. Safe to repeat."""
         if batch.slot is not None:
-            await self.pool.release(batch.slot)
+            self.pool.release(batch.slot)
             batch.slot = None
         unfinished = set(await self.store.unfinished(item.task_id for item in batch.items))
         items = [item for item in batch.items if item.task_id in unfinished]
@@ -347,14 +347,14 @@ class BatchRunner:
                 # answer: the endpoint serves, the batch is the problem.
                 self.pool.record_call(seat.slot, started, len(items), transient_failure=error.error_class.is_transient)
                 if not error.error_class.is_transient:
-                    await self._leave_seat(seat)
+                    self._leave_seat(seat)
                 await self.stats.add({**call_stats, StatsField.CALLS_FAILED: 1})
                 if not error.error_class.is_transient:
                     raise
                 now = self._clock()
                 outage_started = outage_started if outage_started is not None else now
                 if now - outage_started > self.transient_give_up_s:
-                    await self._leave_seat(seat)
+                    self._leave_seat(seat)
                     raise TransientOutageTooLong(error) from error
                 transient_retries += 1
                 metrics.MODEL_RETRIES.labels("transient").inc()
@@ -373,15 +373,14 @@ class BatchRunner:
             outcome.call_started_ns, outcome.call_ended_ns = started_ns, time.time_ns()
             outcome.endpoint = seat.slot.endpoint.url
             metrics.ENDPOINT_ROWS.labels(seat.slot.endpoint.url).inc(len(items))
-            slot, seat.slot = seat.slot, None
-            self.pool.release_soon(slot)  # its lease goes back while the results are stored
+            self._leave_seat(seat)  # its lease goes back while the results are stored
             outcome.stats.update(call_stats)
             return outputs
 
-    async def _leave_seat(self, seat: _Seat) -> None:
+    def _leave_seat(self, seat: _Seat) -> None:
         if seat.slot is not None:
             slot, seat.slot = seat.slot, None
-            await self.pool.release(slot)
+            self.pool.release(slot)
 
     async def _call(self, slot: Slot, padded: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         endpoint = slot.endpoint.url

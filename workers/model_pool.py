@@ -27,6 +27,7 @@ log = logging.getLogger("brimful.worker")
 
 Resolver = Callable[[str, int], Awaitable[list[str]]]
 
+GIVE_BACK_WAIT_S = 2.0  # the most close() waits for leases on their way back; the rest expire
 _BREAKER_LEVEL = {BreakerState.CLOSED: 0, BreakerState.HALF_OPEN: 1, BreakerState.OPEN: 2}
 
 
@@ -217,17 +218,10 @@ class ModelPool:
         if not transient_failure:
             metrics.ENDPOINT_CALL_SECONDS.labels(slot.endpoint.url).set(slot.endpoint.call_time.predict(self.batch_size))
 
-    async def release(self, slot: Slot) -> None:
-        """Give the slot back (locally at once; its lease, if any, never raises)."""
-        self._free(slot)
-        if slot.leased and self._leases is not None:
-            slot.leased = False
-            await self._leases.give_back(slot.endpoint.url, slot.holder)
-
-    def release_soon(self, slot: Slot) -> None:
-        """Give the slot back locally at once and its lease, if any, in the background: a
-        call's results should not wait a round trip to Redis before they are stored. The
-        lease's holder name is the slot's own, so a late give-back frees only this lease."""
+    def release(self, slot: Slot) -> None:
+        """Give the slot back: here at once, and its lease, if any, to Redis in the
+        background (never raises), so a call's results do not wait a round trip for it.
+        The lease's holder name is the slot's own: a late give-back frees only that lease."""
         self._free(slot)
         if slot.leased:
             slot.leased = False
@@ -250,7 +244,7 @@ class ModelPool:
     async def switch(self, slot: Slot, rows: int) -> Slot:
         """After a transient failure: give the slot back and take another, which
         ``EndpointPool.choose`` places away from the endpoint that failed where it can."""
-        await self.release(slot)
+        self.release(slot)
         return await self.secure(await self.acquire(rows), rows)
 
     def can_switch_now(self) -> bool:
@@ -348,6 +342,10 @@ class ModelPool:
         return self._models[next(iter(self.pool.endpoints))]
 
     async def close(self) -> None:
+        """Close the model clients, once the leases given back meanwhile have reached Redis
+        (a stopping batcher must not hold slots other batchers wait for until they expire)."""
+        if self._giving_back:
+            await asyncio.wait(set(self._giving_back), timeout=GIVE_BACK_WAIT_S)
         for model in self._models.values():
             await model.close()
         self._models.clear()

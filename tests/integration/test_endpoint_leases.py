@@ -1,6 +1,6 @@
 """Endpoint slots leased in a real Redis: a lease cut short by an error gives back every
-slot it touched, giving a slot back twice frees it once, and a slot released after its
-call is free at once while its lease goes back in the background."""
+slot it touched, giving a slot back twice frees it once, a released slot is free at once
+while its lease goes back in the background, and closing the pool waits for those leases."""
 
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ async def test_a_lease_that_fails_after_moving_endpoints_gives_both_places_back(
         with pytest.raises(ResponseError):
             await pool.secure(slot, rows=3)
         assert in_flight(pool) == {first: 0, other: 0}
-        await pool.release(slot)  # the caller gives back what it held: already freed, nothing more
+        pool.release(slot)  # the caller gives back what it held: already freed, nothing more
         assert in_flight(pool) == {first: 0, other: 0}
         assert all(not e.started for e in pool.pool.endpoints.values())
     finally:
@@ -108,7 +108,7 @@ async def test_an_abandoned_lease_is_freed_once_and_given_back_in_redis(redis: R
     await wait_for_leases(redis, key, 0)
 
 
-async def test_a_slot_released_soon_is_free_at_once_and_gives_back_only_its_own_lease(
+async def test_a_released_slot_is_free_at_once_and_gives_back_only_its_own_lease(
     redis: Redis, two_slots: TwoSlots
 ) -> None:
     pool, slot, neighbour = two_slots.pool, two_slots.slot, two_slots.neighbour
@@ -116,7 +116,18 @@ async def test_a_slot_released_soon_is_free_at_once_and_gives_back_only_its_own_
     for held in (slot, neighbour):
         assert await pool.secure(held, rows=3) is held and held.leased
     assert await redis.zcard(key) == 2
-    pool.release_soon(slot)
+    pool.release(slot)
     assert in_flight(pool) == {two_slots.url: 1}  # free here before any round trip: the next batch may go
     await wait_for_leases(redis, key, 1)
     assert await redis.zrange(key, 0, -1) == [neighbour.holder.encode()]
+
+
+async def test_closing_the_pool_waits_for_the_leases_on_their_way_back(redis: Redis, two_slots: TwoSlots) -> None:
+    pool, key = two_slots.pool, two_slots.keys.endpoint_slots(two_slots.url)
+    for held in (two_slots.slot, two_slots.neighbour):
+        assert await pool.secure(held, rows=3) is held
+    assert await redis.zcard(key) == 2
+    pool.release(two_slots.slot)
+    pool.release(two_slots.neighbour)
+    await pool.close()  # a stopping batcher: its leases must not outlive it until they expire
+    assert await redis.zcard(key) == 0

@@ -189,7 +189,7 @@ async def test_endpoint_names_are_re_resolved_without_a_restart(pool_stack: Embe
         await pool.refresh()
         assert pool.reserve(64) is None  # first is retired (no new calls), second is busy
         for slot in held:
-            await pool.release(slot)  # type: ignore[arg-type]
+            pool.release(slot)  # type: ignore[arg-type]
         await pool.refresh()
         assert [e["url"] for e in pool.summary()] == [second]
     finally:
