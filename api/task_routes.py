@@ -38,15 +38,14 @@ router = APIRouter(tags=["tasks"])
 TASKS_PATH = "/v1/tasks"  # the fast lane matches the same paths (api/fast_lane.py)
 
 TASK_ID_PATTERN = re.compile(r"^[0-9a-f]{32}$")
+IDEMPOTENCY_KEY_MAX_LENGTH = 255
+IDEMPOTENCY_KEY_PATTERN = re.compile(rf"^[\x21-\x7e]{{1,{IDEMPOTENCY_KEY_MAX_LENGTH}}}$")
 
 
 def new_task_id() -> str:
     """A fresh task id: 128 random bits as 32 lowercase hex characters (``TASK_ID_PATTERN``).
     ``uuid4().hex`` costs seven times as much (5.5 against 0.8 us) for what no reader uses."""
     return secrets.token_hex(16)
-
-IDEMPOTENCY_KEY_MAX_LENGTH = 255
-IDEMPOTENCY_KEY_PATTERN = re.compile(rf"^[\x21-\x7e]{{1,{IDEMPOTENCY_KEY_MAX_LENGTH}}}$")
 
 
 def _query_value(query_string: bytes, name: str) -> str | None:
