@@ -14,12 +14,17 @@ handled half-way.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
-from typing import cast
+from typing import Callable, cast
 from urllib.parse import urlsplit
 
 _HEADER_END = b"\r\n\r\n"
 MAX_HEADER_BYTES = 64 * 1024  # an answer whose headers run past this is refused, not buffered
+# A connection idle longer than this is closed, not reused: a server closes idle keep-alive
+# connections after a timeout of its own (uvicorn's is 5 s), and a request sent as it does
+# is lost to a reset. Below every common server's timeout.
+MAX_IDLE_S = 2.0
 
 
 class HttpError(Exception):
@@ -32,6 +37,7 @@ class _Connection(asyncio.Protocol):
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
         self.reusable = True
+        self.idle_since = 0.0  # when it last went back to the pool
         self._buffer = bytearray()
         self._answer: asyncio.Future[tuple[int, bytes]] | None = None
         self._status = 0
@@ -140,13 +146,18 @@ class HttpPool:
     """Keep-alive connections to one ``http://host:port``, opened as requests need them,
     at most ``limit`` at once (a request past the limit waits for a free one)."""
 
-    def __init__(self, base_url: str, limit: int = 4000) -> None:
+    def __init__(
+        self, base_url: str, limit: int = 4000, max_idle_s: float = MAX_IDLE_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         parts = urlsplit(base_url)
         if parts.scheme != "http" or not parts.hostname:
             raise ValueError(f"only http://host:port URLs are supported, not {base_url!r}")
         self.host, self.port = parts.hostname, parts.port or 80
         self._host_header = f"{self.host}:{self.port}".encode()
-        self._idle: deque[_Connection] = deque()
+        self._idle: deque[_Connection] = deque()  # oldest return on the left
+        self._max_idle_s = max_idle_s
+        self._clock = clock
         self._slots = asyncio.Semaphore(limit)
         self._open: set[_Connection] = set()
 
@@ -167,12 +178,16 @@ class HttpPool:
                 self._discard(connection)
                 raise
             if connection.reusable:
+                connection.idle_since = self._clock()
                 self._idle.append(connection)
             else:
                 self._discard(connection)
             return answer
 
     async def _connection(self) -> _Connection:
+        stale_before = self._clock() - self._max_idle_s
+        while self._idle and self._idle[0].idle_since < stale_before:
+            self._discard(self._idle.popleft())
         while self._idle:
             connection = self._idle.pop()
             if connection.reusable:

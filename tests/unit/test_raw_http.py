@@ -81,6 +81,22 @@ async def test_a_connection_the_server_closes_is_not_used_again() -> None:
     assert connections == [1, 1]
 
 
+async def test_a_connection_idle_past_max_idle_is_closed_not_reused() -> None:
+    # The server's own keep-alive timeout may close it just as a request goes out on it.
+    now = [100.0]
+    async with server(lambda request: [ok(b"hi")]) as (url, connections):
+        pool = HttpPool(url, max_idle_s=2.0, clock=lambda: now[0])
+        try:
+            await pool.request("GET", "/")
+            now[0] += 1.9
+            await pool.request("GET", "/")  # idle 1.9 s: reused
+            now[0] += 2.1
+            await pool.request("GET", "/")  # idle 2.1 s: a new connection
+        finally:
+            await pool.close()
+    assert connections == [2, 1]
+
+
 async def test_a_chunked_answer_comes_back_whole_and_the_connection_is_kept() -> None:
     chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\na;x=y\r\n0123456789\r\n0\r\n\r\n"
     async with server(lambda request: [chunked[:40], chunked[40:55], chunked[55:]]) as (url, connections):
