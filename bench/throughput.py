@@ -233,11 +233,14 @@ def tune(stack: EmbeddedStack, **changes: float) -> None:
     )
     urllib.request.urlopen(request, timeout=10).close()
 
+    # A batcher shows its parameters in seconds: latency_target_ms=90 reads latency_target=0.09.
+    wanted = {name.removesuffix("_ms"): value / 1000 if name.endswith("_ms") else value for name, value in changes.items()}
+
     def applied() -> bool:
         with urllib.request.urlopen(f"{stack.api_url}/v1/stats", timeout=10) as answer:
             batchers = json.load(answer)["batchers"]
         return bool(batchers) and all(
-            abs(b["params"][name] - value) < 1e-9 for b in batchers for name, value in changes.items()
+            abs(b["params"][name] - value) < 1e-9 for b in batchers for name, value in wanted.items()
         )
 
     wait_until(applied, 10, "batchers applying the tuned policy")

@@ -1,0 +1,159 @@
+"""What the latency target buys and costs: rows per call against latency, beside Triton's
+dynamic batcher at the same load.
+
+    .venv/bin/python bench/latency_target.py [--rates 90,450] [--targets 50,90,130] [--reps 2] [--seconds 10]
+
+Starts the embedded stack with the GPU-like model (every call at least 20 ms; one instance,
+and a second slot that queues the next call, as ``make bench`` runs it). At each offered
+rate (open-loop Poisson) it runs the dynamic batcher once, then Brimful once per
+``latency_target_ms``, tuned live as an operator would (``PATCH /v1/admin/policy``), each
+Brimful run on an empty broker. Repetitions alternate the targets' order, so a machine that
+slows during the run weighs on no target more than another. The defaults are about 5% and
+25% of the load Brimful sustains with this model in ``make bench`` on a 2-core machine.
+
+Each run's figures go to ``latency_target.json`` as soon as they are measured and the
+report ``latency_target.md`` is rebuilt after each; ``--render`` rebuilds it from the JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.throughput import loadgen, stats, triton_batches, tune  # noqa: E402
+from bench.throughput_plan import API_WORKERS, MODELS  # noqa: E402
+from brimful.model_server.model_host import dynamic_name  # noqa: E402
+from brimful.stack import EmbeddedStack, settings_on_free_ports  # noqa: E402
+
+DEFAULT_RATES = "90,450"
+DEFAULT_TARGETS = "50,90,130"
+
+
+def run_dynamic(stack: EmbeddedStack, rate: float, seconds: float) -> dict[str, Any]:
+    model = dynamic_name(stack.settings.model_name)
+    rows_before, calls_before = triton_batches(stack, model)
+    summary = loadgen(stack, "dynamic", seconds, rate=rate)
+    rows_after, calls_after = triton_batches(stack, model)
+    return {"path": "dynamic", **_figures(summary), "rows_per_call": (rows_after - rows_before) / max(1.0, calls_after - calls_before)}
+
+
+def run_brimful(stack: EmbeddedStack, rate: float, target_ms: float, seconds: float) -> dict[str, Any]:
+    tune(stack, latency_target_ms=target_ms)
+    stack.empty_broker()  # the embedded broker slows as it fills
+    before = stats(stack)
+    summary = loadgen(stack, "brimful", seconds, rate=rate)
+    after = stats(stack)
+    batches = after.get("batches_dispatched", 0) - before.get("batches_dispatched", 0)
+    rows = after.get("rows_dispatched", 0) - before.get("rows_dispatched", 0)
+    return {"path": "brimful", "target_ms": target_ms, **_figures(summary), "rows_per_call": rows / batches if batches else 0.0}
+
+
+def _figures(summary: dict[str, Any]) -> dict[str, Any]:
+    return {"p50_ms": summary["p50_ms"], "p99_ms": summary["p99_ms"], "errors": summary["errors"] + summary["lost"]}
+
+
+def _span(values: list[float], digits: int) -> str:
+    low, high = min(values), max(values)
+    return f"{low:.{digits}f}" if round(low, digits) == round(high, digits) else f"{low:.{digits}f}-{high:.{digits}f}"
+
+
+def render(results: dict[str, Any]) -> str:
+    lines = [
+        "# The latency target's price: rows per call against latency (GPU-like model, one endpoint)",
+        "",
+        f"Command: `{results['command']}`. Machine: {results['machine']}. Each cell is the range over the "
+        "repetitions; ms from the scheduled arrival to the answer.",
+        "",
+        "| rate /s | path | latency_target_ms | p50 ms | p99 ms | rows per call | runs |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    runs = [run for run in results["runs"] if "error" not in run]
+    for rate in sorted({run["rate"] for run in runs}):
+        keys = sorted({(run["path"], run.get("target_ms", 0.0)) for run in runs if run["rate"] == rate})
+        for path, target in keys:
+            same = [run for run in runs if run["rate"] == rate and run["path"] == path and run.get("target_ms", 0.0) == target]
+            lines.append(
+                f"| {rate:.0f} | {path} | {f'{target:g}' if path == 'brimful' else '-'} "
+                f"| {_span([r['p50_ms'] for r in same], 1)} | {_span([r['p99_ms'] for r in same], 1)} "
+                f"| {_span([r['rows_per_call'] for r in same], 1)} | {len(same)} |"
+            )
+    failed = [run for run in results["runs"] if "error" in run]
+    errors = sum(run.get("errors", 0) for run in runs)
+    lines += ["", f"Errors or lost requests: {errors}. Runs that failed: {len(failed)}."]
+    lines += [f"- {run['rate']:.0f}/s {run['path']} {run.get('target_ms', '')}: {run['error']}" for run in failed]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rates", default=DEFAULT_RATES, help="offered loads, tasks/s")
+    parser.add_argument("--targets", default=DEFAULT_TARGETS, help="latency_target_ms values to compare")
+    parser.add_argument("--reps", type=int, default=2, help="repetitions at each rate")
+    parser.add_argument("--seconds", type=float, default=10.0, help="length of each run")
+    parser.add_argument("--out-dir", type=Path, default=Path(__file__).resolve().parent / "results")
+    parser.add_argument("--render", action="store_true", help="rebuild latency_target.md from latency_target.json")
+    args = parser.parse_args()
+    json_path, md_path = args.out_dir / "latency_target.json", args.out_dir / "latency_target.md"
+    if args.render:
+        md_path.write_text(render(json.loads(json_path.read_text())))
+        return 0
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    command = "python bench/latency_target.py"
+    for flag, value, default in (("--rates", args.rates, DEFAULT_RATES), ("--targets", args.targets, DEFAULT_TARGETS),
+                                 ("--reps", args.reps, 2), ("--seconds", args.seconds, 10.0)):
+        command += "" if value == default else f" {flag} {value}"
+    results: dict[str, Any] = {
+        "command": command,
+        "machine": f"{platform.machine()}, {len(os.sched_getaffinity(0))} CPU cores, Python {platform.python_version()}",
+        "runs": [],
+    }
+    targets = [float(part) for part in args.targets.split(",")]
+    model = MODELS["gpu-like"]
+    settings = settings_on_free_ports(
+        rate_limit_per_s=0, tenant_max_in_flight=0, max_backlog=10_000_000, result_ttl_s=600, api_workers=API_WORKERS,
+        model_name=model.model_name, endpoint_instances=1, endpoint_capacity=2,
+    )
+
+    def record(run: dict[str, Any]) -> None:
+        results["runs"].append(run)
+        json_path.write_text(json.dumps(results, indent=2))
+        md_path.write_text(render(results))
+
+    with tempfile.TemporaryDirectory(prefix="brimful-target-") as scratch:
+        stack = EmbeddedStack(settings, Path(scratch), model_host_args=(*model.host_args, "--with-dynamic"))
+        stack.start()
+        try:
+            for rate in (float(part) for part in args.rates.split(",")):
+                for rep in range(args.reps):
+                    steps: list[tuple[str, float]] = [("dynamic", 0.0)]
+                    steps += [("brimful", target) for target in (targets if rep % 2 == 0 else targets[::-1])]
+                    for path, target in steps:
+                        try:
+                            if path == "dynamic":
+                                run = run_dynamic(stack, rate, args.seconds)
+                            else:
+                                run = run_brimful(stack, rate, target, args.seconds)
+                        except Exception as error:  # recorded; the next run still goes
+                            run = {"path": path, "target_ms": target, "error": f"{type(error).__name__}: {error}"[:300]}
+                        run["rate"], run["rep"] = rate, rep
+                        record(run)
+                        print(f"  {rate:.0f}/s {path} {target:g}: " + ", ".join(
+                            f"{k} {v:.1f}" for k, v in run.items() if k.endswith(("_ms", "_call")) and isinstance(v, float)
+                        ), flush=True)
+            tune(stack, latency_target_ms=settings.latency_target_ms)
+        finally:
+            stack.stop()
+    print(md_path.read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
