@@ -9,6 +9,7 @@ import logging
 from aiokafka import AIOKafkaProducer
 from fastapi import Request
 
+from brimful.api.api_key_cache import ApiKeyCache
 from brimful.api.backlog import BacklogMonitor
 from brimful.api.dead_letter_admin import DeadLetterAdmin
 from brimful.api.group_commit import GroupCommitter
@@ -56,7 +57,9 @@ class ApiState:
         metrics.BACKLOG_LIMIT_ROWS.set(settings.max_backlog)
         self.tracing = configure_tracing(settings, "brimful-api")
         self.waiters = TaskWaiters(self.redis, keys, self.store, settings.tenant_max_long_polls)
-        self.api_keys = ApiKeys(self.redis, keys)
+        self.api_keys = ApiKeyCache(
+            ApiKeys(self.redis, keys), self.redis, keys.revoked_keys_channel, settings.api_key_cache_s
+        )
         self.rate_limiter = RateLimiter(self.redis, keys.rate_bucket, settings.rate_limit_per_s, settings.rate_limit_burst, "tasks")
         self.read_limiter = RateLimiter(
             self.redis, keys.read_bucket, settings.read_rate_limit_per_s, settings.read_rate_limit_burst, "reads"
@@ -73,6 +76,8 @@ class ApiState:
             asyncio.create_task(self.backlog.run(), name="backlog-monitor"),
             asyncio.create_task(self.waiters.run(), name="task-waiters"),
         ]
+        if self.settings.auth_enabled:
+            self._background.append(asyncio.create_task(self.api_keys.follow_revocations(), name="key-revocations"))
 
     async def stop(self) -> None:
         for task in self._background:

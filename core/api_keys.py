@@ -1,8 +1,9 @@
 """API keys: who may call, for which tenant, with which scopes.
 
 A key is shown once, when created; Redis keeps only its SHA-256 (``RedisKeys.api_keys``,
-a hash of digest -> JSON record), so a leaked database leaks no usable key. Every
-request looks its key up afresh: a revoked key is refused on its next call.
+a hash of digest -> JSON record), so a leaked database leaks no usable key. A revocation
+is announced on ``RedisKeys.revoked_keys_channel``, so API processes that keep keys they
+looked up (``brimful.api.api_key_cache``) forget it at once.
 """
 
 from __future__ import annotations
@@ -77,7 +78,11 @@ class ApiKeys:
 
     async def find(self, key: str) -> KeyRecord | None:
         """The record of a presented key, or None when unknown."""
-        raw = await self._redis.hget(self._keys.api_keys, digest(key))
+        return await self.find_digest(digest(key))
+
+    async def find_digest(self, hashed: str) -> KeyRecord | None:
+        """The record of the key whose digest is ``hashed``, or None when unknown."""
+        raw = await self._redis.hget(self._keys.api_keys, hashed)
         return _record(raw) if raw else None
 
     async def list(self) -> list[KeyRecord]:
@@ -93,6 +98,8 @@ class ApiKeys:
                 record = _record(value)
                 revoked = KeyRecord(**{**asdict(record), "revoked_at_ms": now_ms()})
                 await self._redis.hset(self._keys.api_keys, hashed, json.dumps(asdict(revoked)))
+                # Stored first: a process that hears of it and reads the key again reads it revoked.
+                await self._redis.publish(self._keys.revoked_keys_channel, revoked.key_id)
                 return revoked
         return None
 

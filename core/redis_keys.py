@@ -26,6 +26,7 @@ class RedisKeys:
     - ``{prefix}:idempotency:{key}``: the task_id an Idempotency-Key was first used for.
     - ``{prefix}:ratelimit:{tenant}``: the tenant's token bucket (tokens, time).
     - ``{prefix}:apikeys``: hash of SHA-256(API key) -> its record (JSON); never a key.
+    - ``{prefix}:apikeys:revoked`` (pub/sub channel): the id of each key as it is revoked.
     - ``{prefix}:tenantlimits``: hash of tenant -> its own limits (JSON), where set.
     - ``{prefix}:inflight:{tenant}``: sorted set of the tenant's unfinished task ids,
       scored by submission time (ms).
@@ -61,6 +62,11 @@ class RedisKeys:
     @property
     def api_keys(self) -> str:
         return f"{self.prefix}:apikeys"
+
+    @property
+    def revoked_keys_channel(self) -> str:
+        """Where a revoked API key's id is announced, so every API process forgets it."""
+        return f"{self.prefix}:apikeys:revoked"
 
     @property
     def tenant_limits(self) -> str:

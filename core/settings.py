@@ -258,6 +258,14 @@ class Settings(BaseSettings):
     auth_enabled: bool = Field(
         True, description="Require `Authorization: Bearer <key>` (keys from `brimful keys`). `brimful up` turns it off."
     )
+    api_key_cache_s: float = Field(
+        5.0,
+        ge=0,
+        le=300,
+        description="How long an API process trusts a key it looked up before reading it from Redis again. A "
+        "revocation reaches every API process at once (a Redis channel); this bounds how long one can go unheard "
+        "if that message is lost. 0: read the key from Redis on every request.",
+    )
     rate_limit_per_s: float = Field(
         1000.0, ge=0, description="Tasks per second each tenant may submit (token bucket); 0: no limit."
     )
