@@ -68,10 +68,12 @@ class ApiKeyCache:
             del self._held[hashed]
 
     def forget_all(self) -> None:
+        """Forget every key (the announcements may have gone unheard)."""
         self._generation += 1
         self._held.clear()
 
     def __len__(self) -> int:
+        """Keys held now."""
         return len(self._held)
 
     async def follow_revocations(self) -> None:
