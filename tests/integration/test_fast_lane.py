@@ -21,7 +21,8 @@ from brimful.api.app import create_app
 from brimful.api.fast_lane import FastLane
 from brimful.api.response_metrics import ResponseCounter
 from brimful.api.state import ApiState
-from brimful.core.api_keys import Scope
+from brimful.core.api_keys import ApiKeys, Scope
+from brimful.core.redis_keys import RedisKeys
 from brimful.stack import EmbeddedStack
 
 Lanes = tuple[httpx.AsyncClient, httpx.AsyncClient]  # (FastAPI's routes, the fast lane)
@@ -40,9 +41,10 @@ async def lanes(stack: EmbeddedStack) -> AsyncIterator[tuple[Lanes, dict[str, st
     lane = FastLane(app)
     async with app.router.lifespan_context(app):
         state: ApiState = app.state.brimful
+        issuer = ApiKeys(state.redis, RedisKeys(settings.key_prefix))  # as `brimful keys create` makes them
         keys = {
-            "submit": (await state.api_keys.create("lane-test", [Scope.SUBMIT, Scope.READ]))[0],
-            "read": (await state.api_keys.create("lane-test", [Scope.READ]))[0],
+            "submit": (await issuer.create("lane-test", [Scope.SUBMIT, Scope.READ]))[0],
+            "read": (await issuer.create("lane-test", [Scope.READ]))[0],
         }
         async with (
             httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api", timeout=30) as plain,
