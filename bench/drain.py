@@ -23,7 +23,6 @@ import argparse
 import asyncio
 import hashlib
 import json
-import platform
 import sys
 import tempfile
 import time
@@ -35,6 +34,7 @@ from redis.asyncio import Redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.saved_report import SavedReport, add_report_arguments, machine_description  # noqa: E402
 from brimful.core.clock import now_ms  # noqa: E402
 from brimful.core.kafka import ensure_topics, read_whole_topic  # noqa: E402
 from brimful.core.model_signature import TensorSpec  # noqa: E402
@@ -262,32 +262,28 @@ def render(results: dict[str, Any]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=20_000)
-    parser.add_argument("--out-dir", type=Path, default=Path("bench/results"))
     parser.add_argument("--quick", action="store_true", help="2,000 tasks a step: a smoke run")
-    parser.add_argument("--render", action="store_true", help="rebuild drain.md from drain.json")
+    add_report_arguments(parser, "drain")
     args = parser.parse_args()
-    json_path, md_path = args.out_dir / "drain.json", args.out_dir / "drain.md"
+    report = SavedReport(args.out_dir, "drain", render)
     if args.render:
-        md_path.write_text(render(json.loads(json_path.read_text())))
+        report.render_again()
         return
     tasks = 2_000 if args.quick else args.tasks
-    args.out_dir.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {
         "command": "python bench/drain.py" + (" --quick" if args.quick else f" --tasks {tasks}"),
-        "machine": f"{platform.machine()}, {len(__import__('os').sched_getaffinity(0))} CPU cores, "
-                   f"Python {platform.python_version()}",
+        "machine": machine_description(),
         "steps": {},
     }
 
     def save() -> None:
-        json_path.write_text(json.dumps(results, indent=2))
-        md_path.write_text(render(results))
+        report.save(results)
 
     run_step("one-fast", 1, 20, tasks, False, results, save)
     run_step("one-slow", 1, 80, tasks // 4, False, results, save)
     run_step("four-slow", 4, 80, tasks, False, results, save)
     run_step("four-kill-one", 4, 80, tasks, True, results, save)
-    print(md_path.read_text())
+    print(report.md_path.read_text())
 
 
 if __name__ == "__main__":

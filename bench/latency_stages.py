@@ -23,9 +23,6 @@ report ``latency_stages.md`` is rebuilt after each; ``--render`` rebuilds it fro
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import sys
 import tempfile
 import urllib.request
@@ -34,6 +31,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.saved_report import SavedReport, add_report_arguments, machine_description  # noqa: E402
 from bench.throughput import loadgen  # noqa: E402
 from bench.throughput_plan import GPU_LIKE_CALL_MS  # noqa: E402
 from brimful.stack import EmbeddedStack, sample_sums, settings_on_free_ports  # noqa: E402
@@ -121,18 +119,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shares", default="0.05,0.15,0.25", help="loads, as shares of the nominal ceiling")
     parser.add_argument("--seconds", type=float, default=10.0, help="length of each load's run")
-    parser.add_argument("--out-dir", type=Path, default=Path(__file__).resolve().parent / "results")
-    parser.add_argument("--render", action="store_true", help="rebuild latency_stages.md from latency_stages.json")
+    add_report_arguments(parser, "latency_stages")
     args = parser.parse_args()
-    json_path, md_path = args.out_dir / "latency_stages.json", args.out_dir / "latency_stages.md"
+    report = SavedReport(args.out_dir, "latency_stages", render)
     if args.render:
-        md_path.write_text(render(json.loads(json_path.read_text())))
+        report.render_again()
         return 0
-    args.out_dir.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {
         "command": "python bench/latency_stages.py" + ("" if args.shares == "0.05,0.15,0.25" else f" --shares {args.shares}"),
-        "machine": f"{platform.machine()}, {len(os.sched_getaffinity(0))} CPU cores, "
-        f"Python {platform.python_version()}",
+        "machine": machine_description(),
         "steps": [],
     }
     settings = settings_on_free_ports(rate_limit_per_s=0, tenant_max_in_flight=0, max_backlog=10_000_000)
@@ -148,11 +143,10 @@ def main() -> int:
                 except Exception as error:  # recorded; the next load still runs
                     step = {"share": share, "error": f"{type(error).__name__}: {error}"[:300]}
                 results["steps"].append(step)
-                json_path.write_text(json.dumps(results, indent=2))
-                md_path.write_text(render(results))
+                report.save(results)
         finally:
             stack.stop()
-    print(md_path.read_text())
+    print(report.md_path.read_text())
     return 0
 
 

@@ -18,9 +18,6 @@ report ``latency_target.md`` is rebuilt after each; ``--render`` rebuilds it fro
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import sys
 import tempfile
 from pathlib import Path
@@ -28,6 +25,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.saved_report import SavedReport, add_report_arguments, machine_description  # noqa: E402
 from bench.throughput import loadgen, stats, triton_batches, tune  # noqa: E402
 from bench.throughput_plan import API_WORKERS, MODELS  # noqa: E402
 from brimful.model_server.model_host import dynamic_name  # noqa: E402
@@ -98,21 +96,19 @@ def main() -> int:
     parser.add_argument("--targets", default=DEFAULT_TARGETS, help="latency_target_ms values to compare")
     parser.add_argument("--reps", type=int, default=2, help="repetitions at each rate")
     parser.add_argument("--seconds", type=float, default=10.0, help="length of each run")
-    parser.add_argument("--out-dir", type=Path, default=Path(__file__).resolve().parent / "results")
-    parser.add_argument("--render", action="store_true", help="rebuild latency_target.md from latency_target.json")
+    add_report_arguments(parser, "latency_target")
     args = parser.parse_args()
-    json_path, md_path = args.out_dir / "latency_target.json", args.out_dir / "latency_target.md"
+    report = SavedReport(args.out_dir, "latency_target", render)
     if args.render:
-        md_path.write_text(render(json.loads(json_path.read_text())))
+        report.render_again()
         return 0
-    args.out_dir.mkdir(parents=True, exist_ok=True)
     command = "python bench/latency_target.py"
     for flag, value, default in (("--rates", args.rates, DEFAULT_RATES), ("--targets", args.targets, DEFAULT_TARGETS),
                                  ("--reps", args.reps, 2), ("--seconds", args.seconds, 10.0)):
         command += "" if value == default else f" {flag} {value}"
     results: dict[str, Any] = {
         "command": command,
-        "machine": f"{platform.machine()}, {len(os.sched_getaffinity(0))} CPU cores, Python {platform.python_version()}",
+        "machine": machine_description(),
         "runs": [],
     }
     targets = [float(part) for part in args.targets.split(",")]
@@ -124,8 +120,7 @@ def main() -> int:
 
     def record(run: dict[str, Any]) -> None:
         results["runs"].append(run)
-        json_path.write_text(json.dumps(results, indent=2))
-        md_path.write_text(render(results))
+        report.save(results)
 
     with tempfile.TemporaryDirectory(prefix="brimful-target-") as scratch:
         stack = EmbeddedStack(settings, Path(scratch), model_host_args=(*model.host_args, "--with-dynamic"))
@@ -151,7 +146,7 @@ def main() -> int:
             tune(stack, latency_target_ms=settings.latency_target_ms)
         finally:
             stack.stop()
-    print(md_path.read_text())
+    print(report.md_path.read_text())
     return 0
 
 

@@ -1,0 +1,43 @@
+"""Where a benchmark keeps what it measured: ``<stem>.json``, rewritten after every step,
+and the Markdown report ``<stem>.md`` rebuilt from it each time. A run that fails half-way
+keeps what it measured before; ``--render`` rebuilds the report from the JSON alone."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+from pathlib import Path
+from typing import Any, Callable
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+
+def machine_description() -> str:
+    """The machine a run measured, for the report's header."""
+    return f"{platform.machine()}, {len(os.sched_getaffinity(0))} CPU cores, Python {platform.python_version()}"
+
+
+def add_report_arguments(parser: argparse.ArgumentParser, stem: str) -> None:
+    """``--out-dir`` and ``--render`` as every benchmark script takes them."""
+    parser.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
+    parser.add_argument("--render", action="store_true", help=f"rebuild {stem}.md from {stem}.json")
+
+
+class SavedReport:
+    """The JSON of a run and its report, in ``out_dir``."""
+
+    def __init__(self, out_dir: Path, stem: str, render: Callable[[dict[str, Any]], str]) -> None:
+        self.json_path, self.md_path = out_dir / f"{stem}.json", out_dir / f"{stem}.md"
+        self._render = render
+
+    def save(self, results: dict[str, Any]) -> None:
+        """Write what was measured so far, and the report of it."""
+        self.json_path.parent.mkdir(parents=True, exist_ok=True)
+        self.json_path.write_text(json.dumps(results, indent=2))
+        self.md_path.write_text(self._render(results))
+
+    def render_again(self) -> None:
+        """Rebuild the report from the saved JSON."""
+        self.md_path.write_text(self._render(json.loads(self.json_path.read_text())))
