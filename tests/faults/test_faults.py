@@ -17,6 +17,7 @@ from tests.faults.conftest import MAX_BACKLOG
 from tests.integration.test_pipeline import expected_outputs, read_dead_letters
 from tests.integration.test_observability import scrape
 from tests.integration.test_tuning_and_metrics import metric_values
+from tests.polling import wait_for
 from tests.task_client import TaskClient
 
 
@@ -79,13 +80,6 @@ class SteadyLoad:
         for result in results:
             assert result["status"] == "done", result
             assert result["outputs"] == expected_outputs(self.accepted[result["task_id"]])
-
-
-async def wait_for(predicate, timeout_s: float, what: str, interval_s: float = 0.1) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not await predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(interval_s)
 
 
 async def test_a_call_that_hangs_past_the_timeout_is_retried_and_completes(

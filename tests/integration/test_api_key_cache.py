@@ -9,7 +9,7 @@ import json
 import time
 import uuid
 from dataclasses import asdict, replace
-from typing import AsyncIterator, Awaitable, Callable
+from typing import AsyncIterator
 
 import pytest
 from redis.asyncio import Redis
@@ -18,6 +18,7 @@ from brimful.api.api_key_cache import ApiKeyCache
 from brimful.core.api_keys import ApiKeys, KeyRecord, Scope, digest
 from brimful.core.redis_keys import RedisKeys
 from brimful.stack import EmbeddedStack
+from tests.polling import wait_for
 from tests.redis_sends import SendCounter
 
 
@@ -31,13 +32,6 @@ async def redis(stack: EmbeddedStack) -> AsyncIterator[Redis]:
     client = Redis.from_url(stack.settings.redis_url)
     yield client
     await client.aclose()
-
-
-async def until(check: Callable[[], Awaitable[bool]], timeout_s: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not await check():
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.01)
 
 
 async def test_a_key_is_read_from_redis_once_while_it_is_trusted(
@@ -67,7 +61,7 @@ async def test_a_revocation_reaches_every_api_process_at_once(stack: EmbeddedSta
         async def both_subscribed() -> bool:
             return dict(await clients[2].pubsub_numsub(keys.revoked_keys_channel))[keys.revoked_keys_channel.encode()] == 2
 
-        await until(both_subscribed)
+        await wait_for(both_subscribed, 5, "both processes subscribed", 0.01)
         assert await cli.revoke(record.key_id) is not None
         revoked_at = time.monotonic()
 
@@ -75,7 +69,7 @@ async def test_a_revocation_reaches_every_api_process_at_once(stack: EmbeddedSta
             found = [await p.find(key) for p in processes]
             return all(r is not None and not r.active for r in found)
 
-        await until(refused_everywhere)  # only the announcement can do it: the cache trusts keys for an hour
+        await wait_for(refused_everywhere, 5, "the revocation heard everywhere", 0.01)  # only the announcement can do it: the cache trusts keys for an hour
         assert time.monotonic() - revoked_at < 1.0
     finally:
         for task in following:
@@ -123,13 +117,13 @@ async def test_every_key_is_forgotten_when_the_subscription_was_cut(stack: Embed
         async def subscribed() -> bool:
             return await subscription_id() is not None
 
-        await until(subscribed)
+        await wait_for(subscribed, 5, "the subscription", 0.01)
         await admin.client_kill_filter(_id=await subscription_id())  # the revocation may have been said meanwhile
 
         async def read_again() -> bool:
             return not (await cache.find(key)).active  # type: ignore[union-attr]
 
-        await until(read_again)
+        await wait_for(read_again, 5, "the key read again", 0.01)
     finally:
         following.cancel()
         await asyncio.gather(following, return_exceptions=True)

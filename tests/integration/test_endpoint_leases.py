@@ -4,7 +4,6 @@ while its lease goes back in the background, and closing the pool waits for thos
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from brimful.workers.endpoint_leases import EndpointLeases
 from brimful.workers.endpoint_pool import EndpointPool
 from brimful.workers.model_pool import ModelPool, Slot
 from brimful.workers.triton_model import TritonModel
+from tests.polling import wait_for
 
 # Nothing listens there: no call is made, the pool only needs clients to hold.
 URLS = ["127.0.0.1:9", "127.0.0.1:11"]
@@ -92,10 +92,11 @@ async def two_slots(redis: Redis) -> AsyncIterator[TwoSlots]:
 
 async def wait_for_leases(redis: Redis, key: str, count: int) -> None:
     """Until ``count`` leases are held under ``key`` (leases go back in the background)."""
-    deadline = time.monotonic() + 5
-    while await redis.zcard(key) != count:
-        assert time.monotonic() < deadline, "the lease was never given back"
-        await asyncio.sleep(0.01)
+
+    async def held() -> bool:
+        return await redis.zcard(key) == count
+
+    await wait_for(held, 5, f"{count} leases held", 0.01)
 
 
 async def test_an_abandoned_lease_is_freed_once_and_given_back_in_redis(redis: Redis, two_slots: TwoSlots) -> None:

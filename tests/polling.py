@@ -1,0 +1,17 @@
+"""Waiting in a test for something that happens in the background: a poll with a deadline."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Awaitable, Callable
+
+
+async def wait_for(
+    predicate: Callable[[], Awaitable[bool]], timeout_s: float, what: str, interval_s: float = 0.1
+) -> None:
+    """Until ``predicate()`` holds; fails the test naming ``what`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not await predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(interval_s)
