@@ -26,9 +26,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.saved_report import SavedReport, add_report_arguments, machine_description  # noqa: E402
-from bench.throughput import loadgen, stats, triton_batches, tune  # noqa: E402
+from bench.throughput import brimful_open_loop, dynamic_open_loop, tune  # noqa: E402
 from bench.throughput_plan import API_WORKERS, MODELS  # noqa: E402
-from brimful.model_server.model_host import dynamic_name  # noqa: E402
 from brimful.stack import EmbeddedStack, settings_on_free_ports  # noqa: E402
 
 DEFAULT_RATES = "90,450"
@@ -36,22 +35,14 @@ DEFAULT_TARGETS = "50,90,130"
 
 
 def run_dynamic(stack: EmbeddedStack, rate: float, seconds: float) -> dict[str, Any]:
-    model = dynamic_name(stack.settings.model_name)
-    rows_before, calls_before = triton_batches(stack, model)
-    summary = loadgen(stack, "dynamic", seconds, rate=rate)
-    rows_after, calls_after = triton_batches(stack, model)
-    return {"path": "dynamic", **_figures(summary), "rows_per_call": (rows_after - rows_before) / max(1.0, calls_after - calls_before)}
+    summary, rows_per_call = dynamic_open_loop(stack, rate, seconds)
+    return {"path": "dynamic", **_figures(summary), "rows_per_call": rows_per_call}
 
 
 def run_brimful(stack: EmbeddedStack, rate: float, target_ms: float, seconds: float) -> dict[str, Any]:
     tune(stack, latency_target_ms=target_ms)
-    stack.empty_broker()  # the embedded broker slows as it fills
-    before = stats(stack)
-    summary = loadgen(stack, "brimful", seconds, rate=rate)
-    after = stats(stack)
-    batches = after.get("batches_dispatched", 0) - before.get("batches_dispatched", 0)
-    rows = after.get("rows_dispatched", 0) - before.get("rows_dispatched", 0)
-    return {"path": "brimful", "target_ms": target_ms, **_figures(summary), "rows_per_call": rows / batches if batches else 0.0}
+    summary, rows_per_call = brimful_open_loop(stack, rate, seconds)
+    return {"path": "brimful", "target_ms": target_ms, **_figures(summary), "rows_per_call": rows_per_call}
 
 
 def _figures(summary: dict[str, Any]) -> dict[str, Any]:

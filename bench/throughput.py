@@ -206,23 +206,38 @@ def measure_sweep(stack: EmbeddedStack, run: ModelRun, seconds: float) -> None:
     run.runs["brimful-open"] = loadgen(stack, "brimful", seconds, rate=run.saturation)
     for fraction in SWEEP:
         rate = max(1.0, fraction * run.sustained)
-        stack.empty_broker()
-        before = stats(stack)
-        brimful = loadgen(stack, "brimful", seconds, rate=rate)
-        after = stats(stack)
-        batches = after.get("batches_dispatched", 0) - before.get("batches_dispatched", 0)
-        rows = after.get("rows_dispatched", 0) - before.get("rows_dispatched", 0)
-        rows_before, calls_before = triton_batches(stack, dynamic_name(stack.settings.model_name))
-        dynamic = loadgen(stack, "dynamic", seconds, rate=rate)
-        rows_after, calls_after = triton_batches(stack, dynamic_name(stack.settings.model_name))
+        brimful, brimful_rows = brimful_open_loop(stack, rate, seconds)
+        dynamic, dynamic_rows = dynamic_open_loop(stack, rate, seconds)
         run.sweep.append({
             "fraction": fraction,
             "offered": rate,
             "brimful": brimful,
-            "brimful_rows_per_batch": rows / batches if batches else 0.0,
+            "brimful_rows_per_batch": brimful_rows,
             "dynamic": dynamic,
-            "dynamic_rows_per_batch": (rows_after - rows_before) / max(1.0, calls_after - calls_before),
+            "dynamic_rows_per_batch": dynamic_rows,
         })
+
+
+def brimful_open_loop(stack: EmbeddedStack, rate: float, seconds: float) -> tuple[dict[str, Any], float]:
+    """Open-loop load at ``rate`` through Brimful, on an empty broker: the load generator's
+    summary and the rows per model call, from the shared counters."""
+    stack.empty_broker()
+    before = stats(stack)
+    summary = loadgen(stack, "brimful", seconds, rate=rate)
+    after = stats(stack)
+    batches = after.get("batches_dispatched", 0) - before.get("batches_dispatched", 0)
+    rows = after.get("rows_dispatched", 0) - before.get("rows_dispatched", 0)
+    return summary, rows / batches if batches else 0.0
+
+
+def dynamic_open_loop(stack: EmbeddedStack, rate: float, seconds: float) -> tuple[dict[str, Any], float]:
+    """The same load straight to Triton's dynamic batcher: the summary and the rows per
+    model call, from Triton's own counters."""
+    model = dynamic_name(stack.settings.model_name)
+    rows_before, calls_before = triton_batches(stack, model)
+    summary = loadgen(stack, "dynamic", seconds, rate=rate)
+    rows_after, calls_after = triton_batches(stack, model)
+    return summary, (rows_after - rows_before) / max(1.0, calls_after - calls_before)
 
 
 def tune(stack: EmbeddedStack, **changes: float) -> None:
