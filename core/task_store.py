@@ -117,9 +117,10 @@ for i = 1, #KEYS / 2 do
   local at = 2 + 5 * (i - 1)
   local submitted, limit, oldest, task_id, tenant = ARGV[at + 1], tonumber(ARGV[at + 2]), ARGV[at + 3], ARGV[at + 4], ARGV[at + 5]
   local outcome = -1
-  -- A tenant's stale entries are dropped once a group (by its first task's cutoff, which
-  -- the group's others share to the millisecond), not once a task; a failure, once heard,
-  -- answers each of the tenant's tasks in the group as it did the first.
+  -- A tenant's stale entries are dropped once a group, not once a task, by the cutoff of
+  -- its first task there: the others' differ by the few ms the group spans, against a
+  -- window of the waiting TTL (days). A failure, once heard, answers each of the tenant's
+  -- tasks in the group as it did the first.
   local reply = trimmed[in_flight]
   if reply == nil then
     reply = redis.pcall('ZREMRANGEBYSCORE', in_flight, '-inf', '(' .. oldest)
