@@ -1,15 +1,18 @@
 """What the latency target buys and costs: rows per call against latency, beside Triton's
 dynamic batcher at the same load.
 
-    .venv/bin/python bench/latency_target.py [--rates 90,450] [--targets 50,90,130] [--reps 2] [--seconds 10]
+    .venv/bin/python bench/latency_target.py [--rates 90,450,900] [--targets 50:4,105,130] [--reps 2] [--seconds 10]
 
 Starts the embedded stack with the GPU-like model (every call at least 20 ms; one instance,
 and a second slot that queues the next call, as ``make bench`` runs it). At each offered
 rate (open-loop Poisson) it runs the dynamic batcher once, then Brimful once per
-``latency_target_ms``, tuned live as an operator would (``PATCH /v1/admin/policy``), each
+``latency_target_ms`` (``TARGET:ROWS`` also sets ``min_worthwhile_rows``; a bare target keeps
+the default), tuned live as an operator would (``PATCH /v1/admin/policy``), each
 Brimful run on an empty broker. Repetitions alternate the targets' order, so a machine that
-slows during the run weighs on no target more than another. The defaults are about 5% and
-25% of the load Brimful sustains with this model in ``make bench`` on a 2-core machine.
+slows during the run weighs on no target more than another. The default rates are about 5%,
+25% and 50% of the load Brimful sustains with this model in ``make bench`` on a 2-core machine;
+the default targets are the policy's earlier defaults (50 ms with 4 rows), its current ones
+(105 with 8) and one step towards fill first.
 
 Each run's figures go to ``latency_target.json`` as soon as they are measured and the
 report ``latency_target.md`` is rebuilt after each; ``--render`` rebuilds it from the JSON.
@@ -30,8 +33,8 @@ from bench.throughput import brimful_open_loop, dynamic_open_loop, tune  # noqa:
 from bench.throughput_plan import API_WORKERS, MODELS  # noqa: E402
 from brimful.stack import EmbeddedStack, settings_on_free_ports  # noqa: E402
 
-DEFAULT_RATES = "90,450"
-DEFAULT_TARGETS = "50,90,130"
+DEFAULT_RATES = "90,450,900"
+DEFAULT_TARGETS = "50:4,105,130"
 
 
 def run_dynamic(stack: EmbeddedStack, rate: float, seconds: float) -> dict[str, Any]:
@@ -39,10 +42,22 @@ def run_dynamic(stack: EmbeddedStack, rate: float, seconds: float) -> dict[str, 
     return {"path": "dynamic", **_figures(summary), "rows_per_call": rows_per_call}
 
 
-def run_brimful(stack: EmbeddedStack, rate: float, target_ms: float, seconds: float) -> dict[str, Any]:
-    tune(stack, latency_target_ms=target_ms)
+def run_brimful(stack: EmbeddedStack, rate: float, target_ms: float, worthwhile: float, seconds: float) -> dict[str, Any]:
+    tune(stack, latency_target_ms=target_ms, min_worthwhile_rows=worthwhile)
     summary, rows_per_call = brimful_open_loop(stack, rate, seconds)
-    return {"path": "brimful", "target_ms": target_ms, **_figures(summary), "rows_per_call": rows_per_call}
+    return {
+        "path": "brimful", "target_ms": target_ms, "min_worthwhile_rows": worthwhile, **_figures(summary),
+        "rows_per_call": rows_per_call,
+    }
+
+
+def parse_targets(text: str, default_worthwhile: float) -> list[tuple[float, float]]:
+    """``"50:4,105"`` -> [(50, 4), (105, default_worthwhile)]: each target with its min_worthwhile_rows."""
+    pairs = []
+    for part in text.split(","):
+        target, _, rows = part.partition(":")
+        pairs.append((float(target), float(rows) if rows else default_worthwhile))
+    return pairs
 
 
 def _figures(summary: dict[str, Any]) -> dict[str, Any]:
@@ -61,16 +76,19 @@ def render(results: dict[str, Any]) -> str:
         f"Command: `{results['command']}`. Machine: {results['machine']}. Each cell is the range over the "
         "repetitions; ms from the scheduled arrival to the answer.",
         "",
-        "| rate /s | path | latency_target_ms | p50 ms | p99 ms | rows per call | runs |",
-        "|---|---|---|---|---|---|---|",
+        "| rate /s | path | latency_target_ms | min_worthwhile_rows | p50 ms | p99 ms | rows per call | runs |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     runs = [run for run in results["runs"] if "error" not in run]
     for rate in sorted({run["rate"] for run in runs}):
-        keys = sorted({(run["path"], run.get("target_ms", 0.0)) for run in runs if run["rate"] == rate})
-        for path, target in keys:
-            same = [run for run in runs if run["rate"] == rate and run["path"] == path and run.get("target_ms", 0.0) == target]
+        def key(run: dict[str, Any]) -> tuple[str, float, float]:
+            return run["path"], run.get("target_ms", 0.0), run.get("min_worthwhile_rows", 0.0)
+
+        for path, target, worthwhile in sorted({key(run) for run in runs if run["rate"] == rate}):
+            same = [run for run in runs if run["rate"] == rate and key(run) == (path, target, worthwhile)]
+            brimful = path == "brimful"
             lines.append(
-                f"| {rate:.0f} | {path} | {f'{target:g}' if path == 'brimful' else '-'} "
+                f"| {rate:.0f} | {path} | {f'{target:g}' if brimful else '-'} | {f'{worthwhile:g}' if brimful else '-'} "
                 f"| {_span([r['p50_ms'] for r in same], 1)} | {_span([r['p99_ms'] for r in same], 1)} "
                 f"| {_span([r['rows_per_call'] for r in same], 1)} | {len(same)} |"
             )
@@ -102,12 +120,12 @@ def main() -> int:
         "machine": machine_description(),
         "runs": [],
     }
-    targets = [float(part) for part in args.targets.split(",")]
     model = MODELS["gpu-like"]
     settings = settings_on_free_ports(
         rate_limit_per_s=0, tenant_max_in_flight=0, max_backlog=10_000_000, result_ttl_s=600, api_workers=API_WORKERS,
         model_name=model.model_name, endpoint_instances=1, endpoint_capacity=2,
     )
+    targets = parse_targets(args.targets, settings.min_worthwhile_rows)
 
     def record(run: dict[str, Any]) -> None:
         results["runs"].append(run)
@@ -119,22 +137,25 @@ def main() -> int:
         try:
             for rate in (float(part) for part in args.rates.split(",")):
                 for rep in range(args.reps):
-                    steps: list[tuple[str, float]] = [("dynamic", 0.0)]
-                    steps += [("brimful", target) for target in (targets if rep % 2 == 0 else targets[::-1])]
-                    for path, target in steps:
+                    steps: list[tuple[str, float, float]] = [("dynamic", 0.0, 0.0)]
+                    steps += [("brimful", *pair) for pair in (targets if rep % 2 == 0 else targets[::-1])]
+                    for path, target, worthwhile in steps:
                         try:
                             if path == "dynamic":
                                 run = run_dynamic(stack, rate, args.seconds)
                             else:
-                                run = run_brimful(stack, rate, target, args.seconds)
+                                run = run_brimful(stack, rate, target, worthwhile, args.seconds)
                         except Exception as error:  # recorded; the next run still goes
-                            run = {"path": path, "target_ms": target, "error": f"{type(error).__name__}: {error}"[:300]}
+                            run = {
+                                "path": path, "target_ms": target, "min_worthwhile_rows": worthwhile,
+                                "error": f"{type(error).__name__}: {error}"[:300],
+                            }
                         run["rate"], run["rep"] = rate, rep
                         record(run)
-                        print(f"  {rate:.0f}/s {path} {target:g}: " + ", ".join(
+                        print(f"  {rate:.0f}/s {path} {target:g}:{worthwhile:g}: " + ", ".join(
                             f"{k} {v:.1f}" for k, v in run.items() if k.endswith(("_ms", "_call")) and isinstance(v, float)
                         ), flush=True)
-            tune(stack, latency_target_ms=settings.latency_target_ms)
+            tune(stack, latency_target_ms=settings.latency_target_ms, min_worthwhile_rows=settings.min_worthwhile_rows)
         finally:
             stack.stop()
     print(report.md_path.read_text())

@@ -16,10 +16,10 @@ class PolicyParams:
     # Submit-to-result time the policy keeps within when the model pool has room: it waits
     # for rows only while the batch can still leave in time for it (the measured time a
     # task spends before the batcher and after its call counted).
-    latency_target: float = 0.050
+    latency_target: float = 0.105
     rate_halflife: float = 0.500
     fill_slack: float = 1.25
-    min_worthwhile_rows: float = 4.0
+    min_worthwhile_rows: float = 8.0
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:

@@ -172,12 +172,13 @@ class Settings(BaseSettings):
         2.0, ge=0, description="No batch leaves before its oldest row waited this long, unless it is full."
     )
     latency_target_ms: float = Field(
-        50.0,
+        105.0,
         gt=0,
         description="Submit-to-result time the policy aims to keep (the one knob of docs/batching.md): while a "
         "model slot is free it waits for more rows only when they are expected within this target, less the "
         "fitted call time and the measured time a task spends before the batcher and after its call. High "
-        "(with max_wait_ms) is the cost mode: fill first.",
+        "(with max_wait_ms) is the cost mode: fill first. 105: at mid load a GPU-like model's calls then carry "
+        "the dynamic batcher's rows for about its latency (docs/batching.md).",
     )
     rate_halflife_ms: float = Field(
         500.0, gt=0, description="Half-life of the EWMA arrival-rate estimate."
@@ -186,7 +187,8 @@ class Settings(BaseSettings):
         1.25, ge=1.0, description="Deadline = slack x expected time to fill the empty slots."
     )
     min_worthwhile_rows: float = Field(
-        4.0, ge=0, description="Wait past min_wait only if the time left to wait is expected to add this many rows."
+        8.0, ge=0, description="Wait past min_wait only if the time left to wait is expected to add this many rows "
+        "(an eighth of a 64-row batch): fewer are not worth delaying the rows already waiting.",
     )
     max_in_flight_per_partition: int = Field(
         2, ge=1, description="Batches of one partition at the model at once (one fills while one runs)."

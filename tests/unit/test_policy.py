@@ -12,7 +12,7 @@ from brimful.batcher.accumulator import Accumulator
 from brimful.batcher.policy import ArrivalRate, FlushReason, WaitOrFullPolicy
 from brimful.core.policy_params import PolicyParams
 
-PARAMS = PolicyParams(batch_size=64, max_wait=0.250, min_wait=0.020, rate_halflife=0.5)
+PARAMS = PolicyParams(batch_size=64, max_wait=0.250, min_wait=0.020, rate_halflife=0.5, min_worthwhile_rows=4)
 
 
 def accumulator(params: PolicyParams = PARAMS) -> Accumulator[int]:
