@@ -64,6 +64,11 @@ def _figures(summary: dict[str, Any]) -> dict[str, Any]:
     return {"p50_ms": summary["p50_ms"], "p99_ms": summary["p99_ms"], "errors": summary["errors"] + summary["lost"]}
 
 
+def _setup(run: dict[str, Any]) -> tuple[str, float, float]:
+    """What a run compared: its path, and for Brimful its target and worthwhile rows."""
+    return run["path"], run.get("target_ms", 0.0), run.get("min_worthwhile_rows", 0.0)
+
+
 def _span(values: list[float], digits: int) -> str:
     low, high = min(values), max(values)
     return f"{low:.{digits}f}" if round(low, digits) == round(high, digits) else f"{low:.{digits}f}-{high:.{digits}f}"
@@ -81,11 +86,8 @@ def render(results: dict[str, Any]) -> str:
     ]
     runs = [run for run in results["runs"] if "error" not in run]
     for rate in sorted({run["rate"] for run in runs}):
-        def key(run: dict[str, Any]) -> tuple[str, float, float]:
-            return run["path"], run.get("target_ms", 0.0), run.get("min_worthwhile_rows", 0.0)
-
-        for path, target, worthwhile in sorted({key(run) for run in runs if run["rate"] == rate}):
-            same = [run for run in runs if run["rate"] == rate and key(run) == (path, target, worthwhile)]
+        for path, target, worthwhile in sorted({_setup(run) for run in runs if run["rate"] == rate}):
+            same = [run for run in runs if run["rate"] == rate and _setup(run) == (path, target, worthwhile)]
             brimful = path == "brimful"
             lines.append(
                 f"| {rate:.0f} | {path} | {f'{target:g}' if brimful else '-'} | {f'{worthwhile:g}' if brimful else '-'} "
