@@ -58,7 +58,10 @@ async def test_instances_run_calls_side_by_side(model_host: tuple[int, str, int]
     instances, url, metrics_port = model_host
     clients = [TritonModel(url, MODEL_NAME, "", 64, timeout_s=30) for _ in range(2)]
     try:
-        signature = await clients[0].signature()
+        # Each client reads the signature first, so both connections are open before the
+        # two calls start: a slow connect would otherwise let one call finish before the
+        # other reaches Triton, on a loaded machine.
+        signature, _ = await asyncio.gather(*(client.signature() for client in clients))
         text = np.full((64, 1), b"row", dtype=object)
         before = queued_us(metrics_port)
         await asyncio.gather(*(client.infer({"TEXT": text}, signature) for client in clients))
