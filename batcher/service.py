@@ -240,7 +240,7 @@ class BatcherService:
             "service_estimate_s": round(self._service_estimate, 4),
             "upstream_estimate_s": round(self._upstream, 4),
             "pool": {"free_slots": capacity.free_slots, "next_free_in_s": round(capacity.next_free_in, 4),
-                     "call_s": round(capacity.call_time, 4)},
+                     "call_s": round(capacity.call_time, 4), "around_call_s": round(capacity.around_call, 4)},
             "endpoints": self._runner.pool.summary(),
         }
 

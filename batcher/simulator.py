@@ -6,8 +6,8 @@ Every partition is driven exactly as the live batcher drives it: rows are added 
 batch is due; a due batch leaves when a slot of the pool is free (``PoolModel``: N
 endpoints with their slots, each call taking ``call_s + per_row_s * rows``, give or take
 ``jitter``). With ``aware`` the policy is told what the pool can take (free slots, when
-the next frees, the time of a full call), as the live batcher tells it; without, it is
-the EWMA timer alone. No real time passes, so an hour of traffic replays in seconds, and
+the next frees, the time of a full call, the time a task spends around its batch), as the
+live batcher tells it; without, it is the EWMA timer alone. No real time passes, so an hour of traffic replays in seconds, and
 settings are compared on the same arrivals.
 """
 
@@ -35,6 +35,10 @@ class PoolModel:
     per_row_s: float = 0.0  # and for each real row (a)
     jitter: float = 0.0  # each call takes its time x uniform(1 - jitter, 1 + jitter)
     seed: int = 0
+    # What a task spends outside its batch and its call: submit to batcher, call end to
+    # stored result. Live, it counts against the latency target; the batcher's /status
+    # shows its measure (``pool.around_call_s``).
+    around_s: float = 0.0
 
     @property
     def slots(self) -> int:
@@ -63,7 +67,7 @@ class SimulationResult:
     batch_size: int
     duration_s: float
     waits_s: tuple[float, ...]  # queue wait of every row, sorted
-    latencies_s: tuple[float, ...]  # arrival to result (wait + call) of every row, sorted
+    latencies_s: tuple[float, ...]  # submit to result (around + wait + call) of every row, sorted
     flushes: dict[str, int]
 
     @property
@@ -122,7 +126,7 @@ def simulate(
             return None
         free = pool.slots - len(busy_until)
         next_free = 0.0 if free > 0 else max(0.0, busy_until[0] - now)
-        return PoolCapacity(free, next_free, full_call)
+        return PoolCapacity(free, next_free, full_call, around_call=pool.around_s)
 
     while index < len(arrivals) or any(len(a) for a in accumulators.values()):
         while busy_until and busy_until[0] <= now:
@@ -137,7 +141,7 @@ def simulate(
                 rows = accumulator.take()
                 call = pool.call_time(len(rows), rng)
                 waits.extend(now - row.arrived_at for row in rows)
-                latencies.extend(now + call - row.arrived_at for row in rows)
+                latencies.extend(now + call + pool.around_s - row.arrived_at for row in rows)
                 flushes[reason.value] += 1
                 heapq.heappush(busy_until, now + call)
                 batches += 1

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
@@ -37,6 +38,9 @@ def register(commands: argparse._SubParsersAction) -> None:
                       help="time of a call whatever its rows (default 5)")
     pool.add_argument("--per-row-ms", type=float, default=0.0, help="and for each real row (default 0)")
     pool.add_argument("--jitter", type=float, default=0.0, help="each call's time x uniform(1-j, 1+j)")
+    pool.add_argument("--around-ms", type=float, default=0.0,
+                      help="what a task spends outside its batch and call, counted against the latency target "
+                      "(a live batcher's /status shows it as pool.around_call_s; default 0)")
     generate = parser.add_argument_group("generating (--generate)")
     generate.add_argument("--out", type=Path, help="where to write the generated trace")
     generate.add_argument("--duration", type=float, default=60.0, help="seconds of traffic (default 60)")
@@ -138,16 +142,19 @@ def _run(args: argparse.Namespace) -> int:
     for name, value in (("--endpoints", args.endpoints), ("--slots", args.slots)):
         if value < 1:
             raise CommandError(f"{name} must be at least 1")
-    if args.call_ms < 0 or args.per_row_ms < 0 or not 0 <= args.jitter < 1:
-        raise CommandError("--call-ms and --per-row-ms must not be negative, --jitter must be in [0, 1)")
-    pool = PoolModel(args.endpoints, args.slots, args.call_ms / 1000, args.per_row_ms / 1000, args.jitter)
+    times = (args.call_ms, args.per_row_ms, args.around_ms)
+    if not all(math.isfinite(t) and t >= 0 for t in times) or not 0 <= args.jitter < 1:
+        raise CommandError("--call-ms, --per-row-ms and --around-ms must be finite and not negative, --jitter must be in [0, 1)")
+    pool = PoolModel(
+        args.endpoints, args.slots, args.call_ms / 1000, args.per_row_ms / 1000, args.jitter, around_s=args.around_ms / 1000
+    )
 
     def replay(candidate: dict[str, float], aware: bool = True) -> SimulationResult:
         return simulate(trace, params_from_values(candidate, settings.batch_size), pool, aware)
 
     print(f"trace: {sum(len(t) for t in trace.values())} arrivals on {len(trace)} partition(s); "
           f"pool: {pool.endpoints} endpoint(s) x {pool.slots_per_endpoint} slot(s), "
-          f"{args.call_ms:g} ms + {args.per_row_ms:g} ms/row a call")
+          f"{args.call_ms:g} ms + {args.per_row_ms:g} ms/row a call, {args.around_ms:g} ms around it")
     print(header())
     print(format_row("pool-aware", replay(values)))
     print(format_row("EWMA timer", replay(values, aware=False)))

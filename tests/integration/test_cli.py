@@ -61,3 +61,8 @@ def test_simulate_generates_replays_and_plots_a_sweep(tmp_path: Path) -> None:
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     refused = brimful("simulate", "--trace", str(trace), "--set", "min_wait_ms=999")
     assert refused.returncode == 1 and "min_wait" in refused.stderr
+    around = brimful("simulate", "--trace", str(trace), "--call-ms", "30", "--around-ms", "15")
+    assert around.returncode == 0 and "15 ms around it" in around.stdout, around.stderr
+    for bad in ("-1", "nan", "inf"):
+        refused = brimful("simulate", "--trace", str(trace), "--around-ms", bad)
+        assert refused.returncode == 1 and "--around-ms" in refused.stderr, bad

@@ -60,6 +60,8 @@ async def test_the_batcher_answers_its_probes_and_names_its_partitions_and_endpo
     assert {e["url"] for e in endpoints} == set(stack.settings.triton_endpoints)
     assert all(e["breaker"] == "closed" for e in endpoints)
     assert 0 <= detail["upstream_estimate_s"] < 1  # submit-to-fetch, measured from the rows it read
+    # What the policy counts around a batch (for `brimful simulate --around-ms`): that hop and more.
+    assert detail["upstream_estimate_s"] <= detail["pool"]["around_call_s"] < 2
     assert (await get(batcher_url(stack, "/nowhere")))[0] == 404
     assert (await get(batcher_url(stack, "/healthz"), method="POST"))[0] == 405
 
