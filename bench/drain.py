@@ -34,7 +34,7 @@ from redis.asyncio import Redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.saved_report import SavedReport, add_report_arguments, machine_description  # noqa: E402
+from bench.saved_report import SavedReport, add_report_arguments, machine_description, out_dir_flag  # noqa: E402
 from brimful.core.clock import now_ms  # noqa: E402
 from brimful.core.kafka import ensure_topics, read_whole_topic  # noqa: E402
 from brimful.core.model_signature import TensorSpec  # noqa: E402
@@ -271,7 +271,7 @@ def main() -> None:
         return
     tasks = 2_000 if args.quick else args.tasks
     results: dict[str, Any] = {
-        "command": "python bench/drain.py" + (" --quick" if args.quick else f" --tasks {tasks}"),
+        "command": "python bench/drain.py" + (" --quick" if args.quick else f" --tasks {tasks}") + out_dir_flag(args.out_dir),
         "machine": machine_description(),
         "steps": {},
     }

@@ -31,7 +31,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.saved_report import SavedReport, add_report_arguments, machine_description  # noqa: E402
+from bench.saved_report import SavedReport, add_report_arguments, machine_description, out_dir_flag  # noqa: E402
 from bench.throughput import loadgen  # noqa: E402
 from bench.throughput_plan import GPU_LIKE_CALL_MS  # noqa: E402
 from brimful.stack import EmbeddedStack, sample_sums, settings_on_free_ports  # noqa: E402
@@ -126,7 +126,9 @@ def main() -> int:
         report.render_again()
         return 0
     results: dict[str, Any] = {
-        "command": "python bench/latency_stages.py" + ("" if args.shares == "0.05,0.15,0.25" else f" --shares {args.shares}"),
+        "command": "python bench/latency_stages.py"
+        + ("" if args.shares == "0.05,0.15,0.25" else f" --shares {args.shares}")
+        + out_dir_flag(args.out_dir),
         "machine": machine_description(),
         "steps": [],
     }

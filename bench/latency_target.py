@@ -28,7 +28,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.saved_report import RESULTS_DIR, SavedReport, add_report_arguments, machine_description  # noqa: E402
+from bench.saved_report import SavedReport, add_report_arguments, machine_description, out_dir_flag  # noqa: E402
 from bench.throughput import brimful_open_loop, dynamic_open_loop, tune  # noqa: E402
 from bench.throughput_plan import API_WORKERS, MODELS  # noqa: E402
 from brimful.stack import EmbeddedStack, settings_on_free_ports  # noqa: E402
@@ -117,8 +117,7 @@ def main() -> int:
     for flag, value, default in (("--rates", args.rates, DEFAULT_RATES), ("--targets", args.targets, DEFAULT_TARGETS),
                                  ("--reps", args.reps, 2), ("--seconds", args.seconds, 10.0)):
         command += "" if value == default else f" {flag} {value}"
-    if args.out_dir.resolve() != RESULTS_DIR:
-        command += f" --out-dir {args.out_dir}"
+    command += out_dir_flag(args.out_dir)
     results: dict[str, Any] = {
         "command": command,
         "machine": machine_description(),

@@ -25,6 +25,14 @@ def add_report_arguments(parser: argparse.ArgumentParser, stem: str) -> None:
     parser.add_argument("--render", action="store_true", help=f"rebuild {stem}.md from {stem}.json")
 
 
+def out_dir_flag(out_dir: Path) -> str:
+    """`` --out-dir DIR`` for a report's command line when a run wrote somewhere other than
+    bench/results, relative to the project so no machine's path lands in a report."""
+    if out_dir.resolve() == RESULTS_DIR:
+        return ""
+    return f" --out-dir {os.path.relpath(out_dir.resolve(), RESULTS_DIR.parent.parent)}"
+
+
 class SavedReport:
     """The JSON of a run and its report, in ``out_dir``."""
 
