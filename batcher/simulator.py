@@ -7,8 +7,8 @@ batch is due; a due batch leaves when a slot of the pool is free (``PoolModel``:
 endpoints with their slots, each call taking ``call_s + per_row_s * rows``, give or take
 ``jitter``). With ``aware`` the policy is told what the pool can take (free slots, when
 the next frees, the time of a full call, the time a task spends around its batch), as the
-live batcher tells it; without, it is the EWMA timer alone. No real time passes, so an hour of traffic replays in seconds, and
-settings are compared on the same arrivals.
+live batcher tells it; without, it is the EWMA timer alone. No real time passes, so an
+hour of traffic replays in seconds, and settings are compared on the same arrivals.
 """
 
 from __future__ import annotations

@@ -185,27 +185,30 @@ def test_a_free_slot_and_a_row_past_its_wait_is_never_left_waiting(
 
 # What a live batcher's /status showed with the GPU-like model on the benchmark machine:
 # its calls' time, and the time a task spent around its batch (submit to batcher, call end
-# to stored result), which grows with load.
-@pytest.mark.parametrize(
-    ("rate", "call", "around", "waits"),
-    [(90.0, 0.031, 0.011, False), (450.0, 0.034, 0.022, True)],
-    ids=["5% load: a row reaching an idle model leaves", "25% load: the batch waits for rows"],
-)
-def test_the_defaults_keep_light_load_unbatched_and_fill_at_mid_load(
-    rate: float, call: float, around: float, waits: bool
-) -> None:
-    """The defaults' reason to be (docs/batching.md): at 90/s the ~63 ms a 105 ms target
-    leaves is expected to bring ~6 rows, under 8, so nothing waits; at 450/s ~22, so it does."""
+# to stored result), which grows with load. They are the defaults' reason to be
+# (docs/batching.md).
+
+
+def plan_at_defaults(rate: float, call: float, around: float) -> tuple[float, FlushReason, PolicyParams]:
+    """Where a fresh row's batch is planned to leave, with a free slot, at ``rate``."""
     params = PolicyParams()
-    measured = PoolCapacity(free_slots=1, next_free_in=0.0, call_time=call, around_call=around)
     acc: Accumulator[int] = Accumulator(WaitOrFullPolicy(params))
     now = steady(acc, rate=rate, until=5.0)
     acc.add(1, now)
-    plan = acc.plan(now, measured)
+    plan = acc.plan(now, PoolCapacity(free_slots=1, next_free_in=0.0, call_time=call, around_call=around))
     assert plan is not None
-    if waits:
-        assert plan.reason is FlushReason.TARGET
-        assert plan.at == pytest.approx(now + params.latency_target - call - around)
-    else:
-        assert plan.reason is FlushReason.SLOT_FREE
-        assert plan.at == pytest.approx(now + params.min_wait)
+    return plan.at - now, plan.reason, params
+
+
+def test_the_defaults_send_a_thin_stream_to_an_idle_model_at_once() -> None:
+    # 90/s: the ~63 ms a 105 ms target leaves would bring ~6 rows, under 8.
+    delay, reason, params = plan_at_defaults(90.0, call=0.031, around=0.011)
+    assert reason is FlushReason.SLOT_FREE
+    assert delay == pytest.approx(params.min_wait)
+
+
+def test_the_defaults_let_a_batch_fill_at_mid_load() -> None:
+    # 450/s: the ~49 ms the target leaves would bring ~22 rows, so the batch waits for them.
+    delay, reason, params = plan_at_defaults(450.0, call=0.034, around=0.022)
+    assert reason is FlushReason.TARGET
+    assert delay == pytest.approx(params.latency_target - 0.034 - 0.022)
