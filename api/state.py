@@ -68,6 +68,26 @@ class ApiState:
             self.redis, keys, TenantLimits(settings.tenant_max_payload_bytes, settings.tenant_max_in_flight)
         )
         self._background: list[asyncio.Task[None]] = []
+        self._serving = asyncio.Event()  # set once the signature is known and the producer is up
+
+    @property
+    def serving(self) -> bool:
+        """Whether this process can take a task: it knows the signature and reaches the broker."""
+        return self._serving.is_set()
+
+    async def wait_until_serving(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for :attr:`serving`; whether it holds. A request that
+        lands on a just-started process waits out the start instead of a 503."""
+        if not self._serving.is_set():
+            try:
+                await asyncio.wait_for(self._serving.wait(), timeout=timeout_s)
+            except asyncio.TimeoutError:
+                pass
+        return self._serving.is_set()
+
+    def _note_started(self) -> None:
+        if self.signature is not None and self.producer_started:
+            self._serving.set()
 
     async def start(self) -> None:
         self._background = [
@@ -95,6 +115,7 @@ class ApiState:
     async def _load_signature(self) -> None:
         # The model may still be loading when the API starts: keep asking.
         self.signature = await wait_for_signature(self.model)
+        self._note_started()
 
     async def _start_producer(self) -> None:
         delay = 0.2
@@ -103,6 +124,7 @@ class ApiState:
                 await ensure_topics(self.settings, attempts=1)
                 await self.producer.start()
                 self.producer_started = True
+                self._note_started()
             except Exception as error:
                 log.info("waiting for the broker", extra={"error": str(error)})
                 await self.producer.stop()

@@ -36,6 +36,10 @@ MAX_DEADLINE_MS = 3_600_000
 # How long a retry waits for an earlier submission with its Idempotency-Key to finish.
 IDEMPOTENCY_WAIT_S = 5.0
 IDEMPOTENCY_POLL_S = 0.02
+# How long a request that reaches an API process still starting (model signature or broker
+# not there yet) waits for it before a 503: with several API workers behind one port, one
+# can be ready while the next is still starting.
+STARTUP_WAIT_S = 2.0
 # What a record batch adds around one record (headers, key, lengths), kept free below
 # the broker's message limit.
 RECORD_OVERHEAD_BYTES = 256
@@ -102,8 +106,11 @@ def check_payload(submission: Submission, limits: TenantLimits) -> None:
         )
 
 
-def check_admission(state: ApiState) -> None:
-    """503 while the model's metadata, the broker or the backlog says no."""
+async def check_admission(state: ApiState) -> None:
+    """503 while the model's metadata, the broker or the backlog says no (the first two
+    after up to ``STARTUP_WAIT_S`` of waiting for them)."""
+    if not state.serving:
+        await state.wait_until_serving(STARTUP_WAIT_S)
     if state.signature is None:
         raise ApiError(503, "model_not_ready", "the model's metadata is not loaded yet", {"Retry-After": "1"})
     if not state.producer_started:

@@ -113,7 +113,7 @@ async def _submit(request: Request, principal: Principal, state: ApiState) -> Js
     wait_s = parse_wait(request, settings.long_poll_max_s)
     document = parse_json(await read_body(request, settings.max_body_bytes))
     if state.signature is None:
-        check_admission(state)
+        await check_admission(state)
     submission = parse_submission(document, state.signature)  # type: ignore[arg-type]
 
     task_id = new_task_id()
@@ -154,7 +154,7 @@ async def _accept(state: ApiState, principal: Principal, submission: Submission,
     """Admit and enqueue the task, binding its Idempotency-Key (if any) once accepted and
     freeing it if not."""
     try:
-        check_admission(state)
+        await check_admission(state)
         limits = await state.tenant_limits.get(principal.tenant)
         check_payload(submission, limits)
         await take_tokens(state, principal, 1)
@@ -179,7 +179,7 @@ async def submit_tasks(request: Request, principal: Principal = Depends(requires
         raise ApiError(422, "invalid_request", 'body must be {"tasks": [{"inputs": {...}}, ...]} with at least one task')
     if len(tasks) > settings.max_bulk_tasks:
         raise ApiError(413, "too_many_tasks", f"{len(tasks)} tasks exceed the limit of {settings.max_bulk_tasks} per call")
-    check_admission(state)
+    await check_admission(state)
     limits = await state.tenant_limits.get(principal.tenant)
     # Every item takes a token, valid or not: checking it is work too, and a rate limit
     # that invalid items pass through would meter nothing.
