@@ -38,8 +38,9 @@ IDEMPOTENCY_WAIT_S = 5.0
 IDEMPOTENCY_POLL_S = 0.02
 # How long a request that reaches an API process still starting (model signature or broker
 # not there yet) waits for it before a 503: with several API workers behind one port, one
-# can be ready while the next is still starting.
-STARTUP_WAIT_S = 2.0
+# can be ready while the next is still starting. Longer than the 2 s the start-up retries
+# back off to, so a model or broker that answers now is found within it.
+STARTUP_WAIT_S = 3.0
 # What a record batch adds around one record (headers, key, lengths), kept free below
 # the broker's message limit.
 RECORD_OVERHEAD_BYTES = 256
