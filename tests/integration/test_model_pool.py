@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from pathlib import Path
 from typing import AsyncIterator, Iterator
 
 import aiohttp
