@@ -41,7 +41,9 @@ async def get_policy(request: Request) -> dict[str, Any]:
 @router.patch("/v1/admin/policy")
 async def change_policy(request: Request, principal: Principal = Depends(requires(Scope.ADMIN))) -> dict[str, Any]:
     """Change flush-policy parameters of every running batcher (applied within ~1 s)."""
-    document = parse_json(await read_body(request, POLICY_BODY_LIMIT_BYTES))
+    document = parse_json(
+        await read_body(request, POLICY_BODY_LIMIT_BYTES, api_state(request).settings.api_read_timeout_s)
+    )
     if not isinstance(document, dict):
         raise ApiError(422, "invalid_request", 'body must be a JSON object like {"max_wait_ms": 100}')
     try:

@@ -16,7 +16,8 @@ from brimful.api.dead_letter_admin import (
     parse_cursor,
 )
 from brimful.api.errors import ApiError
-from brimful.api.request_body import parse_json
+from brimful.api.request_body import parse_json, read_body
+from brimful.api.state import api_state
 from brimful.core.api_keys import Scope
 
 # An admin key works on its own tenant's entries; an operator key on every tenant's.
@@ -108,7 +109,8 @@ def parse_filter(values: dict[str, Any], principal: Principal) -> DeadLetterFilt
 
 async def _body_job(request: Request, principal: Principal, dry_run: bool = False) -> tuple[DeadLetterFilter, str | None, int, bool]:
     """(filter, cursor, limit, dry run) from a replay or purge body."""
-    body = await request.body()
+    settings = api_state(request).settings
+    body = await read_body(request, settings.max_body_bytes, settings.api_read_timeout_s)
     document = parse_json(body) if body else {}
     if not isinstance(document, dict):
         raise ApiError(422, "invalid_request", "body must be a JSON object of filters")

@@ -44,4 +44,8 @@ def serve(app: object, workers: int | None) -> None:
         # cost every request.
         proxy_headers=False,
         timeout_graceful_shutdown=10,
+        # Bounds on what clients hold: a deadline for a request's head (uvicorn has none),
+        # and a cap on open connections.
+        http="brimful.api.http_protocol:ReadDeadlineProtocol",
+        limit_concurrency=settings.api_max_connections,
     )

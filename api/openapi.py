@@ -42,6 +42,7 @@ _WHY = {
     401: "No API key, or an unknown or revoked one.",
     403: "The key lacks the scope this operation needs.",
     404: "No such task or entry for this tenant (unknown, another tenant's, or expired).",
+    408: "The request's headers or body did not all arrive within the read timeout (api_read_timeout_s).",
     409: "The task already left the queue; or a request with this Idempotency-Key is still being accepted "
          "(retry after Retry-After).",
     413: "The body, a task's payload (this tenant's limit) or the number of tasks is over the limit.",
@@ -159,11 +160,11 @@ def operations(signature: ModelSignature | None, settings: Settings) -> dict[tup
                 {202: ("Accepted and durably queued.", _ACCEPTED),
                  200: ("Finished within ?wait, or the earlier task of this Idempotency-Key.",
                        {**_TASK_STATE, "required": ["task_id", "status"]})},
-                (400, 401, 403, 409, 413, 422, 429, 503)),
+                (400, 401, 403, 408, 409, 413, 422, 429, 503)),
         },
         ("/v1/tasks:batch", "post"): {
             "requestBody": {"required": True, **_json(bulk)},
-            "responses": _responses({200: ("Ids in order; per-item errors.", _OBJECT)}, (400, 401, 403, 413, 422, 429, 503)),
+            "responses": _responses({200: ("Ids in order; per-item errors.", _OBJECT)}, (400, 401, 403, 408, 413, 422, 429, 503)),
         },
         ("/v1/tasks/{task_id}", "get"): {
             "parameters": [wait],
@@ -176,7 +177,7 @@ def operations(signature: ModelSignature | None, settings: Settings) -> dict[tup
         ("/v1/admin/policy", "get"): {"responses": _responses({200: ("Values, defaults, history.", _OBJECT)}, (401, 403, 503))},
         ("/v1/admin/policy", "patch"): {
             "requestBody": {"required": True, **_json(policy_change)},
-            "responses": _responses({200: ("Old and new values.", _OBJECT)}, (400, 401, 403, 413, 422, 503)),
+            "responses": _responses({200: ("Old and new values.", _OBJECT)}, (400, 401, 403, 408, 413, 422, 503)),
         },
         ("/healthz", "get"): {"responses": _responses({200: ("Alive.", _OBJECT)}, ())},
         ("/readyz", "get"): {"responses": _responses({200: ("Ready.", _OBJECT), 503: ("Not ready.", _OBJECT)}, ())},
@@ -199,12 +200,12 @@ def operations(signature: ModelSignature | None, settings: Settings) -> dict[tup
         ("/v1/admin/dlq/replay", "post"): {
             "requestBody": {"required": True, **_json(replay_selection)},
             "responses": _responses({200: ("A page's replayed task ids and the next cursor.", _OBJECT)},
-                                    (400, 401, 403, 422, 503)),
+                                    (400, 401, 403, 408, 413, 422, 503)),
         },
         ("/v1/admin/dlq/purge", "post"): {
             "requestBody": {"required": True, **_json(selection)},
             "responses": _responses({200: ("A page's purged entry ids and the next cursor.", _OBJECT)},
-                                    (400, 401, 403, 422, 503)),
+                                    (400, 401, 403, 408, 413, 422, 503)),
         },
     }
 

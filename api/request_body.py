@@ -1,25 +1,37 @@
-"""Reading a request's body: bounded in size, then decoded as JSON with a precise 4xx."""
+"""Reading a request's body: bounded in size and time, then decoded as JSON with a precise 4xx."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
 from fastapi import Request
+from starlette.requests import ClientDisconnect
 
 from brimful.api.errors import ApiError
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The whole body, or 413 as soon as it passes ``limit`` bytes (declared or streamed)."""
+async def read_body(request: Request, limit: int, timeout_s: float) -> bytes:
+    """The whole body, or 413 as soon as it passes ``limit`` bytes (declared or streamed),
+    or 408 if it has not all arrived within ``timeout_s``. A client that hangs up midway
+    gets 499 (it hears nothing; the answer is only counted), not a 500."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise ApiError(413, "body_too_large", f"body of {declared} bytes exceeds the limit of {limit} bytes")
     body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise ApiError(413, "body_too_large", f"body exceeds the limit of {limit} bytes")
+    try:
+        async with asyncio.timeout(timeout_s):
+            async for chunk in request.stream():
+                body += chunk
+                if len(body) > limit:
+                    raise ApiError(413, "body_too_large", f"body exceeds the limit of {limit} bytes")
+    except TimeoutError as error:
+        raise ApiError(
+            408, "request_timeout", f"the body did not arrive within {timeout_s:g} s ({len(body)} bytes came)"
+        ) from error
+    except ClientDisconnect as error:
+        raise ApiError(499, "client_closed_request", "the client closed the connection before sending the body") from error
     return bytes(body)
 
 

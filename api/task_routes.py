@@ -111,7 +111,7 @@ async def submit_task(request: Request, principal: Principal = Depends(requires(
 async def _submit(request: Request, principal: Principal, state: ApiState) -> JsonAnswer:
     settings = state.settings
     wait_s = parse_wait(request, settings.long_poll_max_s)
-    document = parse_json(await read_body(request, settings.max_body_bytes))
+    document = parse_json(await read_body(request, settings.max_body_bytes, settings.api_read_timeout_s))
     if state.signature is None:
         await check_admission(state)
     submission = parse_submission(document, state.signature)  # type: ignore[arg-type]
@@ -173,7 +173,7 @@ async def submit_tasks(request: Request, principal: Principal = Depends(requires
     invalid item gets its own error and does not stop the others."""
     state = api_state(request)
     settings = state.settings
-    document = parse_json(await read_body(request, settings.max_body_bytes * 4))
+    document = parse_json(await read_body(request, settings.max_body_bytes * 4, settings.api_read_timeout_s))
     tasks = document.get("tasks") if isinstance(document, dict) else None
     if not isinstance(tasks, list) or not tasks:
         raise ApiError(422, "invalid_request", 'body must be {"tasks": [{"inputs": {...}}, ...]} with at least one task')

@@ -245,6 +245,20 @@ class Settings(BaseSettings):
         description="API worker processes sharing the port (the API is CPU-bound: about one per spare core); "
         "/metrics sums their counters.",
     )
+    api_read_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        le=3600,
+        description="Longest a client may take to send a request: its headers (else 408 and the connection is "
+        "closed), its body (else 408 request_timeout), and its first byte after connecting (else the "
+        "connection is closed). Bounds what slow or idle clients hold.",
+    )
+    api_max_connections: int = Field(
+        2048,
+        ge=1,
+        description="Connections one API worker holds open at once, long-polls included; past it, new requests "
+        "get 503. Keep it below the process's open-files limit.",
+    )
     api_fast_lane: bool = Field(
         True,
         description="Serve POST /v1/tasks and GET /v1/tasks/{id} straight from their handlers, past FastAPI's "

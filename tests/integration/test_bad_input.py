@@ -105,6 +105,16 @@ async def test_chunked_body_over_the_limit_is_413(stack: EmbeddedStack, client: 
     assert_error(status, body, 413, "body_too_large", str(limit))
 
 
+@pytest.mark.parametrize("path", ["/v1/admin/dlq/replay", "/v1/admin/dlq/purge"])
+async def test_a_dlq_job_body_over_the_limit_is_413(stack: EmbeddedStack, client: TaskClient, path: str) -> None:
+    # On-call's routes read their bodies under the same bound as a task's.
+    limit = stack.settings.max_body_bytes
+    ids = ",".join(['"' + "0" * 30 + '"'] * (limit // 32 + 1))
+    status, body = await client.request("POST", path, data=f'{{"ids": [{ids}]}}'.encode(),
+                                        headers={"Content-Type": "application/json"})
+    assert_error(status, body, 413, "body_too_large", str(limit))
+
+
 async def test_body_just_under_the_limit_is_accepted(stack: EmbeddedStack, client: TaskClient) -> None:
     limit = stack.settings.max_body_bytes
     text = "z" * (limit - len('{"inputs": {"TEXT": ""}}'))

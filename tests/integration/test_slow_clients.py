@@ -1,0 +1,118 @@
+"""Slow, idle and vanishing clients hold nothing for ever, and none of them is a 500.
+
+An API process of its own (``python -m brimful.api``, as deployed) with a read timeout of
+1 s, on the session's real broker, Redis and Triton; the clients are raw sockets, since
+an HTTP client library would not send half a request.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from typing import Iterator
+
+import pytest
+
+from brimful.stack import EmbeddedStack, settings_env, wait_until
+from brimful.stack.processes import free_port, http_ok
+
+READ_TIMEOUT_S = 1.0
+# How long a test waits for the server to act on that timeout before calling it hung.
+PATIENCE_S = 15.0
+HEAD = b"POST /v1/tasks HTTP/1.1\r\nHost: api\r\nContent-Type: application/json\r\n"
+
+
+@pytest.fixture(scope="module")
+def api_port(stack: EmbeddedStack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    """An API process with a 1 s read timeout; after the tests, its log must hold no
+    unhandled error."""
+    port = free_port()
+    settings = stack.settings.model_copy(update={"api_port": port, "api_read_timeout_s": READ_TIMEOUT_S})
+    log_path = tmp_path_factory.mktemp("slow-clients") / "api.log"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "brimful.api"], env=settings_env(settings), stdout=log, stderr=subprocess.STDOUT
+        )
+    try:
+        wait_until(lambda: http_ok(f"http://127.0.0.1:{port}/readyz"), 60, "slow-client API")
+        yield port
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+    logged = log_path.read_text(encoding="utf-8", errors="replace")
+    assert "unhandled error" not in logged, logged[-3000:]
+
+
+def connect(port: int) -> socket.socket:
+    client = socket.create_connection(("127.0.0.1", port))
+    client.settimeout(PATIENCE_S)
+    return client
+
+
+def read_until_closed(client: socket.socket) -> bytes:
+    """Everything the server sends until it closes; fails if it keeps the socket open."""
+    received = b""
+    while chunk := client.recv(65536):
+        received += chunk
+    return received
+
+
+def answer_of(raw: bytes) -> tuple[int, dict[str, object]]:
+    head, _, body = raw.partition(b"\r\n\r\n")
+    return int(head.split(b" ", 2)[1]), json.loads(body)
+
+
+def responses(port: int, status: str) -> float:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as page:
+        text = page.read().decode()
+    prefix = f'brimful_http_responses_total{{route="/v1/tasks",status="{status}"}} '
+    return sum(float(line[len(prefix):]) for line in text.splitlines() if line.startswith(prefix))
+
+
+def test_a_connection_that_sends_nothing_is_closed(api_port: int) -> None:
+    with connect(api_port) as client:
+        assert read_until_closed(client) == b""
+
+
+def test_headers_that_never_finish_get_408_and_the_connection_closes(api_port: int) -> None:
+    with connect(api_port) as client:
+        client.sendall(HEAD)  # no blank line: the head never ends
+        status, body = answer_of(read_until_closed(client))
+    assert status == 408
+    assert body["error"]["code"] == "request_timeout"  # type: ignore[index]
+
+
+def test_a_body_that_never_finishes_gets_408_and_the_connection_closes(api_port: int) -> None:
+    with connect(api_port) as client:
+        client.sendall(HEAD + b"Content-Length: 100\r\n\r\n" + b'{"inputs": {"TE')
+        status, body = answer_of(read_until_closed(client))
+    assert status == 408
+    assert body["error"]["code"] == "request_timeout"  # type: ignore[index]
+    assert "15 bytes came" in body["error"]["message"]  # type: ignore[index]
+
+
+def test_a_client_that_hangs_up_mid_body_is_counted_499_not_500(api_port: int) -> None:
+    before_499, before_500 = responses(api_port, "499"), responses(api_port, "500")
+    with connect(api_port) as client:
+        client.sendall(HEAD + b"Content-Length: 100\r\n\r\n" + b'{"inputs"')
+        client.shutdown(socket.SHUT_RDWR)
+    # The server notices the hang-up as soon as it reads the body; poll its counter.
+    wait_until(lambda: responses(api_port, "499") > before_499, PATIENCE_S, "the 499 counted")
+    assert responses(api_port, "500") == before_500
+
+
+def test_a_kept_alive_connection_idle_past_the_read_timeout_is_still_served(api_port: int) -> None:
+    # The deadline is on a request's head and body, not on the connection: between whole
+    # requests only the keep-alive timeout (5 s) applies. What is tested is time passing,
+    # so this waits.
+    with connect(api_port) as client:
+        for text in ("first", "second"):
+            body = json.dumps({"inputs": {"TEXT": text}}).encode()
+            client.sendall(HEAD + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+            head = client.recv(65536)
+            assert head.startswith(b"HTTP/1.1 202"), head
+            time.sleep(READ_TIMEOUT_S * 2)
