@@ -1,13 +1,19 @@
-"""uvicorn's HTTP protocol with a deadline on what uvicorn leaves unbounded: a new
-connection's first request, and each request's headers.
+"""uvicorn's HTTP protocol with bounds on what uvicorn leaves unbounded: how long a new
+connection's first request and each request's headers may take, and how large a
+request's head may grow.
 
 uvicorn times out a kept-alive connection between requests, but not one that connects and
 sends nothing, nor one that sends its headers a byte at a time: each would hold a socket
 and its buffers for ever. Here both get ``api_read_timeout_s`` from the moment the
 connection opens (or the next request's first byte arrives); a request whose headers
-are still incomplete then gets 408 and the connection closes. The body's own deadline is
-the handler's (``api.request_body.read_body``), which can answer it in JSON; a connection
-answered before its body was all read is closed, so the rest cannot trickle in unbounded.
+are still incomplete then gets 408 and the connection closes (after reading and dropping
+what the client still sends for a moment, so that it sees the answer). A head (request
+line and headers) over ``MAX_HEAD_BYTES`` gets 431 the same way: the parser would
+otherwise keep every byte of it until the deadline.
+
+The body's own deadline is the handler's (``api.request_body.read_body``), which can
+answer it in JSON; a connection answered before its body was all read is closed, so the
+rest cannot trickle in unbounded.
 """
 
 from __future__ import annotations
@@ -22,25 +28,35 @@ from brimful.api.json_answer import JsonAnswer
 from brimful.core.settings import get_settings
 
 
-def _timeout_answer(timeout_s: float) -> bytes:
-    body = JsonAnswer(
-        error_body("request_timeout", f"the request's headers did not arrive within {timeout_s:g} s")
-    ).body
+# Far above any real client's head (API keys, trace context and an Idempotency-Key fit in
+# a few hundred bytes); common servers refuse past 8-16 KiB.
+MAX_HEAD_BYTES = 64 * 1024
+# After refusing a request, how long the connection keeps reading (and dropping) what the
+# client still sends, so that closing does not reset it before it reads the answer.
+LINGER_S = 2.0
+
+
+def _closing_answer(status_line: bytes, code: str, message: str) -> bytes:
+    body = bytes(JsonAnswer(error_body(code, message)).body)
     return (
-        b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\nconnection: close\r\n"
-        b"content-length: " + str(len(body)).encode("ascii") + b"\r\n\r\n" + bytes(body)
+        status_line + b"\r\ncontent-type: application/json\r\nconnection: close\r\n"
+        b"content-length: " + str(len(body)).encode("ascii") + b"\r\n\r\n" + body
     )
 
 
-class ReadDeadlineProtocol(HttpToolsProtocol):
-    """The httptools protocol, closing a connection whose request head is not in within
-    the read timeout (``BRIMFUL_API_READ_TIMEOUT_S``)."""
+class BoundedHttpProtocol(HttpToolsProtocol):
+    """The httptools protocol, refusing a request whose head is not all in within the
+    read timeout (``BRIMFUL_API_READ_TIMEOUT_S``: 408) or grows past ``MAX_HEAD_BYTES``
+    (431), and closing a connection that sends nothing for that long."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.read_timeout_s = get_settings().api_read_timeout_s
         self._deadline: asyncio.TimerHandle | None = None
         self._head_started = False  # some of a request's head has arrived, not all of it
+        self._in_body = False
+        self._head_bytes = 0  # received since the last head ended, outside bodies
+        self._refused = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -50,16 +66,34 @@ class ReadDeadlineProtocol(HttpToolsProtocol):
         self._disarm()
         super().connection_lost(exc)
 
+    def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return  # lingering after a refusal: dropped
+        if not self._in_body:
+            self._head_bytes += len(data)
+            if self._deadline is None:  # a next request's head starts its own clock
+                self._arm()
+        super().data_received(data)
+        if self._head_started and self._head_bytes > MAX_HEAD_BYTES:
+            self._refuse(
+                b"HTTP/1.1 431 Request Header Fields Too Large", "headers_too_large",
+                f"the request line and headers exceed {MAX_HEAD_BYTES} bytes",
+            )
+
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._head_started = True
-        if self._deadline is None:  # a new connection's deadline runs from when it opened
-            self._arm()
 
     def on_headers_complete(self) -> None:
         self._disarm()
         self._head_started = False
+        self._in_body = True
+        self._head_bytes = 0
         super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        self._in_body = False
+        super().on_message_complete()
 
     def on_response_complete(self) -> None:
         # An answer sent before the body was all read (a refusal, a timeout): the rest of
@@ -81,6 +115,22 @@ class ReadDeadlineProtocol(HttpToolsProtocol):
         self._deadline = None
         if self.transport.is_closing():
             return
-        if self._head_started:
-            self.transport.write(_timeout_answer(self.read_timeout_s))
-        self.transport.close()
+        if not self._head_started:
+            self.transport.close()  # nothing sent: nothing to answer
+            return
+        self._refuse(
+            b"HTTP/1.1 408 Request Timeout", "request_timeout",
+            f"the request's headers did not arrive within {self.read_timeout_s:g} s",
+        )
+
+    def _refuse(self, status_line: bytes, code: str, message: str) -> None:
+        """Answer and close: send the answer and our end of the stream, then drop what
+        the client still sends for ``LINGER_S`` before dropping the connection."""
+        self._disarm()
+        self._refused = True
+        self.transport.write(_closing_answer(status_line, code, message))
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        # abort, not close: close would wait for the answer to be read, for ever if the
+        # client reads nothing.
+        self.loop.call_later(LINGER_S, self.transport.abort)

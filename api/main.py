@@ -46,6 +46,6 @@ def serve(app: object, workers: int | None) -> None:
         timeout_graceful_shutdown=10,
         # Bounds on what clients hold: a deadline for a request's head (uvicorn has none),
         # and a cap on open connections.
-        http="brimful.api.http_protocol:ReadDeadlineProtocol",
+        http="brimful.api.http_protocol:BoundedHttpProtocol",
         limit_concurrency=settings.api_max_connections,
     )

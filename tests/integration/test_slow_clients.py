@@ -1,4 +1,5 @@
-"""Slow, idle and vanishing clients hold nothing for ever, and none of them is a 500.
+"""Slow, idle, vanishing and oversized clients hold nothing for ever or without bound, and
+none of them is a 500.
 
 An API process of its own (``python -m brimful.api``, as deployed) with a read timeout of
 1 s, on the session's real broker, Redis and Triton; the clients are raw sockets, since
@@ -17,6 +18,7 @@ from typing import Iterator
 
 import pytest
 
+from brimful.api.http_protocol import MAX_HEAD_BYTES
 from brimful.stack import EmbeddedStack, settings_env, wait_until
 from brimful.stack.processes import free_port, http_ok
 
@@ -42,7 +44,13 @@ def api_port(stack: EmbeddedStack, tmp_path_factory: pytest.TempPathFactory) -> 
         yield port
     finally:
         process.terminate()
-        process.wait(timeout=30)
+        try:
+            # uvicorn's 10 s for requests under way, then the API's bounded stop steps.
+            process.wait(timeout=45)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+            pytest.fail("the API did not stop within 45 s of SIGTERM:\n" + log_path.read_text(errors="replace")[-5000:])
     logged = log_path.read_text(encoding="utf-8", errors="replace")
     assert "unhandled error" not in logged, logged[-3000:]
 
@@ -59,6 +67,26 @@ def read_until_closed(client: socket.socket) -> bytes:
     while chunk := client.recv(65536):
         received += chunk
     return received
+
+
+def read_response(client: socket.socket) -> bytes:
+    """One whole response on a kept-alive connection: its head, then as many body bytes as
+    its Content-Length says. A response may arrive in several segments."""
+    received = b""
+    while b"\r\n\r\n" not in received:
+        chunk = client.recv(65536)
+        assert chunk, f"the server closed the connection mid-response: {received!r}"
+        received += chunk
+    head, _, body = received.partition(b"\r\n\r\n")
+    length = next(
+        int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")[1:] if line.lower().startswith(b"content-length:")
+    )
+    while len(body) < length:
+        chunk = client.recv(65536)
+        assert chunk, f"the server closed the connection mid-body: {received!r}"
+        body += chunk
+    assert len(body) == length, f"more than one response came: {body!r}"
+    return head + b"\r\n\r\n" + body
 
 
 def answer_of(raw: bytes) -> tuple[int, dict[str, object]]:
@@ -113,6 +141,41 @@ def test_a_kept_alive_connection_idle_past_the_read_timeout_is_still_served(api_
         for text in ("first", "second"):
             body = json.dumps({"inputs": {"TEXT": text}}).encode()
             client.sendall(HEAD + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
-            head = client.recv(65536)
-            assert head.startswith(b"HTTP/1.1 202"), head
+            answer = read_response(client)
+            assert answer.startswith(b"HTTP/1.1 202"), answer
             time.sleep(READ_TIMEOUT_S * 2)
+
+
+def test_headers_that_keep_growing_get_431_and_the_connection_closes(api_port: int) -> None:
+    with connect(api_port) as client:
+        client.sendall(HEAD)
+        line = b"X-Filler: " + b"f" * 1000 + b"\r\n"
+        for _ in range(MAX_HEAD_BYTES // len(line) + 2):  # past the cap, well within the read timeout
+            client.sendall(line)
+        status, body = answer_of(read_until_closed(client))
+    assert status == 431
+    assert body["error"]["code"] == "headers_too_large"  # type: ignore[index]
+
+
+def test_one_header_that_never_ends_gets_431(api_port: int) -> None:
+    # No line break at all: the parser holds the value whole until it ends, so the cap
+    # must count bytes as they arrive, not headers as they are parsed.
+    with connect(api_port) as client:
+        client.sendall(HEAD + b"X-Endless: ")
+        for _ in range(MAX_HEAD_BYTES // 8192 + 2):
+            client.sendall(b"e" * 8192)
+        status, body = answer_of(read_until_closed(client))
+    assert status == 431
+    assert body["error"]["code"] == "headers_too_large"  # type: ignore[index]
+
+
+def test_a_large_body_in_the_same_packets_as_its_head_is_not_taken_for_a_large_head(
+    stack: EmbeddedStack, api_port: int
+) -> None:
+    # A body near the limit, sent in one write with its head: the head's cap must not count it.
+    text = "b" * (stack.settings.max_body_bytes - 100)
+    body = json.dumps({"inputs": {"TEXT": text}}).encode()
+    with connect(api_port) as client:
+        client.sendall(HEAD + f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body)
+        answer = read_until_closed(client)
+    assert answer.startswith(b"HTTP/1.1 202"), answer[:300]
