@@ -24,6 +24,7 @@ from brimful.core.policy_tuning import PolicyTuning
 from brimful.core.redis_client import make_redis
 from brimful.core.redis_keys import RedisKeys
 from brimful.core.settings import Settings
+from brimful.core.shutdown_step import CLOSE_S, bounded_step
 from brimful.core.tracing import configure_tracing
 from brimful.core.stats import SharedStats
 from brimful.core.status_board import StatusBoard
@@ -100,17 +101,25 @@ class ApiState:
             self._background.append(asyncio.create_task(self.api_keys.follow_revocations(), name="key-revocations"))
 
     async def stop(self) -> None:
+        """Stop background work and close every client, each step bounded (see
+        :func:`bounded_step`): the whole stop stays within
+        ``kafka_request_timeout_ms + 10 s`` (uvicorn's 10 s for requests under way
+        come before it), whatever answers or not."""
+        request_s = self.settings.kafka_request_timeout_ms / 1000
         for task in self._background:
             task.cancel()
-        await asyncio.gather(*self._background, return_exceptions=True)
-        # Submissions under way finish first: the broker's timeout bounds each of their steps.
-        await self.committer.close(drain_s=2 * self.settings.kafka_request_timeout_ms / 1000)
+        await bounded_step("background tasks", asyncio.gather(*self._background, return_exceptions=True), CLOSE_S)
+        # Submissions under way finish first: the broker's timeout bounds each of their
+        # steps, and the committer answers whatever is left when its drain ends.
+        await bounded_step("submissions", self.committer.close(drain_s=max(0.0, request_s - CLOSE_S)), request_s)
         if self.producer_started:
-            await self.producer.stop()
-        await self.model.close()
-        await self.redis.aclose()
+            # Nothing is left to send once the committer has drained: this only closes.
+            await bounded_step("producer", self.producer.stop(), CLOSE_S)
+        await bounded_step("model client", self.model.close(), CLOSE_S)
+        await bounded_step("redis", self.redis.aclose(), CLOSE_S)
         if self.tracing is not None:
-            await asyncio.to_thread(self.tracing.shutdown)  # flushes the exporter: blocking I/O
+            # Flushing the exporter is blocking I/O: a thread, which cannot be cancelled.
+            await bounded_step("tracing", asyncio.to_thread(self.tracing.shutdown), CLOSE_S)
 
     async def _load_signature(self) -> None:
         # The model may still be loading when the API starts: keep asking.

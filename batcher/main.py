@@ -24,6 +24,7 @@ from brimful.core.policy_tuning import PolicyTuning
 from brimful.core.redis_client import RedisClient, make_redis
 from brimful.core.redis_keys import RedisKeys
 from brimful.core.settings import Settings, get_settings
+from brimful.core.shutdown_step import CLOSE_S, bounded_step
 from brimful.core.stats import SharedStats
 from brimful.core.status_board import StatusBoard
 from brimful.core.task_store import TaskStore
@@ -128,9 +129,9 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
     producer = make_producer(settings)
     consumer = make_consumer(settings, settings.consumer_group)
     tracing = configure_tracing(settings, "brimful-batcher")
-    closers: list[Callable[[], Awaitable[None]]] = []
+    closers: list[tuple[str, Callable[[], Awaitable[None]]]] = []  # (step name, closer)
     if tracing is not None:
-        closers.append(lambda: asyncio.to_thread(tracing.shutdown))  # flushes the exporter
+        closers.append(("tracing", lambda: asyncio.to_thread(tracing.shutdown)))  # flushes the exporter
     try:
         await pool.refresh()
         while not pool.pool.endpoints and not stop.is_set():  # names that resolve to nothing yet
@@ -193,7 +194,7 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
                 ),
             )
             await health.start()
-            closers.append(health.close)
+            closers.append(("health server", health.close))
         await consumer.start()
         log.info("batcher started", extra={"topic": settings.requests_topic, "model": signature.name, "member": member})
         freeze_startup_heap()
@@ -225,12 +226,16 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
         await endpoint_news
         await resolver
     finally:
-        for close in closers:
-            await close()
-        await consumer.stop()
-        await producer.stop()
-        await pool.close()
-        await redis.aclose()
+        # Each step bounded: a broker or Redis gone quiet must not hold the process past
+        # its grace period with nothing said.
+        request_s = settings.kafka_request_timeout_ms / 1000
+        for name, close in closers:
+            await bounded_step(name, close(), CLOSE_S)
+        await bounded_step("consumer", consumer.stop(), request_s)  # leaves the group: a request
+        # Every send was awaited by the batch it belongs to: nothing is left to flush.
+        await bounded_step("producer", producer.stop(), CLOSE_S)
+        await bounded_step("model pool", pool.close(), CLOSE_S)
+        await bounded_step("redis", redis.aclose(), CLOSE_S)
 
 
 def main() -> None:
