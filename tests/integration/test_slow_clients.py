@@ -9,8 +9,8 @@ an HTTP client library would not send half a request.
 from __future__ import annotations
 
 import json
+import signal
 import socket
-import subprocess
 import sys
 import time
 import urllib.request
@@ -20,7 +20,7 @@ import pytest
 
 from brimful.api.http_protocol import MAX_HEAD_BYTES
 from brimful.stack import EmbeddedStack, settings_env, wait_until
-from brimful.stack.processes import free_port, http_ok
+from brimful.stack.processes import ManagedProcess, free_port, http_ok
 
 READ_TIMEOUT_S = 1.0
 # How long a test waits for the server to act on that timeout before calling it hung.
@@ -30,28 +30,23 @@ HEAD = b"POST /v1/tasks HTTP/1.1\r\nHost: api\r\nContent-Type: application/json\
 
 @pytest.fixture(scope="module")
 def api_port(stack: EmbeddedStack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
-    """An API process with a 1 s read timeout; after the tests, its log must hold no
-    unhandled error."""
+    """An API process with a 1 s read timeout; after the tests, it must stop on SIGTERM and
+    its log hold no unhandled error."""
     port = free_port()
     settings = stack.settings.model_copy(update={"api_port": port, "api_read_timeout_s": READ_TIMEOUT_S})
     log_path = tmp_path_factory.mktemp("slow-clients") / "api.log"
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "brimful.api"], env=settings_env(settings), stdout=log, stderr=subprocess.STDOUT
-        )
+    # uvicorn's 10 s for requests under way, then the API's bounded stop steps.
+    api = ManagedProcess("api", [sys.executable, "-m", "brimful.api"], settings_env(settings), log_path, stop_timeout_s=45)
+    api.start()
     try:
         wait_until(lambda: http_ok(f"http://127.0.0.1:{port}/readyz"), 60, "slow-client API")
         yield port
     finally:
-        process.terminate()
-        try:
-            # uvicorn's 10 s for requests under way, then the API's bounded stop steps.
-            process.wait(timeout=45)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
-            pytest.fail("the API did not stop within 45 s of SIGTERM:\n" + log_path.read_text(errors="replace")[-5000:])
+        exit_code = api.stop()
     logged = log_path.read_text(encoding="utf-8", errors="replace")
+    # uvicorn re-raises the SIGTERM it handled once it has stopped: -15 is a clean stop;
+    # -9 is the kill after the 45 s.
+    assert exit_code in (0, -signal.SIGTERM), f"the API did not stop cleanly within 45 s of SIGTERM ({exit_code}):\n{logged[-5000:]}"
     assert "unhandled error" not in logged, logged[-3000:]
 
 
