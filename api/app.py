@@ -9,7 +9,7 @@ from typing import AsyncIterator
 from fastapi import FastAPI
 from starlette.types import ASGIApp
 
-from brimful.api import batching_routes, dlq_routes, health_routes, openapi, task_routes
+from brimful.api import batching_routes, dlq_routes, health_routes, model_routes, openapi, task_routes
 from brimful.api.errors import HANDLERS
 from brimful.api.fast_lane import FastLane
 from brimful.api.response_metrics import ResponseCounter
@@ -50,8 +50,8 @@ def create_app(settings: Settings) -> ASGIApp:
         # OpenTelemetry hooks would only add per-request cost.
         telemetry={"tracing": False, "metrics": False, "logs": False, "operation_spans": False},
     )
-    openapi.install(app, settings, lambda: getattr(getattr(app.state, "brimful", None), "signature", None))
-    for routes in (task_routes, batching_routes, dlq_routes, health_routes):
+    openapi.install(app, settings, lambda: getattr(getattr(app.state, "brimful", None), "catalogue", None))
+    for routes in (task_routes, model_routes, batching_routes, dlq_routes, health_routes):
         app.include_router(routes.router)
     for error, handler in HANDLERS.items():
         app.add_exception_handler(error, handler)

@@ -1,6 +1,6 @@
 """How far behind the batchers are, and how long a client should wait before retrying.
 
-The backlog is the consumer lag of the requests topic: for each partition, the log end
+The backlog is the consumer lag of the requests topics (one a model): for each partition, the log end
 (high watermark) less the batchers' committed offset. Both come from the batchers' status
 board; the API also counts what it produced itself, so the backlog keeps growing, and
 admission stops, even when no batcher is alive to report. The completion rate comes from
@@ -24,21 +24,27 @@ log = logging.getLogger("brimful.api")
 class BacklogMonitor:
     """Refreshed in the background; read on every POST without I/O."""
 
-    def __init__(self, board: StatusBoard, stats: SharedStats, interval_s: float = 0.5) -> None:
+    def __init__(
+        self, board: StatusBoard, stats: list[SharedStats], default_topic: str, interval_s: float = 0.5
+    ) -> None:
+        """``stats``: every served model's counters; ``default_topic``: the topic a status
+        from a batcher that does not name its topic (an older release) is about."""
         self._board = board
         self._stats = stats
+        self._default_topic = default_topic
         self._interval_s = interval_s
-        self._highwater: dict[int, int] = {}
-        self._committed: dict[int, int] = {}
-        self._produced: dict[int, int] = {}  # next offset after what this API produced
+        # By (topic, partition): each model's batchers report their own topic's partitions.
+        self._highwater: dict[tuple[str, int], int] = {}
+        self._committed: dict[tuple[str, int], int] = {}
+        self._produced: dict[tuple[str, int], int] = {}  # next offset after what this API produced
         self._finished: int | None = None
         self._finished_at = 0.0
         self.completion_rate = 0.0  # tasks finished per second, smoothed
         # Read on every POST, so kept up to date as it changes rather than summed per read.
-        self._lag: dict[int, int] = {}
+        self._lag: dict[tuple[str, int], int] = {}
         self.backlog = 0
 
-    def _update(self, partition: int) -> None:
+    def _update(self, partition: tuple[str, int]) -> None:
         end = max(self._highwater.get(partition, 0), self._produced.get(partition, 0))
         lag = max(0, end - max(self._committed.get(partition, 0), 0))
         self.backlog += lag - self._lag.get(partition, 0)
@@ -51,7 +57,8 @@ class BacklogMonitor:
             return 30  # nothing is draining: ask clients to stay away a while
         return int(min(120, max(1, math.ceil(excess / self.completion_rate))))
 
-    def produced(self, partition: int, offset: int) -> None:
+    def produced(self, topic: str, number: int, offset: int) -> None:
+        partition = (topic, number)
         self._produced[partition] = max(self._produced.get(partition, 0), offset + 1)
         self._update(partition)
 
@@ -65,15 +72,17 @@ class BacklogMonitor:
 
     async def refresh(self) -> None:
         for batcher in await self._board.read_all():
+            topic = str(batcher.get("topic", self._default_topic))
             for number, state in batcher.get("partitions", {}).items():
-                partition = int(number)
+                partition = (topic, int(number))
                 self._highwater[partition] = max(self._highwater.get(partition, 0), int(state.get("highwater", 0)))
                 if int(state.get("committed", -1)) >= 0:
                     self._committed[partition] = max(self._committed.get(partition, 0), int(state["committed"]))
                 self._update(partition)
         metrics.BACKLOG_ROWS.set(self.backlog)
-        stats = await self._stats.read()
-        finished = stats[StatsField.TASKS_DONE] + stats[StatsField.TASKS_FAILED]
+        finished = 0
+        for counters in await asyncio.gather(*(stats.read() for stats in self._stats)):
+            finished += counters[StatsField.TASKS_DONE] + counters[StatsField.TASKS_FAILED]
         now = time.monotonic()
         if self._finished is not None and now > self._finished_at:
             rate = max(0.0, (finished - self._finished) / (now - self._finished_at))

@@ -19,34 +19,53 @@ router = APIRouter(tags=["batching"])
 POLICY_BODY_LIMIT_BYTES = 64 * 1024
 
 
+def _model_param(request: Request) -> str:
+    """The model a ``?model=`` query names (422 ``unknown_model`` if not served; without
+    it, the default model)."""
+    return api_state(request).served_model(request.query_params.get("model"))
+
+
 @router.get("/v1/stats", dependencies=[Depends(requires(Scope.READ))])
 async def stats(request: Request) -> dict[str, Any]:
-    """Totals across every batcher: batches sent to the model, real rows in them, padding."""
+    """One model's totals across its batchers (``?model=``, default: the default model):
+    batches sent to the model, real rows in them, padding; and every live batcher."""
     state = api_state(request)
-    counters = await state.stats.read()
+    model = _model_param(request)
+    counters = await state.stats_of(model).read()
     batches = counters["batches_dispatched"]
-    answer: dict[str, Any] = dict(counters)
+    answer: dict[str, Any] = {"model": model, **counters}
     answer["mean_rows_per_batch"] = round(counters["rows_dispatched"] / batches, 2) if batches else 0.0
-    answer["batchers"] = await state.status_board.read_all()
+    # A batcher of a release before models were named reports none: the default model's.
+    answer["batchers"] = [
+        status for status in await state.status_board.read_all()
+        if status.get("model", state.settings.default_model) == model
+    ]
     return answer
 
 
 @router.get("/v1/admin/policy", dependencies=[Depends(requires(Scope.ADMIN))])
 async def get_policy(request: Request) -> dict[str, Any]:
-    """The flush-policy parameters every batcher uses now, their defaults, recent changes."""
-    tuning = api_state(request).tuning
-    return {"params": await tuning.values(), "defaults": tuning.defaults, "history": await tuning.history()}
+    """The flush-policy parameters one model's batchers use now (``?model=``, default: the
+    default model), their defaults, recent changes."""
+    model = _model_param(request)
+    tuning = api_state(request).tuning_of(model)
+    return {
+        "model": model, "params": await tuning.values(), "defaults": tuning.defaults,
+        "history": await tuning.history(),
+    }
 
 
 @router.patch("/v1/admin/policy")
 async def change_policy(request: Request, principal: Principal = Depends(requires(Scope.ADMIN))) -> dict[str, Any]:
-    """Change flush-policy parameters of every running batcher (applied within ~1 s)."""
+    """Change flush-policy parameters of one model's running batchers (``?model=``,
+    default: the default model; applied within ~1 s)."""
+    model = _model_param(request)
     document = parse_json(
         await read_body(request, POLICY_BODY_LIMIT_BYTES, api_state(request).settings.api_read_timeout_s)
     )
     if not isinstance(document, dict):
         raise ApiError(422, "invalid_request", 'body must be a JSON object like {"max_wait_ms": 100}')
     try:
-        return await api_state(request).tuning.update(document, actor=principal.actor(request))
+        return await api_state(request).tuning_of(model).update(document, actor=principal.actor(request))
     except TuningError as error:
         raise ApiError(422, "invalid_policy", str(error)) from error

@@ -183,6 +183,7 @@ class DeadLetterAdmin:
 
     def __init__(self, settings: Settings, redis: RedisClient, producer: AIOKafkaProducer, store: TaskStore) -> None:
         self._settings = settings
+        self._served = frozenset(settings.served_models)
         self._redis = redis
         self._producer = producer
         self._store = store
@@ -241,13 +242,17 @@ class DeadLetterAdmin:
         return found
 
     async def replay(self, selection: DeadLetterFilter, actor: str, after: str | None, limit: int, dry_run: bool = False) -> tuple[Page, list[str], list[str]]:
-        """Send up to ``limit`` matching open entries back to the requests topic with their
-        task_ids; the tasks read ``queued`` again. Returns (the page, replayed task ids,
-        skipped entry ids). ``dry_run`` says what would be replayed and changes nothing."""
+        """Send up to ``limit`` matching open entries back to their model's requests topic
+        with their task_ids; the tasks read ``queued`` again. Returns (the page, replayed
+        task ids, skipped entry ids): an entry with nothing to send, or for a model no
+        longer served, is skipped. ``dry_run`` says what would be replayed and changes nothing."""
         page = await self.page(replace(selection, include_resolved=False), after, limit)
         replayed, skipped, group = [], [], []
         for entry in page.entries:
-            if not entry.letter.request.inputs:  # an undecodable or trimmed record: nothing to send again
+            request = entry.letter.request
+            # An undecodable or trimmed record has nothing to send again; a model no longer
+            # served has no batcher to take it.
+            if not request.inputs or (request.model or self._settings.default_model) not in self._served:
                 skipped.append(entry.entry_id)
                 continue
             replayed.append(entry.letter.request.task_id)
@@ -265,10 +270,11 @@ class DeadLetterAdmin:
         sends = []
         for entry in entries:
             request = entry.letter.request
-            await self._store.requeue(request.task_id, request.submitted_at_ms, request.tenant)
+            await self._store.requeue(request.task_id, request.submitted_at_ms, request.tenant, request.model)
             sends.append(
                 await self._producer.send(
-                    self._settings.requests_topic, request.SerializeToString(), key=request.task_id.encode()
+                    self._settings.requests_topic_for(request.model or self._settings.default_model),
+                    request.SerializeToString(), key=request.task_id.encode(),
                 )
             )
         await asyncio.gather(*sends)

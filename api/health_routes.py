@@ -39,8 +39,8 @@ async def healthz() -> dict[str, str]:
 @router.get("/readyz")
 async def readyz(request: Request) -> JSONResponse:
     """Readiness: 200 when this API can accept work durably: the broker and Redis answer
-    and it knows the model's signature (read once, to validate inputs). Whether the model
-    answers *now* is reported, not required: while it is away, tasks queue in the broker,
+    and it knows every served model's signature (read once, to validate inputs). Whether
+    the models answer *now* is reported, not required: while it is away, tasks queue in the broker,
     as designed, instead of every API replica leaving its load balancer."""
     state = api_state(request)
 
@@ -54,7 +54,9 @@ async def readyz(request: Request) -> JSONResponse:
         return bool(await state.redis.ping())
 
     async def model() -> bool:
-        return state.signature is not None and await state.model.is_ready()
+        if state.catalogue is None:
+            return False
+        return all(await asyncio.gather(*(model.is_ready() for model in state.models)))
 
     async def check(probe: Callable[[], Awaitable[Any]]) -> bool:
         try:
@@ -63,7 +65,7 @@ async def readyz(request: Request) -> JSONResponse:
             return False
 
     broker_ok, redis_ok, model_ok = await asyncio.gather(check(broker), check(redis), check(model))
-    signature_known = state.signature is not None
+    signature_known = state.catalogue is not None
     ready = broker_ok and redis_ok and signature_known
     checks = {"broker": broker_ok, "redis": redis_ok, "model_signature": signature_known, "model": model_ok}
     return JSONResponse(

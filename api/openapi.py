@@ -2,8 +2,8 @@
 
 The routes parse their bodies themselves (to answer bad input with precise 4xx), so
 FastAPI cannot see what they take; this module states it, in one table, and fills the
-submit body's ``inputs`` from the model's live signature, so the document describes the
-model actually served.
+submit body's ``model`` and ``inputs`` from the live catalogue, so the document describes
+the models actually served.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from fastapi.openapi.utils import get_openapi
 from brimful.api.dlq_routes import DRY_RUN_FIELD, FILTER_FIELDS, PAGE_FIELDS
 from brimful.api.submission import ALLOWED_FIELDS, MAX_DEADLINE_MS
 from brimful.api.task_routes import IDEMPOTENCY_KEY_MAX_LENGTH, TASK_ID_PATTERN
+from brimful.core.model_catalogue import ModelCatalogue
 from brimful.core.model_signature import ModelSignature, TensorSpec
 from brimful.core.policy_tuning import TUNABLE, UPPER_BOUNDS
 from brimful.core.settings import Settings
@@ -46,7 +47,8 @@ _WHY = {
     409: "The task already left the queue; or a request with this Idempotency-Key is still being accepted "
          "(retry after Retry-After).",
     413: "The body, a task's payload (this tenant's limit) or the number of tasks is over the limit.",
-    422: "The body is JSON but does not fit: unknown, missing or invalid fields or inputs.",
+    422: "The body is JSON but does not fit: unknown, missing or invalid fields or inputs, or a model not "
+         "served here (unknown_model).",
     429: "The tenant is over its rate limit or its limit of tasks in flight; see Retry-After.",
     503: "Overloaded, or the broker, Redis or the model is unavailable; see Retry-After.",
 }
@@ -57,6 +59,7 @@ _TASK_STATE = {
     "required": ["task_id", "status", "submitted_at_ms", "updated_at_ms"],
     "properties": {
         "task_id": {"type": "string", "pattern": TASK_ID_PATTERN.pattern},
+        "model": {"type": "string", "description": "the model the task is for"},
         "status": {"type": "string", "enum": [status.value for status in TaskStatus]},
         "submitted_at_ms": {"type": "integer"},
         "updated_at_ms": {"type": "integer"},
@@ -66,9 +69,31 @@ _TASK_STATE = {
 }
 _ACCEPTED = {
     "type": "object",
-    "required": ["task_id", "status"],
-    "properties": {"task_id": {"type": "string"}, "status": {"type": "string"}},
-    "example": {"task_id": "9c1e0d5e7a7b4a21b3f0c2d4e6f80912", "status": "queued"},
+    "required": ["task_id", "model", "status"],
+    "properties": {"task_id": {"type": "string"}, "model": {"type": "string"}, "status": {"type": "string"}},
+    "example": {"task_id": "9c1e0d5e7a7b4a21b3f0c2d4e6f80912", "model": "brimful_reference", "status": "queued"},
+}
+_TENSOR = {
+    "type": "object",
+    "required": ["name", "datatype", "shape"],
+    "properties": {"name": {"type": "string"}, "datatype": {"type": "string", "description": "Triton's, e.g. BYTES, FP32"},
+                   "shape": {"type": "array", "items": {"type": "integer"}, "description": "one row's, without the batch"}},
+}
+_MODELS = {
+    "type": "object",
+    "required": ["models"],
+    "properties": {"models": {"type": "array", "items": {
+        "type": "object",
+        "required": ["name", "version", "batch_size", "inputs", "outputs", "default"],
+        "properties": {
+            "name": {"type": "string"},
+            "version": {"type": "string"},
+            "batch_size": {"type": "integer", "description": "rows in every call to the model"},
+            "inputs": {"type": "array", "items": _TENSOR},
+            "outputs": {"type": "array", "items": _TENSOR},
+            "default": {"type": "boolean", "description": "serves the tasks that name no model"},
+        },
+    }}},
 }
 _OBJECT = {"type": "object"}
 
@@ -111,16 +136,30 @@ def input_schema(spec: TensorSpec) -> dict[str, Any]:
     return schema
 
 
-def submit_schema(signature: ModelSignature | None) -> dict[str, Any]:
+def inputs_schema(signature: ModelSignature) -> dict[str, Any]:
+    """The ``inputs`` object one model takes."""
+    return {
+        "type": "object",
+        "description": f"one value per input of {signature.name}",
+        "properties": {spec.name: input_schema(spec) for spec in signature.inputs},
+        "required": list(signature.input_names),
+        "additionalProperties": False,
+    }
+
+
+def submit_schema(catalogue: ModelCatalogue | None) -> dict[str, Any]:
     inputs: dict[str, Any] = {"type": "object", "description": "one value per model input"}
-    if signature is not None:
-        inputs.update(
-            properties={spec.name: input_schema(spec) for spec in signature.inputs},
-            required=list(signature.input_names),
-            additionalProperties=False,
-        )
+    model: dict[str, Any] = {"type": "string", "description": "the model to run (GET /v1/models); default: the "
+                                                             "default model"}
+    if catalogue is not None:
+        signatures = list(catalogue.models.values())
+        inputs = inputs_schema(signatures[0]) if len(signatures) == 1 else {
+            "description": "one value per input of the named model", "oneOf": [inputs_schema(s) for s in signatures]
+        }
+        model.update(enum=list(catalogue.names), default=catalogue.default)
     fields: dict[str, Any] = {
         "inputs": inputs,
+        "model": model,
         "deadline_ms": {"type": "integer", "minimum": 1, "maximum": MAX_DEADLINE_MS,
                         "description": "finish within this many ms if possible"},
     }
@@ -133,9 +172,9 @@ def submit_schema(signature: ModelSignature | None) -> dict[str, Any]:
     }
 
 
-def operations(signature: ModelSignature | None, settings: Settings) -> dict[tuple[str, str], dict[str, Any]]:
+def operations(catalogue: ModelCatalogue | None, settings: Settings) -> dict[tuple[str, str], dict[str, Any]]:
     """(path, method) -> the parts of the operation FastAPI cannot infer."""
-    submit = submit_schema(signature)
+    submit = submit_schema(catalogue)
     wait = _query("wait", {"type": "number", "minimum": 0, "maximum": settings.long_poll_max_s},
                   "hold the answer up to this many seconds for the task to finish")
     bulk = {"type": "object", "required": ["tasks"], "additionalProperties": False,
@@ -148,6 +187,9 @@ def operations(signature: ModelSignature | None, settings: Settings) -> dict[tup
                  "properties": {**FILTER_FIELDS, **PAGE_FIELDS, "ids": {"type": "array", "items": {"type": "string"}}},
                  "additionalProperties": False}
     replay_selection = {**selection, "properties": {**selection["properties"], **DRY_RUN_FIELD}}
+    model_param = _query("model", {"type": "string", "enum": list(settings.served_models),
+                                   "default": settings.default_model},
+                         "the model whose batching this is (GET /v1/models); unknown: 422 unknown_model")
     filters = [_query(name, schema) for name, schema in FILTER_FIELDS.items()]
     paged = filters + [_query(name, schema) for name, schema in PAGE_FIELDS.items()]
     return {
@@ -173,9 +215,17 @@ def operations(signature: ModelSignature | None, settings: Settings) -> dict[tup
         ("/v1/tasks/{task_id}", "delete"): {
             "responses": _responses({200: ("Cancelled.", _ACCEPTED)}, (400, 401, 403, 404, 409, 429, 503)),
         },
-        ("/v1/stats", "get"): {"responses": _responses({200: ("Totals and live batchers.", _OBJECT)}, (401, 403, 503))},
-        ("/v1/admin/policy", "get"): {"responses": _responses({200: ("Values, defaults, history.", _OBJECT)}, (401, 403, 503))},
+        ("/v1/models", "get"): {"responses": _responses({200: ("The models served.", _MODELS)}, (401, 403, 503))},
+        ("/v1/stats", "get"): {
+            "parameters": [model_param],
+            "responses": _responses({200: ("One model's totals and live batchers.", _OBJECT)}, (401, 403, 422, 503)),
+        },
+        ("/v1/admin/policy", "get"): {
+            "parameters": [model_param],
+            "responses": _responses({200: ("Values, defaults, history.", _OBJECT)}, (401, 403, 422, 503)),
+        },
         ("/v1/admin/policy", "patch"): {
+            "parameters": [model_param],
             "requestBody": {"required": True, **_json(policy_change)},
             "responses": _responses({200: ("Old and new values.", _OBJECT)}, (400, 401, 403, 408, 413, 422, 503)),
         },
@@ -210,13 +260,13 @@ def operations(signature: ModelSignature | None, settings: Settings) -> dict[tup
     }
 
 
-def install(app: FastAPI, settings: Settings, signature: Callable[[], ModelSignature | None]) -> None:
-    """Make ``app.openapi()`` return the full document (rebuilt once the signature is known)."""
+def install(app: FastAPI, settings: Settings, catalogue: Callable[[], ModelCatalogue | None]) -> None:
+    """Make ``app.openapi()`` return the full document (rebuilt once the catalogue is known)."""
     cache: dict[str, Any] = {}
 
     def document() -> dict[str, Any]:
-        current = signature()
-        if cache.get("signature") is current and "document" in cache:
+        current = catalogue()
+        if cache.get("catalogue") is current and "document" in cache:
             return cache["document"]  # type: ignore[no-any-return]
         base = get_openapi(title=app.title, version=app.version, summary=app.summary, routes=app.routes)
         base.setdefault("components", {}).setdefault("schemas", {})["Error"] = _ERROR
@@ -231,7 +281,7 @@ def install(app: FastAPI, settings: Settings, signature: Callable[[], ModelSigna
             operation.update(parts)
             if not path.startswith(("/healthz", "/readyz")):
                 operation["security"] = [{"bearer": []}]
-        cache.update(signature=current, document=base)
+        cache.update(catalogue=current, document=base)
         return base
 
     app.openapi = document  # type: ignore[method-assign]

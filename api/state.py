@@ -12,12 +12,14 @@ from fastapi import Request
 from brimful.api.api_key_cache import ApiKeyCache
 from brimful.api.backlog import BacklogMonitor
 from brimful.api.dead_letter_admin import DeadLetterAdmin
+from brimful.api.errors import ApiError
 from brimful.api.group_commit import GroupCommitter
 from brimful.api.rate_limit import RateLimiter
 from brimful.api.task_waiters import TaskWaiters
 from brimful.core import metrics
 from brimful.core.api_keys import ApiKeys
 from brimful.core.kafka import ensure_topics, make_producer
+from brimful.core.model_catalogue import ModelCatalogue
 from brimful.core.model_metadata import ModelMetadata, wait_for_signature
 from brimful.core.model_signature import ModelSignature
 from brimful.core.policy_tuning import PolicyTuning
@@ -42,19 +44,26 @@ class ApiState:
         self.redis = make_redis(settings)
         keys = RedisKeys(settings.key_prefix)
         self.store = TaskStore(self.redis, keys, settings.result_ttl_s, settings.task_wait_ttl_s)
-        self.stats = SharedStats(self.redis, keys)
+        self._keys = keys
+        self.stats = SharedStats(self.redis, keys)  # the default model's
         self.producer: AIOKafkaProducer = make_producer(settings)
         self.producer_started = False
-        self.model = ModelMetadata.from_settings(settings)
-        self.signature: ModelSignature | None = None
-        self.tuning = PolicyTuning.from_settings(settings, self.redis)
+        # Each served model as the first endpoint has it: its signature, and whether it is ready.
+        self.models = [ModelMetadata.from_settings(settings, name) for name in settings.served_models]
+        self.catalogue: ModelCatalogue | None = None  # the models served, once all their metadata is read
         self.status_board = StatusBoard(self.redis, keys)
         self.dead_letters = DeadLetterAdmin(settings, self.redis, self.producer, self.store)
-        self.committer = GroupCommitter(
-            self.store, lambda: self.producer, settings.requests_topic, settings.submit_group_max,
-            settings.submit_waiting_max,
+        # One committer per model: a group is one send to one topic.
+        self.committers = {
+            name: GroupCommitter(
+                self.store, lambda: self.producer, settings.requests_topic_for(name), settings.submit_group_max,
+                settings.submit_waiting_max,
+            )
+            for name in settings.served_models
+        }
+        self.backlog = BacklogMonitor(
+            self.status_board, [self.stats_of(name) for name in settings.served_models], settings.requests_topic
         )
-        self.backlog = BacklogMonitor(self.status_board, self.stats)
         metrics.BACKLOG_LIMIT_ROWS.set(settings.max_backlog)
         self.tracing = configure_tracing(settings, "brimful-api")
         self.waiters = TaskWaiters(self.redis, keys, self.store, settings.tenant_max_long_polls)
@@ -111,19 +120,49 @@ class ApiState:
         await bounded_step("background tasks", asyncio.gather(*self._background, return_exceptions=True), CLOSE_S)
         # Submissions under way finish first: the broker's timeout bounds each of their
         # steps, and the committer answers whatever is left when its drain ends.
-        await bounded_step("submissions", self.committer.close(drain_s=max(0.0, request_s - CLOSE_S)), request_s)
+        drain_s = max(0.0, request_s - CLOSE_S)
+        await bounded_step(
+            "submissions", asyncio.gather(*(c.close(drain_s=drain_s) for c in self.committers.values())), request_s
+        )
         if self.producer_started:
             # Nothing is left to send once the committer has drained: this only closes.
             await bounded_step("producer", self.producer.stop(), CLOSE_S)
-        await bounded_step("model client", self.model.close(), CLOSE_S)
+        await bounded_step("model clients", asyncio.gather(*(m.close() for m in self.models)), CLOSE_S)
         await bounded_step("redis", self.redis.aclose(), CLOSE_S)
         if self.tracing is not None:
             # Flushing the exporter is blocking I/O: a thread, which cannot be cancelled.
             await bounded_step("tracing", asyncio.to_thread(self.tracing.shutdown), CLOSE_S)
 
+    def served_model(self, name: str | None) -> str:
+        """A served model's name (None: the default's); 422 ``unknown_model`` otherwise."""
+        if name is None:
+            return self.settings.default_model
+        if name not in self.settings.served_models:
+            raise ApiError(422, "unknown_model", f"unknown model {name[:64]!r}; this Brimful serves: "
+                           f"{', '.join(self.settings.served_models)}")
+        return name
+
+    def stats_of(self, model: str) -> SharedStats:
+        """The batching counters of a served model."""
+        return SharedStats(self.redis, self._keys, self.settings.model_scope(model))
+
+    def tuning_of(self, model: str) -> PolicyTuning:
+        """The live policy of a served model. Changes are checked against its rows a call
+        (the configured reference size until its signature is read)."""
+        signature = self.catalogue.models.get(model) if self.catalogue is not None else None
+        batch_size = signature.batch_size if signature is not None else self.settings.batch_size
+        return PolicyTuning.from_settings(self.settings, self.redis, model, batch_size)
+
+    @property
+    def signature(self) -> ModelSignature | None:
+        """The default model's signature; None until it is read."""
+        return None if self.catalogue is None else self.catalogue.get(None)
+
     async def _load_signature(self) -> None:
-        # The model may still be loading when the API starts: keep asking.
-        self.signature = await wait_for_signature(self.model)
+        # The models may still be loading when the API starts: keep asking each.
+        signatures = await asyncio.gather(*(wait_for_signature(model) for model in self.models))
+        if all(signature is not None for signature in signatures):
+            self.catalogue = ModelCatalogue.of([s for s in signatures if s is not None])
         self._note_started()
 
     async def _start_producer(self) -> None:

@@ -23,6 +23,7 @@ from brimful.api.group_commit import GroupCommitterFull, GroupCommitterStopped, 
 from brimful.api.state import ApiState
 from brimful.core import metrics
 from brimful.core.clock import now_ms
+from brimful.core.model_catalogue import ModelCatalogue, UnknownModelError
 from brimful.core.model_signature import ModelSignature
 from brimful.core.task_store import NewTask
 from brimful.core.tenant_limits import TenantLimits
@@ -31,7 +32,7 @@ from brimful.schemas import InputTensor, TaskRequest
 
 log = logging.getLogger("brimful.api")
 
-ALLOWED_FIELDS = ("inputs", "deadline_ms")
+ALLOWED_FIELDS = ("inputs", "model", "deadline_ms")
 MAX_DEADLINE_MS = 3_600_000
 # How long a retry waits for an earlier submission with its Idempotency-Key to finish.
 IDEMPOTENCY_WAIT_S = 5.0
@@ -51,6 +52,7 @@ class Submission:
     """A validated task, ready to be written to the requests topic."""
 
     inputs: dict[str, InputTensor]
+    model: str  # the model it is for: the one it named, or the catalogue's default
     deadline_ms: int | None = None  # the client wants the result within this many ms
 
     @property
@@ -59,8 +61,9 @@ class Submission:
         return sum(tensor.ByteSize() for tensor in self.inputs.values())
 
 
-def parse_submission(document: Any, signature: ModelSignature) -> Submission:
-    """Check a decoded body against the model's signature; 422 naming the first problem."""
+def parse_submission(document: Any, catalogue: ModelCatalogue) -> Submission:
+    """Check a decoded body against the signature of the model it names (the default when
+    it names none); 422 naming the first problem."""
     if not isinstance(document, dict):
         raise ApiError(422, "invalid_request", 'body must be a JSON object like {"inputs": {...}}')
     unknown_fields = sorted(set(document) - set(ALLOWED_FIELDS))
@@ -68,6 +71,7 @@ def parse_submission(document: Any, signature: ModelSignature) -> Submission:
         raise ApiError(
             422, "invalid_request", f"unknown field(s): {', '.join(unknown_fields)}; allowed: {', '.join(ALLOWED_FIELDS)}"
         )
+    signature = model_named(document.get("model"), catalogue)
     inputs = document.get("inputs")
     if not isinstance(inputs, dict):
         raise ApiError(422, "invalid_request", 'body must have an "inputs" object mapping input names to values')
@@ -93,7 +97,18 @@ def parse_submission(document: Any, signature: ModelSignature) -> Submission:
             encoded[spec.name] = encode_input(spec, inputs[spec.name])
         except InputValidationError as error:
             raise ApiError(422, "invalid_input", str(error)) from error
-    return Submission(inputs=encoded, deadline_ms=deadline_ms)
+    return Submission(inputs=encoded, model=signature.name, deadline_ms=deadline_ms)
+
+
+def model_named(name: Any, catalogue: ModelCatalogue) -> ModelSignature:
+    """The signature of the model a body's ``model`` field names (None: the default);
+    422 when it is not a string or names no model served here."""
+    if name is not None and not isinstance(name, str):
+        raise ApiError(422, "invalid_request", "model must be a string naming a model (GET /v1/models lists them)")
+    try:
+        return catalogue.get(name)
+    except UnknownModelError as error:
+        raise ApiError(422, "unknown_model", str(error)) from error
 
 
 def check_payload(submission: Submission, limits: TenantLimits) -> None:
@@ -108,11 +123,11 @@ def check_payload(submission: Submission, limits: TenantLimits) -> None:
 
 
 async def check_admission(state: ApiState) -> None:
-    """503 while the model's metadata, the broker or the backlog says no (the first two
+    """503 while the models' metadata, the broker or the backlog says no (the first two
     after up to ``STARTUP_WAIT_S`` of waiting for them)."""
     if not state.serving:
         await state.wait_until_serving(STARTUP_WAIT_S)
-    if state.signature is None:
+    if state.catalogue is None:
         raise ApiError(503, "model_not_ready", "the model's metadata is not loaded yet", {"Retry-After": "1"})
     if not state.producer_started:
         raise ApiError(503, "broker_unavailable", "the broker is not reachable yet", {"Retry-After": "1"})
@@ -187,11 +202,10 @@ async def enqueue(state: ApiState, submission: Submission, task_id: str, tenant:
     """Record the task as queued (429 if the tenant has too many in flight), then put it
     on the requests topic (acks=all): in a group commit with the submissions that arrive
     alongside (``group_commit``)."""
-    assert state.signature is not None
     submitted_at = now_ms()
     message = TaskRequest(
         task_id=task_id,
-        model=state.signature.name,
+        model=submission.model,
         submitted_at_ms=submitted_at,
         deadline_at_ms=submitted_at + submission.deadline_ms if submission.deadline_ms else 0,
         tenant=tenant,
@@ -205,12 +219,12 @@ async def enqueue(state: ApiState, submission: Submission, task_id: str, tenant:
     try:
         # Redis first, with the submissions that arrive alongside: a fast batcher must
         # never find the task missing.
-        new_task = NewTask(task_id, submitted_at, tenant, max_in_flight)
+        new_task = NewTask(task_id, submitted_at, tenant, max_in_flight, submission.model)
         if state.tracing is None:
-            sent = await state.committer.submit(new_task, record)
+            sent = await state.committers[submission.model].submit(new_task, record)
         else:
             with state.tracing.producer_span("brimful.enqueue", **{"brimful.task_id": task_id}) as headers:
-                sent = await state.committer.submit(new_task, record, headers)
+                sent = await state.committers[submission.model].submit(new_task, record, headers)
     except InFlightLimitReached as refused:
         raise ApiError(
             429,
@@ -230,5 +244,5 @@ async def enqueue(state: ApiState, submission: Submission, task_id: str, tenant:
         if isinstance(error, MessageSizeTooLargeError):  # the broker's own limit is below the setting
             raise _too_large_for_broker(len(record), limit) from error
         raise ApiError(503, "broker_unavailable", "the broker did not accept the task", {"Retry-After": "1"}) from error
-    state.backlog.produced(sent.partition, sent.offset)
+    state.backlog.produced(sent.topic, sent.partition, sent.offset)
     metrics.TASKS_SUBMITTED.inc()

@@ -78,14 +78,22 @@ def parse_wait(request: Request, limit_s: float) -> float:
     return wait
 
 
+def _default_model(state: ApiState) -> str:
+    # Reading a task needs no model metadata: before it loads, the configured name.
+    return state.catalogue.default if state.catalogue is not None else state.settings.model_name
+
+
 def check_task_id(task_id: str) -> None:
     if not TASK_ID_PATTERN.match(task_id):
         raise ApiError(400, "malformed_task_id", f"task_id {task_id[:64]!r} is not 32 lowercase hex characters")
 
 
-def task_answer(task_id: str, record: TaskRecord) -> dict[str, Any]:
+def task_answer(task_id: str, record: TaskRecord, default_model: str) -> dict[str, Any]:
+    """A task as the API shows it. A record written before tasks named their model
+    (``model`` empty) was for the default model: the only one served then."""
     answer: dict[str, Any] = {
         "task_id": task_id,
+        "model": record.model or default_model,
         "status": record.status.value,
         "submitted_at_ms": record.submitted_at_ms,
         "updated_at_ms": record.updated_at_ms,
@@ -112,9 +120,9 @@ async def _submit(request: Request, principal: Principal, state: ApiState) -> Js
     settings = state.settings
     wait_s = parse_wait(request, settings.long_poll_max_s)
     document = parse_json(await read_body(request, settings.max_body_bytes, settings.api_read_timeout_s))
-    if state.signature is None:
+    if state.catalogue is None:
         await check_admission(state)
-    submission = parse_submission(document, state.signature)  # type: ignore[arg-type]
+    submission = parse_submission(document, state.catalogue)  # type: ignore[arg-type]
 
     task_id = new_task_id()
     key = request.headers.get("idempotency-key")
@@ -128,13 +136,16 @@ async def _submit(request: Request, principal: Principal, state: ApiState) -> Js
         original = await claim_idempotency_key(state, key, task_id)
         if original is not None:
             record = await state.store.get(original)
-            answer = task_answer(original, record) if record else {"task_id": original, "status": TaskStatus.QUEUED.value}
+            answer = (
+                task_answer(original, record, _default_model(state)) if record
+                else {"task_id": original, "model": submission.model, "status": TaskStatus.QUEUED.value}
+            )
             return JsonAnswer(answer, status_code=200, headers={"Idempotent-Replayed": "true"})
     if wait_s > 0 and not state.waiters.has_room(principal.tenant):
         wait_s = 0.0  # the tenant holds its limit of waiters here: accept, answer 202 at once
     if wait_s <= 0:
         await _accept(state, principal, submission, task_id, key)
-        return JsonAnswer({"task_id": task_id, "status": TaskStatus.QUEUED.value}, status_code=202)
+        return _queued(task_id, submission)
     # Watch before the task exists: its result cannot be published unseen, and no read of
     # the store is needed to start waiting.
     with state.waiters.holding(principal.tenant), state.waiters.watch(task_id) as finished:
@@ -146,8 +157,14 @@ async def _submit(request: Request, principal: Principal, state: ApiState) -> Js
                 task_id, principal.tenant, deadline - time.monotonic()
             )  # feed lost
         if record is not None and record.status.is_final:
-            return JsonAnswer(task_answer(task_id, record), status_code=200)
-    return JsonAnswer({"task_id": task_id, "status": TaskStatus.QUEUED.value}, status_code=202)
+            return JsonAnswer(task_answer(task_id, record, submission.model), status_code=200)
+    return _queued(task_id, submission)
+
+
+def _queued(task_id: str, submission: Submission) -> JsonAnswer:
+    return JsonAnswer(
+        {"task_id": task_id, "model": submission.model, "status": TaskStatus.QUEUED.value}, status_code=202
+    )
 
 
 async def _accept(state: ApiState, principal: Principal, submission: Submission, task_id: str, key: str | None) -> None:
@@ -191,7 +208,7 @@ async def submit_tasks(request: Request, principal: Principal = Depends(requires
     valid: dict[int, tuple[str, Submission]] = {}
     for position, item in enumerate(tasks):
         try:
-            submission = parse_submission(item, state.signature)  # type: ignore[arg-type]
+            submission = parse_submission(item, state.catalogue)  # type: ignore[arg-type]
             check_payload(submission, limits)
         except ApiError as error:
             results.append({"error": {"code": error.code, "message": error.message}})
@@ -204,7 +221,7 @@ async def submit_tasks(request: Request, principal: Principal = Depends(requires
             await enqueue(state, submission, task_id, principal.tenant, limits.max_in_flight)
         except ApiError as error:
             return {"error": {"code": error.code, "message": error.message}}
-        return {"task_id": task_id, "status": TaskStatus.QUEUED.value}
+        return {"task_id": task_id, "model": submission.model, "status": TaskStatus.QUEUED.value}
 
     answers = await asyncio.gather(*(one(task_id, submission) for task_id, submission in valid.values()))
     for position, answer in zip(valid, answers):
@@ -229,7 +246,7 @@ async def get_task(
         record = await read_own_task(state.store, task_id, principal.tenant)
     if record is None:
         raise ApiError(404, "task_not_found", f"no task {task_id} (unknown, or expired after the retention time)")
-    return task_answer(task_id, record)
+    return task_answer(task_id, record, _default_model(state))
 
 
 @router.delete(TASKS_PATH + "/{task_id}")
@@ -240,9 +257,10 @@ async def cancel_task(
     check_task_id(task_id)
     state = api_state(request)
     await state.read_limiter.admit(principal.tenant)
-    if await read_own_task(state.store, task_id, principal.tenant) is None:
+    own = await read_own_task(state.store, task_id, principal.tenant)
+    if own is None:
         raise ApiError(404, "task_not_found", f"no task {task_id} (unknown, or expired after the retention time)")
     if await state.store.cancel(task_id):
-        return {"task_id": task_id, "status": TaskStatus.CANCELLED.value}
+        return {"task_id": task_id, "model": own.model or _default_model(state), "status": TaskStatus.CANCELLED.value}
     record = await state.store.get(task_id)
     raise ApiError(409, "not_cancellable", f"task {task_id} is already {record.status.value if record else 'gone'}")

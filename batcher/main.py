@@ -43,6 +43,7 @@ log = logging.getLogger("brimful.batcher")
 
 
 async def supervise(
+    model: str,
     service: BatcherService,
     tuning: PolicyTuning,
     board: StatusBoard,
@@ -59,7 +60,9 @@ async def supervise(
             if params != service.params:
                 log.info("applying policy", extra={"old": vars(service.params), "new": vars(params)})
                 service.set_params(params)
-            await board.publish(member, {**service.snapshot(), "params": vars(service.params)}, ttl_s=5 * interval_s + 2)
+            await board.publish(
+                member, {"model": model, **service.snapshot(), "params": vars(service.params)}, ttl_s=5 * interval_s + 2
+            )
         except Exception as error:  # Redis away: keep batching with what we have
             log.warning("could not refresh policy or status", extra={"error": str(error)})
         if recorder is not None and time.monotonic() - last_flush >= 5.0:
@@ -110,11 +113,13 @@ def model_pool(settings: Settings, redis: RedisClient, keys: RedisKeys, resolve:
     return ModelPool(
         settings.triton_endpoints,
         endpoints,
-        lambda url: TritonModel(url, settings.model_name, settings.model_version, settings.batch_size,
-                                settings.infer_timeout_s),
-        settings.batch_size,
+        lambda url: TritonModel(url, settings.model_name, settings.model_version, settings.infer_timeout_s),
+        0,  # rows a call: the model's own, set once its signature is read
         # A lease outlives the longest call (and its client-side grace) it covers.
-        leases=EndpointLeases(redis, keys, ttl_s=settings.infer_timeout_s + 5) if settings.endpoint_leases else None,
+        leases=(
+            EndpointLeases(redis, keys, ttl_s=settings.infer_timeout_s + 5, model=settings.model_scope(settings.model_name))
+            if settings.endpoint_leases else None
+        ),
         resolve=resolve if settings.triton_resolve_dns else None,
         resolve_every_s=settings.endpoint_resolve_s,
     )
@@ -127,7 +132,7 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
     keys = RedisKeys(settings.key_prefix)
     pool = model_pool(settings, redis, keys)
     producer = make_producer(settings)
-    consumer = make_consumer(settings, settings.consumer_group)
+    consumer = make_consumer(settings, settings.consumer_group_for(settings.model_name))
     tracing = configure_tracing(settings, "brimful-batcher")
     closers: list[tuple[str, Callable[[], Awaitable[None]]]] = []  # (step name, closer)
     if tracing is not None:
@@ -144,13 +149,15 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
         signature = await wait_for_signature(pool.any_model(), stop)
         if signature is None:
             return
+        pool.batch_size = signature.batch_size  # the model's configuration says it, not a setting
+        scope = settings.model_scope(settings.model_name)  # this model's own counters and policy
         await producer.start()
         dead_letters = DeadLetterWriter(producer, settings.dlq_topic, settings.kafka_max_message_bytes)
         runner = BatchRunner(
             pool=pool,
             signature=signature,
-            store=TaskStore(redis, keys, settings.result_ttl_s, settings.task_wait_ttl_s),
-            stats=SharedStats(redis, keys),
+            store=TaskStore(redis, keys, settings.result_ttl_s, settings.task_wait_ttl_s, stats_model=scope),
+            stats=SharedStats(redis, keys, scope),
             dead_letters=dead_letters,
             retry=BatchRetryPolicy(
                 max_attempts=settings.max_attempts,
@@ -163,10 +170,10 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
         )
         member = f"{socket.gethostname()}-{os.getpid()}"
         recorder = ArrivalRecorder(Path(settings.trace_dir), member) if settings.trace_dir else None
-        tuning = PolicyTuning.from_settings(settings, redis)
+        tuning = PolicyTuning.from_settings(settings, redis, settings.model_name, signature.batch_size)
         service = BatcherService(
             consumer=consumer,
-            topic=settings.requests_topic,
+            topic=settings.requests_topic_for(settings.model_name),
             runner=runner,
             dead_letters=dead_letters,
             params=await tuning.params(),
@@ -190,16 +197,18 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
                 Probes(
                     seconds_since_fetch=service.seconds_since_fetch,
                     consuming=lambda: service.running,
-                    status=lambda: {"member": member, **service.snapshot()},
+                    status=lambda: {"member": member, "model": settings.model_name, **service.snapshot()},
                 ),
             )
             await health.start()
             closers.append(("health server", health.close))
         await consumer.start()
-        log.info("batcher started", extra={"topic": settings.requests_topic, "model": signature.name, "member": member})
+        log.info("batcher started", extra={"topic": settings.requests_topic_for(settings.model_name),
+                                           "model": signature.name, "batch_size": signature.batch_size,
+                                           "member": member})
         freeze_startup_heap()
         supervisor = asyncio.create_task(
-            supervise(service, tuning, StatusBoard(redis, keys), recorder, member,
+            supervise(settings.model_name, service, tuning, StatusBoard(redis, keys), recorder, member,
                       settings.tuning_poll_ms / 1000, stop)
         )
         # Drop tasks cancelled while they wait in this batcher's accumulators.
@@ -209,15 +218,16 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
         # Endpoint health shared: a circuit one batcher opens, every batcher opens at once,
         # instead of each learning from its own failed calls.
         announcements: set[asyncio.Task[None]] = set()
+        endpoint_down = keys.model_endpoint_down_channel(scope)
 
         def announce_down(url: str) -> None:
-            task = asyncio.create_task(announce(redis, keys.endpoint_down_channel, url))
+            task = asyncio.create_task(announce(redis, endpoint_down, url))
             announcements.add(task)
             task.add_done_callback(announcements.discard)
 
         pool.on_opened = announce_down
         endpoint_news = asyncio.create_task(
-            follow_channel(redis, keys.endpoint_down_channel, lambda url: service.endpoint_down(url.decode()), stop=stop)
+            follow_channel(redis, endpoint_down, lambda url: service.endpoint_down(url.decode()), stop=stop)
         )
         resolver = asyncio.create_task(pool.keep_resolved(stop), name="brimful-endpoints")
         await service.run(stop)

@@ -234,6 +234,7 @@ class BatcherService:
             metrics.CONSUMER_LAG_ROWS.labels(label).set(state.lag_rows(highwater))
             metrics.CONSUMER_LAG_SECONDS.labels(label).set(lag_s)
         return {
+            "topic": self._topic,
             "partitions": partitions,
             "paused_for_outage": self._paused_for_outage,
             "in_flight": self._in_flight_total,

@@ -4,8 +4,8 @@ Settings (``settings``); the Redis key layout (``redis_keys``) and the stores bu
 (``task_store``, ``stats``, ``status_board``, ``policy_tuning``, ``api_keys``,
 ``tenant_limits``); client factories (``redis_client``, ``kafka``) and the fetch wait
 fitted to a slow broker (``fetch_wait``, ``fetch_pacer``); the model's signature
-and metadata (``model_signature``, ``model_metadata``); the tensor codec; metrics, logs,
-the clock, the pub/sub follower, a shutdown step bounded in time (``shutdown_step``), and
-keeping start-up objects out of the garbage collector's full passes (``heap``). It
-imports no room.
+and metadata (``model_signature``, ``model_metadata``) and the catalogue of models served
+(``model_catalogue``); the tensor codec; metrics, logs, the clock, the pub/sub follower,
+a shutdown step bounded in time (``shutdown_step``), and keeping start-up objects out of
+the garbage collector's full passes (``heap``). It imports no room.
 """

@@ -71,9 +71,11 @@ def make_consumer(settings: Settings, group_id: str | None, topic: str | None = 
 
 
 async def ensure_topics(settings: Settings, attempts: int = 30) -> None:
-    """Create the requests and DLQ topics if missing (idempotent; waits for the broker)."""
+    """Create every served model's requests topic and the DLQ topic if missing
+    (idempotent; waits for the broker)."""
     wanted = [
-        NewTopic(settings.requests_topic, settings.topic_partitions, settings.topic_replication),
+        *(NewTopic(settings.requests_topic_for(model), settings.topic_partitions, settings.topic_replication)
+          for model in settings.served_models),
         NewTopic(settings.dlq_topic, 1, settings.topic_replication),
     ]
     for attempt in range(1, attempts + 1):

@@ -12,7 +12,7 @@ from typing import Self
 
 import tritonclient.grpc.aio as triton_aio
 
-from brimful.core.model_signature import ModelSignature
+from brimful.core.model_signature import ModelSignature, UnsupportedModelError, fixed_batch_size
 from brimful.core.settings import Settings
 
 log = logging.getLogger("brimful.model")
@@ -21,21 +21,20 @@ log = logging.getLogger("brimful.model")
 class ModelMetadata:
     """One model on one Triton server, over gRPC: read its metadata, ask if it is ready."""
 
-    def __init__(self, url: str, model_name: str, model_version: str, batch_size: int, timeout_s: float) -> None:
+    def __init__(self, url: str, model_name: str, model_version: str, timeout_s: float) -> None:
         self.url = url
         self.model_name = model_name
         self.model_version = model_version
-        self.batch_size = batch_size
         self.timeout_s = timeout_s
         self._client = triton_aio.InferenceServerClient(url)
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> Self:
-        """The model the settings name, on the first endpoint of the pool they name."""
-        return cls(
-            settings.triton_endpoints[0], settings.model_name, settings.model_version, settings.batch_size,
-            settings.infer_timeout_s,
-        )
+    def from_settings(cls, settings: Settings, name: str | None = None) -> Self:
+        """A served model (``model_name`` when None) on the first endpoint of the pool the
+        settings name. ``model_version`` is model_name's; another model gets the server's default."""
+        name = settings.model_name if name is None else name
+        version = settings.model_version if name == settings.model_name else ""
+        return cls(settings.triton_endpoints[0], name, version, settings.infer_timeout_s)
 
     async def close(self) -> None:
         await self._client.close()
@@ -48,9 +47,18 @@ class ModelMetadata:
             return False
 
     async def signature(self) -> ModelSignature:
-        """The model's inputs and outputs, from Triton's metadata."""
+        """The model's inputs, outputs and rows a call, from Triton's metadata (and its
+        configuration's ``max_batch_size`` for a model that batches on its own)."""
         metadata = await self._client.get_model_metadata(self.model_name, self.model_version, as_json=True)
-        return ModelSignature.from_triton_metadata(metadata, self.batch_size)
+        batch_size = fixed_batch_size(metadata)
+        if batch_size is None:
+            config = await self._client.get_model_config(self.model_name, self.model_version, as_json=True)
+            batch_size = int(config.get("config", {}).get("max_batch_size", 0))
+            if batch_size < 1:
+                raise UnsupportedModelError(
+                    f"{self.model_name}: no fixed batch dimension and no max_batch_size: Brimful cannot tell its rows a call"
+                )
+        return ModelSignature.from_triton_metadata(metadata, batch_size)
 
 
 async def wait_for_signature(model: ModelMetadata, stop: asyncio.Event | None = None) -> ModelSignature | None:

@@ -29,6 +29,17 @@ class UnsupportedModelError(ValueError):
     """The model's signature is one Brimful cannot batch (said at start-up, not per request)."""
 
 
+def fixed_batch_size(metadata: Mapping[str, Any]) -> int | None:
+    """The rows a call of a model whose inputs fix their first dimension (Triton's
+    ``max_batch_size: 0`` with the batch spelled out, as a fixed-batch API is); None when
+    the first dimensions are all -1 (the model's configuration says its maximum)."""
+    for entry in metadata.get("inputs", []):
+        dims = [int(d) for d in entry.get("shape", [])]
+        if dims and dims[0] > 0:
+            return dims[0]
+    return None
+
+
 @dataclass(frozen=True)
 class TensorSpec:
     """One input or output: its name, Triton datatype, and the shape of one row."""

@@ -102,19 +102,29 @@ def _describe(values: Mapping[str, float]) -> str:
 class PolicyTuning:
     """Reads and changes the live policy parameters shared by every batcher."""
 
-    def __init__(self, redis: RedisClient, keys: RedisKeys, defaults: Mapping[str, float], batch_size: int) -> None:
+    def __init__(
+        self, redis: RedisClient, keys: RedisKeys, defaults: Mapping[str, float], batch_size: int,
+        model: str | None = None,
+    ) -> None:
+        """The policy of one model (None: the default model; see ``RedisKeys.model_policy``),
+        whose calls take ``batch_size`` rows."""
         self._redis = redis
-        self._keys = keys
+        self._key = keys.model_policy(model)
+        self._history_key = keys.model_policy_history(model)
         self.defaults = dict(defaults)
         self.batch_size = batch_size
 
     @classmethod
-    def from_settings(cls, settings: Settings, redis: RedisClient) -> "PolicyTuning":
-        return cls(redis, RedisKeys(settings.key_prefix), defaults_from_settings(settings), settings.batch_size)
+    def from_settings(cls, settings: Settings, redis: RedisClient, model: str, batch_size: int) -> "PolicyTuning":
+        """The policy of ``model``, a model the settings serve."""
+        return cls(
+            redis, RedisKeys(settings.key_prefix), defaults_from_settings(settings), batch_size,
+            settings.model_scope(model),
+        )
 
     async def values(self) -> dict[str, float]:
         """Defaults overlaid with what was changed at run time."""
-        stored = await self._redis.hgetall(self._keys.policy)
+        stored = await self._redis.hgetall(self._key)
         values = dict(self.defaults)
         for name, raw in stored.items():
             key = name.decode()
@@ -130,14 +140,14 @@ class PolicyTuning:
         async with self._redis.pipeline(transaction=True) as pipe:
             while True:
                 try:
-                    await pipe.watch(self._keys.policy)
+                    await pipe.watch(self._key)
                     old = await self.values()
                     new = apply_changes(old, changes, self.batch_size)
                     entry = {"at_ms": now_ms(), "actor": actor, "old": old, "new": new}
                     pipe.multi()
-                    pipe.hset(self._keys.policy, mapping={name: repr(new[name]) for name in TUNABLE})
-                    pipe.lpush(self._keys.policy_history, json.dumps(entry))
-                    pipe.ltrim(self._keys.policy_history, 0, _HISTORY_LENGTH - 1)
+                    pipe.hset(self._key, mapping={name: repr(new[name]) for name in TUNABLE})
+                    pipe.lpush(self._history_key, json.dumps(entry))
+                    pipe.ltrim(self._history_key, 0, _HISTORY_LENGTH - 1)
                     await pipe.execute()
                     break
                 except WatchError:
@@ -147,5 +157,5 @@ class PolicyTuning:
         return entry
 
     async def history(self, limit: int = 20) -> list[dict[str, Any]]:
-        raw = await self._redis.lrange(self._keys.policy_history, 0, limit - 1)
+        raw = await self._redis.lrange(self._history_key, 0, limit - 1)
         return [json.loads(item) for item in raw]

@@ -15,9 +15,15 @@ class RedisKeys:
     one key, except a batch's state change, which the task store splits by slot.
 
     - ``{prefix}:task:{task_id}``: hash with the task's status, timestamps, outputs or error.
-    - ``{prefix}:stats``: hash of counters totalled across every batcher.
-    - ``{{prefix}:policy}``: hash of flush-policy parameters changed at run time.
-    - ``{{prefix}:policy}:history``: list of those changes, newest first (JSON).
+    - ``{prefix}:stats``: hash of counters totalled across every batcher of the default
+      model; ``{prefix}:stats:model:{model}`` those of another model.
+    - ``{{prefix}:policy}``: hash of the default model's flush-policy parameters changed
+      at run time; ``{{prefix}:policy}:model:{model}`` another model's.
+    - ``{{prefix}:policy}:history`` (``...:model:{model}:history``): list of those
+      changes, newest first (JSON).
+
+    A model's own keys take ``model``: None for the default model, whose keys keep the
+    names of a Brimful that serves one model (``Settings.model_scope`` says which).
     - ``{{prefix}:batcher}:{member}``: one live batcher's status (JSON, short TTL).
     - ``{{prefix}:batcher}``: set of the members that wrote a status, so a reader finds
       them without scanning the keyspace (a member whose status expired is dropped by
@@ -33,7 +39,10 @@ class RedisKeys:
     - ``{prefix}:finished`` (pub/sub channel): task ids, as each reaches a final state.
     - ``{prefix}:cancelled`` (pub/sub channel): task ids cancelled while queued.
     - ``{prefix}:slots:{endpoint}``: sorted set of the leases batchers hold on a model
-      endpoint's slots, scored by when each expires (ms, Redis's clock).
+      endpoint's slots, scored by when each expires (ms, Redis's clock);
+      ``{prefix}:slots:model:{model}:{endpoint}`` another model's.
+    - ``{prefix}:endpoint-down`` (pub/sub channel; ``...:model:{model}`` another model's):
+      an endpoint whose circuit a batcher just opened.
     """
 
     prefix: str = "brimful"
@@ -52,6 +61,17 @@ class RedisKeys:
     @property
     def policy_history(self) -> str:
         return f"{self.policy}:history"
+
+    def model_stats(self, model: str | None) -> str:
+        """The batching counters of one model (None: the default model)."""
+        return self.stats if model is None else f"{self.stats}:model:{model}"
+
+    def model_policy(self, model: str | None) -> str:
+        """The live policy of one model (None: the default model)."""
+        return self.policy if model is None else f"{self.policy}:model:{model}"
+
+    def model_policy_history(self, model: str | None) -> str:
+        return f"{self.model_policy(model)}:history"
 
     def rate_bucket(self, tenant: str) -> str:
         return f"{self.prefix}:ratelimit:{tenant}"
@@ -93,6 +113,11 @@ class RedisKeys:
         """Where a batcher announces a model endpoint whose circuit it just opened."""
         return f"{self.prefix}:endpoint-down"
 
+    def model_endpoint_down_channel(self, model: str | None) -> str:
+        """The same for one model's batchers (None: the default model's): a model missing
+        from one server says nothing of another model there."""
+        return self.endpoint_down_channel if model is None else f"{self.endpoint_down_channel}:model:{model}"
+
     @property
     def dlq_resolved(self) -> str:
         return f"{self.prefix}:dlq:resolved"
@@ -107,5 +132,7 @@ class RedisKeys:
     def batcher_members(self) -> str:
         return f"{{{self.prefix}:batcher}}"
 
-    def endpoint_slots(self, endpoint: str) -> str:
-        return f"{self.prefix}:slots:{endpoint}"
+    def endpoint_slots(self, endpoint: str, model: str | None = None) -> str:
+        """Leases on one model's slots of an endpoint (None: the default model's): each
+        model has its own instances on a server, so its own slots."""
+        return f"{self.prefix}:slots:{endpoint}" if model is None else f"{self.prefix}:slots:model:{model}:{endpoint}"

@@ -8,11 +8,15 @@ enables the broker features Tansu lacks.
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from typing import Literal
 
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+# A model's name goes into a topic's name and Redis keys: Kafka's topic characters only.
+MODEL_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
 
 class Settings(BaseSettings):
@@ -159,9 +163,24 @@ class Settings(BaseSettings):
     triton_metrics_port: int = Field(
         8002, ge=1, le=65535, description="Metrics port of the Triton server the embedded stack starts."
     )
-    model_name: str = Field("brimful_reference", description="Model the batches are sent to.")
-    model_version: str = Field("", description="Model version; empty means the server's default.")
-    batch_size: int = Field(64, ge=1, description="Rows the model takes in every call; batches are padded to it.")
+    models: str = Field(
+        "",
+        description="Models this Brimful serves, comma-separated; the first is the default, for tasks that name "
+        "none. Empty: model_name alone. Each model's tasks have their own topic (the default's is requests_topic, "
+        "another's requests_topic.<model>) and their own batcher (started with BRIMFUL_MODEL_NAME=<model>).",
+    )
+    model_name: str = Field(
+        "brimful_reference",
+        description="Model this batcher sends its batches to (one of models); with models empty, the one model "
+        "served.",
+    )
+    model_version: str = Field(
+        "", description="Version of model_name; empty means the server's default (which other models always get)."
+    )
+    batch_size: int = Field(
+        64, ge=1, description="Rows a call of the reference model the embedded stack serves. Brimful itself reads "
+        "each model's batch size from the model's configuration.",
+    )
     infer_timeout_s: float = Field(10.0, gt=0, description="Timeout of one model call.")
 
     # --- Batching policy (see docs/batching.md) --------------------------------------
@@ -359,6 +378,14 @@ class Settings(BaseSettings):
             raise ValueError("max_in_flight_per_partition must not exceed max_in_flight")
         if self.endpoint_instances > self.endpoint_capacity:
             raise ValueError("endpoint_instances must not exceed endpoint_capacity")
+        names = self.served_models
+        if len(set(names)) != len(names):
+            raise ValueError(f"models names a model twice: {self.models!r}")
+        for name in names:
+            if not MODEL_NAME.fullmatch(name):
+                raise ValueError(f"model name {name!r} is not 1-64 of A-Z a-z 0-9 . _ -")
+        if self.model_name not in names:
+            raise ValueError(f"model_name {self.model_name!r} is not one of models ({', '.join(names)})")
         if not self.triton_endpoints:
             raise ValueError("triton_url names no endpoint")
         for endpoint in self.triton_endpoints:
@@ -366,6 +393,33 @@ class Settings(BaseSettings):
             if not host or not port.isdigit() or not 0 < int(port) < 65536:
                 raise ValueError(f"triton_url entry {endpoint!r} is not host:port")
         return self
+
+    @property
+    def served_models(self) -> list[str]:
+        """The models served, the default first (``models`` split on commas, or model_name)."""
+        names = [part.strip() for part in self.models.split(",") if part.strip()]
+        return names or [self.model_name]
+
+    @property
+    def default_model(self) -> str:
+        """The model a task that names none is sent to."""
+        return self.served_models[0]
+
+    def model_scope(self, model: str) -> str | None:
+        """What a model's own topic, group and Redis keys carry: None for the default
+        model, whose keep the names of a Brimful serving one model, so one that gains a
+        second model keeps its topic, backlog, counters and tuning."""
+        return None if model == self.default_model else model
+
+    def requests_topic_for(self, model: str) -> str:
+        """The topic of one model's tasks (the default's is ``requests_topic``)."""
+        scope = self.model_scope(model)
+        return self.requests_topic if scope is None else f"{self.requests_topic}.{scope}"
+
+    def consumer_group_for(self, model: str) -> str:
+        """The consumer group of one model's batchers (the default's is ``consumer_group``)."""
+        scope = self.model_scope(model)
+        return self.consumer_group if scope is None else f"{self.consumer_group}.{scope}"
 
     @property
     def triton_endpoints(self) -> list[str]:

@@ -31,9 +31,10 @@ class StatsField:
 class SharedStats:
     """Adds to and reads the shared counters; one instance per process."""
 
-    def __init__(self, redis: RedisClient, keys: RedisKeys) -> None:
+    def __init__(self, redis: RedisClient, keys: RedisKeys, model: str | None = None) -> None:
+        """Counters of one model (None: the default model; see ``RedisKeys.model_stats``)."""
         self._redis = redis
-        self._key = keys.stats
+        self._key = keys.model_stats(model)
 
     async def add(self, increments: Mapping[str, int]) -> None:
         """Add to the counters (one round trip)."""

@@ -45,7 +45,7 @@ local finished = {}
 for i = 1, tasks do
   local key = KEYS[i]
   -- One read and one write a task: what it is now, and what it becomes.
-  local kept = redis.call('HMGET', key, 'status', 'tenant', 'submitted_at_ms')
+  local kept = redis.call('HMGET', key, 'status', 'tenant', 'submitted_at_ms', 'model')
   local current = kept[1]
   if current and string.find(',' .. allowed .. ',', ',' .. current .. ',', 1, true) then
     local value = ARGV[first_value + i]
@@ -56,12 +56,12 @@ for i = 1, tasks do
     end
     redis.call('EXPIRE', key, ttl)
     local task_id = string.match(key, '[^:]+$')
-    local tenant, submitted = kept[2] or '', kept[3] or '0'
+    local tenant, submitted, model = kept[2] or '', kept[3] or '0', kept[4] or ''
     if in_flight_prefix ~= '' then
       redis.call('ZREM', in_flight_prefix .. tenant, task_id)
     end
     if channel ~= '' then
-      finished[#finished + 1] = table.concat({task_id, new_status, submitted, now, tenant, field, value}, '\\n')
+      finished[#finished + 1] = table.concat({task_id, new_status, submitted, now, tenant, model, field, value}, '\\n')
     end
     moved[#moved + 1] = i
     moved[#moved + 1] = tenant
@@ -101,7 +101,7 @@ return -1
 # slots; it takes the pipeline of _ADMIT_LUA and HSETs instead). KEYS: per task, its record
 # then its tenant's in-flight set. ARGV: the record's TTL, the queued status, then per task
 # its submitted_at_ms, the tenant's limit (0: none), the oldest score still counted, its
-# id and its tenant. Each task is admitted as _ADMIT_LUA admits one, then recorded; a
+# id, its tenant and its model. Each task is admitted as _ADMIT_LUA admits one, then recorded; a
 # command that fails (a key of the wrong type) fails only its task, whose in-flight entry
 # is taken back. Returns per task: -1 recorded, the tenant's count when refused (nothing
 # written), or the error's text.
@@ -114,8 +114,9 @@ end
 local trimmed = {}
 for i = 1, #KEYS / 2 do
   local record, in_flight = KEYS[2 * i - 1], KEYS[2 * i]
-  local at = 2 + 5 * (i - 1)
+  local at = 2 + 6 * (i - 1)
   local submitted, limit, oldest, task_id, tenant = ARGV[at + 1], tonumber(ARGV[at + 2]), ARGV[at + 3], ARGV[at + 4], ARGV[at + 5]
+  local model = ARGV[at + 6]
   local outcome = -1
   -- A tenant's stale entries are dropped once a group, not once a task, by the cutoff of
   -- its first task there: the others' differ by the few ms the group spans, against a
@@ -132,7 +133,7 @@ for i = 1, #KEYS / 2 do
     outcome = redis.call('ZCARD', in_flight)
   else
     redis.call('ZADD', in_flight, submitted, task_id)
-    reply = redis.pcall('HSET', record, 'status', queued, 'submitted_at_ms', submitted, 'updated_at_ms', submitted, 'tenant', tenant)
+    reply = redis.pcall('HSET', record, 'status', queued, 'submitted_at_ms', submitted, 'updated_at_ms', submitted, 'tenant', tenant, 'model', model)
     if failed(reply) then
       redis.call('ZREM', in_flight, task_id)
       outcome = reply.err
@@ -169,13 +170,14 @@ _QUEUED = f"{TaskStatus.QUEUED}"
 
 
 class NewTask(NamedTuple):
-    """A task to record as queued: its id, when it was submitted, its tenant, and the
-    tenant's limit of tasks in flight (0: none)."""
+    """A task to record as queued: its id, when it was submitted, its tenant, the
+    tenant's limit of tasks in flight (0: none), and the model it is for."""
 
     task_id: str
     submitted_at_ms: int
     tenant: str = ""
     max_in_flight: int = 0
+    model: str = ""
 
 
 @dataclass(frozen=True)
@@ -198,16 +200,19 @@ class TaskRecord:
     outputs: dict[str, Any] | None
     error: dict[str, Any] | None
     tenant: str = ""
+    model: str = ""  # empty for a task recorded before tasks named their model
 
 
 class FinishedMessage:
     """What the store publishes on ``RedisKeys.finished_channel`` when tasks reach a final
     state: one message for all the tasks one step moved (a batch's, say), each entry the
     whole final record, so a waiting request can answer without reading the task back.
-    Entries are separated by the ASCII record separator (0x1E); each has seven
-    newline-separated fields: task id, status, submitted_at_ms, updated_at_ms, tenant, then
-    the name of the stored field ("outputs", "error" or empty) and its JSON value. Task ids
-    and tenants hold neither character, and JSON text holds no raw control character."""
+    Entries are separated by the ASCII record separator (0x1E); each has eight
+    newline-separated fields: task id, status, submitted_at_ms, updated_at_ms, tenant,
+    model, then the name of the stored field ("outputs", "error" or empty) and its JSON
+    value. Task ids, model names and tenants hold neither character, and JSON text holds
+    no raw control character. A message from a batcher of the release before tasks named
+    their model has no model field."""
 
     SEPARATOR = b"\x1e"
 
@@ -223,7 +228,10 @@ class FinishedMessage:
 
     @staticmethod
     def record(entry: bytes) -> TaskRecord:
-        task_id, status, submitted, updated, tenant, field, value = entry.decode().split("\n", 6)
+        parts = entry.decode().split("\n", 7)
+        if len(parts) == 7:  # no model field: its JSON value holds no newline, so 7 is unambiguous
+            parts.insert(5, "")
+        task_id, status, submitted, updated, tenant, model, field, value = parts
         decoded = orjson.loads(value) if field and value else None
         return TaskRecord(
             task_id=task_id,
@@ -233,15 +241,21 @@ class FinishedMessage:
             outputs=decoded if field == "outputs" else None,
             error=decoded if field == "error" else None,
             tenant=tenant,
+            model=model,
         )
 
 
 class TaskStore:
     """Reads and writes task state; one instance per process, sharing one Redis pool."""
 
-    def __init__(self, redis: RedisClient, keys: RedisKeys, ttl_s: int, waiting_ttl_s: int = 7 * 24 * 3600) -> None:
+    def __init__(
+        self, redis: RedisClient, keys: RedisKeys, ttl_s: int, waiting_ttl_s: int = 7 * 24 * 3600,
+        stats_model: str | None = None,
+    ) -> None:
+        """``stats_model``: whose counters ``mark_done`` adds to (None: the default model's)."""
         self._redis = redis
         self._keys = keys
+        self._stats_key = keys.model_stats(stats_model)
         self._ttl_s = ttl_s  # a final task's record
         # An unfinished task's record: far longer, so it never expires while it waits.
         self._waiting_ttl_s = max(ttl_s, waiting_ttl_s)
@@ -259,7 +273,7 @@ class TaskStore:
         return self._keys
 
     async def create_queued(
-        self, task_id: str, submitted_at_ms: int, tenant: str = "", max_in_flight: int = 0
+        self, task_id: str, submitted_at_ms: int, tenant: str = "", max_in_flight: int = 0, model: str = ""
     ) -> int | None:
         """Record a newly accepted task as queued and count it in its tenant's tasks in
         flight (one round trip). Written before the request reaches Kafka, so a fast
@@ -267,7 +281,7 @@ class TaskStore:
         tenant already has ``max_in_flight`` unfinished tasks (0: no limit), the record is
         taken back and that count is returned; None when recorded. The count and the check
         are one atomic step, so concurrent submissions are never over-admitted."""
-        (outcome,) = await self.create_queued_many([NewTask(task_id, submitted_at_ms, tenant, max_in_flight)])
+        (outcome,) = await self.create_queued_many([NewTask(task_id, submitted_at_ms, tenant, max_in_flight, model)])
         if isinstance(outcome, RedisError):
             raise outcome
         return outcome
@@ -289,7 +303,7 @@ class TaskStore:
             for task in tasks:
                 keys += [self._keys.task(task.task_id), self._keys.in_flight(task.tenant)]
                 args += [task.submitted_at_ms, task.max_in_flight, task.submitted_at_ms - self._waiting_ttl_s * 1000,
-                         task.task_id, task.tenant]
+                         task.task_id, task.tenant, task.model]
             replies = await self._create_group(keys=keys, args=args)
         except RedisError:
             await self._forget_quietly([(task.task_id, task.tenant) for task in tasks])
@@ -314,6 +328,7 @@ class TaskStore:
                         "submitted_at_ms": task.submitted_at_ms,
                         "updated_at_ms": task.submitted_at_ms,
                         "tenant": task.tenant,
+                        "model": task.model,
                     },
                 )
                 pipe.expire(key, self._waiting_ttl_s)
@@ -341,7 +356,7 @@ class TaskStore:
             await self._forget_quietly(taken_back)
         return outcomes
 
-    async def requeue(self, task_id: str, submitted_at_ms: int, tenant: str = "") -> None:
+    async def requeue(self, task_id: str, submitted_at_ms: int, tenant: str = "", model: str = "") -> None:
         """Put a failed task back to ``queued`` for a replay (recreating it if it expired).
         Written before the request is sent again, as for a new task; it counts as in
         flight for its tenant again (an operator's replay is never refused for it)."""
@@ -357,6 +372,7 @@ class TaskStore:
                     "submitted_at_ms": submitted_at_ms,
                     "updated_at_ms": now_ms(),
                     "tenant": tenant,
+                    "model": model,
                 },
             )
             pipe.expire(key, self._waiting_ttl_s)
@@ -422,6 +438,7 @@ class TaskStore:
             outputs=orjson.loads(fields["outputs"]) if "outputs" in fields else None,
             error=orjson.loads(fields["error"]) if "error" in fields else None,
             tenant=fields.get("tenant", ""),
+            model=fields.get("model", ""),
         )
 
     async def unfinished(self, task_ids: Iterable[str]) -> list[str]:
@@ -451,7 +468,7 @@ class TaskStore:
         done_counter: str = "",
     ) -> int:
         """Store outputs and move tasks to done, unless they already reached a final state.
-        ``counters`` are added to the shared counters (``RedisKeys.stats``) and
+        ``counters`` are added to the shared counters (``RedisKeys.model_stats``) and
         ``done_counter`` gains the number of tasks moved, in the same round trip on one
         Redis (in the move itself), so a batch's result costs one."""
         ids = list(outputs_by_task)
@@ -503,7 +520,7 @@ class TaskStore:
         if counted:
             pairs = [part for name, amount in counters.items() for part in (name, amount)]
             args += ["1", moved_counter, len(counters), *pairs]
-            keys_with_stats = [*keys, self._keys.stats]
+            keys_with_stats = [*keys, self._stats_key]
         else:
             args += ["0", "", 0]
             keys_with_stats = keys
@@ -527,9 +544,9 @@ class TaskStore:
                     for task_id, tenant in moved:
                         pipe.zrem(self._keys.in_flight(tenant), task_id)
                 for name, amount in counters.items():
-                    pipe.hincrby(self._keys.stats, name, amount)
+                    pipe.hincrby(self._stats_key, name, amount)
                 if moved_counter and moved:
-                    pipe.hincrby(self._keys.stats, moved_counter, len(moved))
+                    pipe.hincrby(self._stats_key, moved_counter, len(moved))
                 await pipe.execute()
         return [task_id for task_id, _ in moved]
 

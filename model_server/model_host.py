@@ -56,6 +56,11 @@ def dynamic_name(model_name: str) -> str:
     return f"{model_name}_dynamic"
 
 
+def fixed_name(model_name: str, rows: int) -> str:
+    """The name the same model is served under fixed at ``rows`` rows a call."""
+    return f"{model_name}_{rows}"
+
+
 def serve(
     grpc_port: int,
     http_port: int,
@@ -64,13 +69,16 @@ def serve(
     workspace: Path,
     served: Sequence[Served],
     with_dynamic: bool = False,
+    also_fixed: Sequence[int] = (),
 ) -> None:
     """Start Triton with the model bound and block until interrupted. Each entry of
     ``served`` is one instance of the same model (Triton runs them side by side, as it
     would several instances on one GPU). With ``with_dynamic``, also bind the same model
     under ``dynamic_name``: any number of rows up to ``batch_size`` per call, behind
     Triton's own dynamic batcher (what a user would pick if the model API were not
-    fixed; the benchmarks compare), with as many instances."""
+    fixed; the benchmarks compare), with as many instances. For each of ``also_fixed``,
+    also bind the same model under ``fixed_name``, fixed at that many rows (a second
+    fixed-batch model: Triton refuses any other row count for each)."""
     os.environ["LD_LIBRARY_PATH"] = library_path(os.environ.get("LD_LIBRARY_PATH", ""))
     from pytriton.decorators import batch
     from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
@@ -107,6 +115,15 @@ def serve(
             config=ModelConfig(batching=False),
             strict=True,
         )
+        for rows in also_fixed:
+            triton.bind(
+                model_name=fixed_name(first.name, rows),
+                infer_func=[fixed(instance.call) for instance in served],
+                inputs=[Tensor(name="TEXT", dtype=bytes, shape=(rows, 1))],
+                outputs=[Tensor(name=n, dtype=t, shape=(rows, *shape)) for n, t, shape in first.outputs],
+                config=ModelConfig(batching=False),
+                strict=True,
+            )
         if with_dynamic:
             triton.bind(
                 model_name=dynamic_name(first.name),
@@ -145,9 +162,15 @@ def main() -> None:
     parser.add_argument(
         "--with-dynamic", action="store_true", help="also serve the model behind Triton's dynamic batcher (benchmarks)"
     )
+    parser.add_argument(
+        "--also-fixed", type=int, action="append", default=[], metavar="ROWS",
+        help="also serve the model fixed at ROWS rows a call, as <name>_<ROWS> (repeatable)",
+    )
     args = parser.parse_args()
     if args.instances < 1:
         parser.error("--instances must be at least 1")
+    if any(rows < 1 for rows in args.also_fixed):
+        parser.error("--also-fixed takes a row count of at least 1")
     logging.basicConfig(level=logging.INFO)
     # PyTriton creates the workspace itself and refuses one that already exists.
     workspace = args.workspace or Path(tempfile.mkdtemp(prefix="brimful-triton-")) / "workspace"
@@ -163,6 +186,7 @@ def main() -> None:
             call_s=args.call_ms / 1000, hang_s=args.hang_ms / 1000, fault_file=args.fault_file, seen_log=args.seen_log
         ))] * args.instances,
         with_dynamic=args.with_dynamic,
+        also_fixed=sorted(set(args.also_fixed)),
     )
 
 

@@ -9,6 +9,7 @@ from typing import Any, AsyncIterator, Iterator
 
 import pytest
 
+from brimful.commands.up import EMBEDDED_MODELS
 from brimful.core.settings import Settings
 from brimful.stack import EmbeddedStack, settings_on_free_ports
 from tests.task_client import TaskClient
@@ -38,11 +39,12 @@ def fault_file(stack: EmbeddedStack) -> Path:
 
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedStack]:
-    """The whole default pipeline on loopback, shared by the integration tests."""
+    """The whole default pipeline on loopback, serving the models ``make up`` serves,
+    shared by the integration tests."""
     workdir = tmp_path_factory.mktemp("stack")
     running = start_stack(
         workdir,
-        stack_settings(trace_dir=str(workdir / "traces")),
+        stack_settings(trace_dir=str(workdir / "traces"), models=EMBEDDED_MODELS),
         model_host_args=("--fault-file", str(workdir / "model-fault"), "--seen-log", str(workdir / "model-seen.log")),
     )
     yield running

@@ -33,25 +33,27 @@ return 1
 class EndpointLeases:
     """Takes and gives back leases on endpoint slots."""
 
-    def __init__(self, redis: RedisClient, keys: RedisKeys, ttl_s: float) -> None:
+    def __init__(self, redis: RedisClient, keys: RedisKeys, ttl_s: float, model: str | None = None) -> None:
+        """Leases on the slots of one model (None: the default model)."""
         self._redis = redis
         self._keys = keys
+        self._model = model
         self._ttl_ms = max(1, int(ttl_s * 1000))
         self._take = redis.register_script(_TAKE_LUA)
 
     async def take(self, endpoint: str, capacity: int, holder: str) -> bool:
         """Lease one of ``endpoint``'s ``capacity`` slots for ``holder``; False if all are held."""
-        key = self._keys.endpoint_slots(endpoint)
+        key = self._keys.endpoint_slots(endpoint, self._model)
         return bool(await self._take(keys=[key], args=[holder, capacity, self._ttl_ms]))
 
     async def give_back(self, endpoint: str, holder: str) -> None:
         """Release ``holder``'s lease. Never raises: a lease not given back expires."""
         try:
-            await self._redis.zrem(self._keys.endpoint_slots(endpoint), holder)
+            await self._redis.zrem(self._keys.endpoint_slots(endpoint, self._model), holder)
         except Exception as error:
             log.warning("could not give an endpoint slot back; it expires", extra={"endpoint": endpoint,
                                                                                   "error": repr(error)})
 
     async def held(self, endpoint: str) -> int:
         """Leases held now on ``endpoint`` (expired ones included until the next take)."""
-        return int(await self._redis.zcard(self._keys.endpoint_slots(endpoint)))
+        return int(await self._redis.zcard(self._keys.endpoint_slots(endpoint, self._model)))

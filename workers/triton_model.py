@@ -51,12 +51,12 @@ class TritonModel(ModelMetadata):
             raise classify(error) from error
 
     async def infer(self, inputs: Mapping[str, np.ndarray], signature: ModelSignature) -> dict[str, np.ndarray]:
-        """One call with exactly ``batch_size`` rows; raises ModelCallError."""
+        """One call with exactly the signature's ``batch_size`` rows; raises ModelCallError."""
         wire_inputs = []
         for spec in signature.inputs:
             array = inputs[spec.name]
-            if array.shape[0] != self.batch_size:
-                raise ValueError(f"input {spec.name} has {array.shape[0]} rows, the model takes {self.batch_size}")
+            if array.shape[0] != signature.batch_size:
+                raise ValueError(f"input {spec.name} has {array.shape[0]} rows, the model takes {signature.batch_size}")
             wire = InferInput(spec.name, list(array.shape), spec.datatype)
             wire.set_data_from_numpy(array)
             wire_inputs.append(wire)

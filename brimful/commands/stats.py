@@ -1,4 +1,5 @@
-"""``brimful stats``: totals and every batcher's partitions, live in the terminal."""
+"""``brimful stats``: one model's totals and its batchers' partitions, live in the terminal
+(``--model NAME``; without it, the default model)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import argparse
 import sys
 import time
 from typing import Any
+from urllib.parse import quote
 
 from brimful.commands.api_client import CommandError, add_api_argument, call
 
@@ -15,12 +17,15 @@ def register(commands: argparse._SubParsersAction) -> None:
     add_api_argument(parser)
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes (default 1)")
     parser.add_argument("--once", action="store_true", help="print once and exit")
+    parser.add_argument("--model", default=None, help="the model to show (default: the default model)")
     parser.set_defaults(handler=run)
 
 
 def render(stats: dict[str, Any], previous: dict[str, Any] | None, interval: float) -> str:
     """The screen for one refresh: totals, rates since the last one, then each partition."""
     lines = []
+    if "model" in stats:
+        lines.append(f"model {stats['model']}")
     rows, batches = stats["rows_dispatched"], stats["batches_dispatched"]
     line = (
         f"batches {batches}  rows {rows}  mean rows/batch {stats['mean_rows_per_batch']:.2f}  "
@@ -62,6 +67,8 @@ def render(stats: dict[str, Any], previous: dict[str, Any] | None, interval: flo
 
 def run(args: argparse.Namespace) -> int:
     url = f"{args.api.rstrip('/')}/v1/stats"
+    if args.model:
+        url += f"?model={quote(args.model, safe='')}"
     previous = None
     try:
         while True:

@@ -11,7 +11,9 @@ import time
 from pathlib import Path
 from types import FrameType
 
-from brimful.core.settings import get_settings
+from brimful.core.settings import Settings, get_settings
+from brimful.model_server.model_host import fixed_name
+from brimful.model_server.reference_model import MODEL_NAME
 from brimful.stack import EmbeddedStack, StackError, Supervisor
 
 
@@ -23,8 +25,21 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=run)
 
 
+# What the embedded stack serves unless BRIMFUL_MODELS says otherwise: the reference model
+# at 64 rows (the default model) and the same function fixed at 16.
+EMBEDDED_MODELS = f"{MODEL_NAME},{fixed_name(MODEL_NAME, 16)}"
+
+
+def embedded_settings(settings: Settings) -> Settings:
+    """The settings with the embedded stack's two models, where neither BRIMFUL_MODELS nor
+    another BRIMFUL_MODEL_NAME was given."""
+    if "models" in settings.model_fields_set or settings.model_name != MODEL_NAME:
+        return settings
+    return settings.model_copy(update={"models": EMBEDDED_MODELS})
+
+
 def run(args: argparse.Namespace) -> int:
-    settings = get_settings()
+    settings = embedded_settings(get_settings())
     if not args.auth:
         settings = settings.model_copy(update={"auth_enabled": False})
         print(
@@ -41,7 +56,10 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, request_stop)
     signal.signal(signal.SIGTERM, request_stop)
     started = time.monotonic()
-    print("brimful: starting broker, redis, triton, batcher and api ...", file=sys.stderr)
+    print(
+        f"brimful: starting broker, redis, triton, a batcher per model ({', '.join(settings.served_models)}) "
+        "and api ...", file=sys.stderr,
+    )
     try:
         stack.start()
     except StackError as error:

@@ -4,8 +4,10 @@
 - Redis: the ``redis-server`` on PATH, persistence off (with ``redis_cluster`` set, three
   of them formed into a Redis Cluster);
 - Triton: a real Triton server hosted by PyTriton, serving the reference model (one per
-  endpoint when ``triton_url`` names several: a pool of model endpoints);
-- Brimful's own API and one batcher.
+  endpoint when ``triton_url`` names several: a pool of model endpoints), and the same
+  function fixed at other row counts (``brimful_reference_16``: 16 rows) where the served
+  models name them;
+- Brimful's own API and one batcher per served model.
 
 Each runs in a process group of its own; ``stop()`` takes them down in reverse order
 (API first, so nothing new is accepted; the batcher then drains) and leaves nothing behind.
@@ -102,6 +104,9 @@ class EmbeddedStack:
     # model host name ("triton", "triton-1", ...) -> (grpc, http, metrics) ports
     model_host_ports: dict[str, tuple[int, int, int]] = field(default_factory=dict)
     _scratch_dirs: list[Path] = field(default_factory=list, repr=False)
+    _batcher_models: dict[str, str] = field(default_factory=dict, repr=False)  # batcher name -> its model
+    # Another model's first batcher serves /metrics and its probes on a port of its own.
+    batcher_metrics_ports: dict[str, int] = field(default_factory=dict)  # model -> port
 
     @property
     def api_url(self) -> str:
@@ -125,7 +130,8 @@ class EmbeddedStack:
             for name in self.model_host_names:
                 self.start_model_host(name)
             if with_batcher:
-                self.start_batcher()
+                for model in self.batcher_models:
+                    self.start_batcher(model=model)
             if with_api:
                 self.start_api()
                 if with_batcher:
@@ -196,6 +202,28 @@ class EmbeddedStack:
         """One model host per configured endpoint: "triton", then "triton-1", ..."""
         return ["triton" if index == 0 else f"triton-{index}" for index in range(len(self.settings.triton_endpoints))]
 
+    @property
+    def batcher_models(self) -> list[str]:
+        """The models the stack starts a batcher for: every one served."""
+        return self.settings.served_models
+
+    def reference_sizes(self) -> list[int]:
+        """Row counts the model host serves the reference model at besides batch_size: one
+        per served model named ``<model_name>_<rows>`` (raises StackError for a served
+        model the embedded host cannot serve)."""
+        sizes = []
+        for model in self.settings.served_models:
+            if model == self.settings.model_name:
+                continue
+            prefix, _, rows = model.rpartition("_")
+            if prefix != self.settings.model_name or not rows.isdigit() or int(rows) < 1:
+                raise StackError(
+                    f"the embedded model host serves {self.settings.model_name} and "
+                    f"{self.settings.model_name}_<rows> only, not {model}"
+                )
+            sizes.append(int(rows))
+        return sizes
+
     def start_model_host(self, name: str = "triton") -> None:
         index = self.model_host_names.index(name)
         if name not in self.model_host_ports:
@@ -215,14 +243,27 @@ class EmbeddedStack:
             [sys.executable, "-m", "brimful.model_server.model_host", "--grpc-port", str(grpc_port),
              "--http-port", str(http_port), "--metrics-port", str(metrics_port),
              "--batch-size", str(self.settings.batch_size), "--workspace", str(workspace),
-             *self.model_host_args],
+             *(f"--also-fixed={rows}" for rows in self.reference_sizes()), *self.model_host_args],
         )
-        ready = f"http://127.0.0.1:{http_port}/v2/models/{self.settings.model_name}/ready"
-        wait_until(lambda: http_ok(ready), self.startup_timeout_s, name, process)
+        for model in self.settings.served_models:
+            ready = f"http://127.0.0.1:{http_port}/v2/models/{model}/ready"
+            wait_until(lambda: http_ok(ready), self.startup_timeout_s, name, process)
 
-    def start_batcher(self, name: str | None = None) -> ManagedProcess:
-        name = name or f"batcher-{sum(1 for n in self.processes if n.startswith('batcher'))}"
-        return self._launch(name, [sys.executable, "-m", "brimful.batcher"], log_to_file=not self.echo_service_logs)
+    def start_batcher(self, name: str | None = None, model: str | None = None) -> ManagedProcess:
+        """Start a batcher of ``model`` (default: model_name; a named batcher started
+        before keeps its model). The default model's are "batcher-0", "batcher-1", ...;
+        another model's "batcher-<model>-0", ..."""
+        model = model or self._batcher_models.get(name or "", self.settings.model_name)
+        if name is None:
+            base = "batcher" if model == self.settings.default_model else f"batcher-{model}"
+            name = f"{base}-{sum(1 for n in self.processes if self._batcher_models.get(n) == model)}"
+        self._batcher_models[name] = model
+        extra_env = {"BRIMFUL_MODEL_NAME": model}
+        if model != self.settings.default_model and self.settings.batcher_metrics_port:
+            port = self.batcher_metrics_ports.setdefault(model, free_port())
+            extra_env["BRIMFUL_BATCHER_METRICS_PORT"] = str(port if name.endswith("-0") else 0)
+        return self._launch(name, [sys.executable, "-m", "brimful.batcher"], log_to_file=not self.echo_service_logs,
+                            extra_env=extra_env)
 
     def restart(self, name: str) -> None:
         """Start the component ``name`` again (what is left of the old one is stopped
@@ -272,15 +313,21 @@ class EmbeddedStack:
         read from their status board in Redis (the API may require a key)."""
         keys = RedisKeys(self.settings.key_prefix)
 
+        topics = {self.settings.requests_topic_for(model) for model in self.batcher_models}
+
         def assigned() -> bool:
             client_class = redis.RedisCluster if self.settings.redis_cluster else redis.Redis
             with client_class.from_url(self.settings.redis_url, socket_timeout=2) as client:
-                owned = set()
+                owned: set[tuple[str, str]] = set()
                 for member in client.smembers(keys.batcher_members):
                     raw = client.get(keys.batcher_status(member.decode()))
                     if raw:
-                        owned.update(json.loads(raw).get("partitions", {}))
-            return len(owned) >= self.settings.topic_partitions
+                        status = json.loads(raw)
+                        topic = status.get("topic", self.settings.requests_topic)
+                        owned.update((topic, number) for number in status.get("partitions", {}))
+            return all(
+                sum(1 for t, _ in owned if t == topic) >= self.settings.topic_partitions for topic in topics
+            )
 
         return wait_until(assigned, self.startup_timeout_s, "batcher partition assignment")
 

@@ -87,8 +87,12 @@ def outputs_of(task: Mapping[str, Any]) -> dict[str, Any]:
     return dict(task["outputs"])
 
 
-def submit_request(inputs: Mapping[str, Any], deadline_ms: int | None, key: str) -> dict[str, Any]:
+def submit_request(
+    inputs: Mapping[str, Any], deadline_ms: int | None, key: str, model: str | None = None
+) -> dict[str, Any]:
     body: dict[str, Any] = {"inputs": dict(inputs)}
+    if model is not None:
+        body["model"] = model
     if deadline_ms is not None:
         body["deadline_ms"] = deadline_ms
     return {"json": body, "headers": {"Idempotency-Key": key}}
@@ -183,8 +187,11 @@ def call_plan(retry: RetryPolicy, method: str, path: str, **options: Any) -> Pla
         yield Pause(delay)
 
 
-def submit_plan(retry: RetryPolicy, inputs: Mapping[str, Any], deadline_ms: int | None, key: str | None) -> Plan:
-    answer = yield from call_plan(retry, "POST", "/v1/tasks", **submit_request(inputs, deadline_ms, key or uuid.uuid4().hex))
+def submit_plan(
+    retry: RetryPolicy, inputs: Mapping[str, Any], deadline_ms: int | None, key: str | None, model: str | None = None
+) -> Plan:
+    request = submit_request(inputs, deadline_ms, key or uuid.uuid4().hex, model)
+    answer = yield from call_plan(retry, "POST", "/v1/tasks", **request)
     return str(answer["task_id"])
 
 
@@ -203,15 +210,17 @@ def result_plan(retry: RetryPolicy, task_id: str, timeout_s: float, poll_wait_s:
             raise TimeoutError(f"task {task_id} still {task['status']} after {timeout_s:g} s")
 
 
-def submit_all_plan(retry: RetryPolicy, inputs: Iterable[Mapping[str, Any]], chunk: int) -> Plan:
+def submit_all_plan(
+    retry: RetryPolicy, inputs: Iterable[Mapping[str, Any]], chunk: int, model: str | None = None
+) -> Plan:
     """Every input submitted through the bulk route, ``chunk`` per call; their task ids in
     input order. Items refused for a passing reason are submitted again on their own."""
     task_ids: list[str] = []
     for part in _chunks(list(inputs), chunk):
-        answer = yield from call_plan(retry, "POST", "/v1/tasks:batch", json=bulk_request(part))
+        answer = yield from call_plan(retry, "POST", "/v1/tasks:batch", json=bulk_request(part, model))
         ids, again = split_bulk_answer(answer)
         for index in again:
-            ids[index] = yield from submit_plan(retry, part[index], None, None)
+            ids[index] = yield from submit_plan(retry, part[index], None, None, model)
         task_ids.extend(ids[index] for index in range(len(part)))
     return task_ids
 
@@ -256,9 +265,17 @@ class Client(_Connection):
             runner.settle(lambda: step.perform(self._http))  # noqa: B023 (called at once)
         return runner.result
 
-    def submit(self, inputs: Mapping[str, Any], deadline_ms: int | None = None, idempotency_key: str | None = None) -> str:
-        """Submit one task; returns its task_id (the same one on every retry)."""
-        return str(self._run(submit_plan(self._retry, inputs, deadline_ms, idempotency_key)))
+    def submit(
+        self, inputs: Mapping[str, Any], deadline_ms: int | None = None, idempotency_key: str | None = None,
+        model: str | None = None,
+    ) -> str:
+        """Submit one task (to ``model``, or the default model); returns its task_id (the
+        same one on every retry)."""
+        return str(self._run(submit_plan(self._retry, inputs, deadline_ms, idempotency_key, model)))
+
+    def models(self) -> list[dict[str, Any]]:
+        """The models served: name, version, batch_size, inputs, outputs, default."""
+        return list(self._run(call_plan(self._retry, "GET", "/v1/models"))["models"])
 
     def status(self, task_id: str, wait_s: float = 0.0) -> dict[str, Any]:
         """The task as the API shows it, held up to ``wait_s`` for it to finish."""
@@ -271,9 +288,11 @@ class Client(_Connection):
     def cancel(self, task_id: str) -> dict[str, Any]:
         return dict(self._run(call_plan(self._retry, "DELETE", f"/v1/tasks/{task_id}")))
 
-    def map(self, inputs: Iterable[Mapping[str, Any]], chunk: int = 500, timeout_s: float = 600.0) -> list[dict[str, Any]]:
+    def map(
+        self, inputs: Iterable[Mapping[str, Any]], chunk: int = 500, timeout_s: float = 600.0, model: str | None = None
+    ) -> list[dict[str, Any]]:
         """Outputs for every input, in input order (TaskFailed on the first that failed)."""
-        task_ids = self._run(submit_all_plan(self._retry, inputs, chunk))
+        task_ids = self._run(submit_all_plan(self._retry, inputs, chunk, model))
         return [self.result(task_id, timeout_s=timeout_s) for task_id in task_ids]
 
 
@@ -298,9 +317,13 @@ class AsyncClient(_Connection):
         return runner.result
 
     async def submit(
-        self, inputs: Mapping[str, Any], deadline_ms: int | None = None, idempotency_key: str | None = None
+        self, inputs: Mapping[str, Any], deadline_ms: int | None = None, idempotency_key: str | None = None,
+        model: str | None = None,
     ) -> str:
-        return str(await self._run(submit_plan(self._retry, inputs, deadline_ms, idempotency_key)))
+        return str(await self._run(submit_plan(self._retry, inputs, deadline_ms, idempotency_key, model)))
+
+    async def models(self) -> list[dict[str, Any]]:
+        return list((await self._run(call_plan(self._retry, "GET", "/v1/models")))["models"])
 
     async def status(self, task_id: str, wait_s: float = 0.0) -> dict[str, Any]:
         return dict(await self._run(status_plan(self._retry, task_id, wait_s)))
@@ -312,10 +335,11 @@ class AsyncClient(_Connection):
         return dict(await self._run(call_plan(self._retry, "DELETE", f"/v1/tasks/{task_id}")))
 
     async def map(
-        self, inputs: Iterable[Mapping[str, Any]], chunk: int = 500, concurrency: int = 64, timeout_s: float = 600.0
+        self, inputs: Iterable[Mapping[str, Any]], chunk: int = 500, concurrency: int = 64, timeout_s: float = 600.0,
+        model: str | None = None,
     ) -> list[dict[str, Any]]:
         """Outputs for every input, in input order (TaskFailed on the first that failed)."""
-        task_ids = await self._run(submit_all_plan(self._retry, inputs, chunk))
+        task_ids = await self._run(submit_all_plan(self._retry, inputs, chunk, model))
         gate = asyncio.Semaphore(concurrency)
 
         async def one(task_id: str) -> dict[str, Any]:
@@ -332,8 +356,9 @@ def _chunks(items: list[Any], size: int) -> list[list[Any]]:
     return [items[i : i + size] for i in range(0, len(items), size)]
 
 
-def bulk_request(inputs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    return {"tasks": [{"inputs": dict(item)} for item in inputs]}
+def bulk_request(inputs: Sequence[Mapping[str, Any]], model: str | None = None) -> dict[str, Any]:
+    named = {} if model is None else {"model": model}
+    return {"tasks": [{"inputs": dict(item), **named} for item in inputs]}
 
 
 def split_bulk_answer(answer: Mapping[str, Any]) -> tuple[dict[int, str], list[int]]:

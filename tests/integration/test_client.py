@@ -31,3 +31,21 @@ def test_sync_client_submit_result_map_and_errors(stack: EmbeddedStack) -> None:
         with pytest.raises(BrimfulError) as bad_item:
             client.map([{"TEXT": "fine"}, {"TEXT": None}])
         assert "input 1" in bad_item.value.message
+
+
+async def test_the_client_lists_the_models_and_sends_the_model_it_is_given(stack: EmbeddedStack) -> None:
+    async with AsyncClient(stack.api_url) as client:
+        default, model = await client.models()
+        assert default["name"] == stack.settings.model_name and default["default"] is True
+        assert model["name"] == stack.settings.served_models[1] and model["default"] is False
+        task_id = await client.submit({"TEXT": "client names it"}, model=model["name"])
+        assert (await client.status(task_id, wait_s=20))["model"] == model["name"]
+        assert await client.map([{"TEXT": "mapped"}], model=model["name"]) == [expected_outputs("mapped")]
+        with pytest.raises(BrimfulError) as unknown:
+            await client.submit({"TEXT": "x"}, model="no_such_model")
+        assert unknown.value.status == 422 and unknown.value.code == "unknown_model"
+        with pytest.raises(BrimfulError) as unknown_in_bulk:
+            await client.map([{"TEXT": "x"}], model="no_such_model")
+        assert unknown_in_bulk.value.code == "unknown_model"
+    with Client(stack.api_url) as sync:
+        assert [m["name"] for m in sync.models()] == stack.settings.served_models

@@ -36,7 +36,7 @@ async def redis(stack: EmbeddedStack) -> AsyncIterator[Redis]:
 def make_pool(redis: Redis, keys: RedisKeys, urls: list[str] = URLS, capacity: int = 1) -> ModelPool:
     return ModelPool(
         urls, EndpointPool(capacity, lambda: CircuitBreaker(failure_threshold=3)),
-        lambda url: TritonModel(url, "m", "", 64, 1.0), 64, leases=EndpointLeases(redis, keys, ttl_s=30),
+        lambda url: TritonModel(url, "m", "", 1.0), 64, leases=EndpointLeases(redis, keys, ttl_s=30),
     )
 
 

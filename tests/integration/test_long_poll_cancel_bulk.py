@@ -64,7 +64,7 @@ async def test_cancelled_task_never_reaches_the_model_and_leaves_its_slot(
     doomed = await client.submit({"TEXT": marker})
     others = [await client.submit({"TEXT": f"keep {i} {marker}"}) for i in range(10)]
     status, body = await client.request("DELETE", f"/v1/tasks/{doomed}")
-    assert status == 200 and body == {"task_id": doomed, "status": "cancelled"}
+    assert status == 200 and body == {"task_id": doomed, "model": stack.settings.model_name, "status": "cancelled"}
     results = await asyncio.gather(*(client.wait_final(t, timeout_s=20) for t in others))
     assert all(r["status"] == "done" for r in results)
     assert (await client.get(doomed))["status"] == "cancelled"

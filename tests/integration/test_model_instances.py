@@ -56,7 +56,7 @@ def queued_us(metrics_port: int) -> float:
 
 async def test_instances_run_calls_side_by_side(model_host: tuple[int, str, int]) -> None:
     instances, url, metrics_port = model_host
-    clients = [TritonModel(url, MODEL_NAME, "", 64, timeout_s=30) for _ in range(2)]
+    clients = [TritonModel(url, MODEL_NAME, "", timeout_s=30) for _ in range(2)]
     try:
         # Each client reads the signature first, so both connections are open before the
         # two calls start: a slow connect would otherwise let one call finish before the

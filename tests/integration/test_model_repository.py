@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import AsyncIterator
 
@@ -44,20 +45,18 @@ def repository_server(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator
 
 
 async def test_repository_model_serves_64_rows_and_refuses_others(repository_server: str) -> None:
-    model = TritonModel(repository_server, "brimful_reference", "", 64, timeout_s=10)
+    model = TritonModel(repository_server, "brimful_reference", "", timeout_s=10)
     try:
         signature = await model.signature()
         texts = np.array([[f"repo {i} ✓".encode()] for i in range(64)], dtype=object)
         outputs = await model.infer({"TEXT": texts}, signature)
         assert [v.decode() for v in outputs["SHA256"][:, 0]] == [hashlib.sha256(t).hexdigest() for t in texts[:, 0]]
         assert outputs["LENGTH"][:, 0].tolist() == [len(t) for t in texts[:, 0]]
-        small = TritonModel(repository_server, "brimful_reference", "", 32, timeout_s=10)
-        try:
-            with pytest.raises(ModelCallError) as raised:
-                await small.infer({"TEXT": texts[:32]}, signature)
-            assert raised.value.error_class is ErrorClass.REJECTED
-        finally:
-            await small.close()
+        assert signature.batch_size == 64  # read from the repository's configuration
+        # A signature that says 32 rows passes the client's own check, to reach Triton's.
+        with pytest.raises(ModelCallError) as raised:
+            await model.infer({"TEXT": texts[:32]}, replace(signature, batch_size=32))
+        assert raised.value.error_class is ErrorClass.REJECTED
         faulty = texts.copy()
         faulty[5, 0] = b"!fail in the repository model"
         with pytest.raises(ModelCallError) as raised:

@@ -125,7 +125,7 @@ async def test_a_batch_spanning_many_slots_moves_and_publishes_every_task(
     following = asyncio.create_task(follow_channel(subscriber, store.keys.finished_channel, on_message))
     try:
         for task_id in ids:
-            assert await store.create_queued(task_id, now_ms(), "t1") is None
+            assert await store.create_queued(task_id, now_ms(), "t1", model="m16") is None
         assert sorted(await store.mark_running(ids)) == sorted(ids)
         for _ in range(50):  # until the subscription is live: a probe comes back
             await subscriber.publish(store.keys.finished_channel, probe)
@@ -139,7 +139,9 @@ async def test_a_batch_spanning_many_slots_moves_and_publishes_every_task(
         await asyncio.wait_for(all_heard.wait(), 5)
         assert await store.mark_done({ids[0]: {"Y": "again"}}) == 0  # final stays final
         records = [await store.get(task_id) for task_id in ids]
-        assert all(r is not None and r.outputs == {"Y": r.task_id} and r.tenant == "t1" for r in records)
+        assert all(
+            r is not None and r.outputs == {"Y": r.task_id} and r.tenant == "t1" and r.model == "m16" for r in records
+        )
     finally:
         following.cancel()
         await subscriber.aclose()

@@ -137,6 +137,35 @@ async def test_final_states_are_published_as_they_happen(stack: EmbeddedStack, s
         await redis.aclose()
 
 
+async def test_a_task_keeps_its_model_through_every_move_and_in_what_is_published(
+    stack: EmbeddedStack, store: TaskStore
+) -> None:
+    redis = Redis.from_url(stack.settings.redis_url)
+    pubsub = redis.pubsub()
+    await pubsub.subscribe(store.keys.finished_channel)
+    try:
+        assert (await pubsub.get_message(timeout=2))["type"] == "subscribe"  # type: ignore[index]
+        small, large = uuid.uuid4().hex, uuid.uuid4().hex
+        assert await store.create_queued_many(
+            [NewTask(small, now_ms(), "acme", 0, "model_16"), NewTask(large, now_ms(), "acme", 0, "model_64")]
+        ) == [None, None]
+        assert sorted(await store.mark_running([small, large])) == sorted([small, large])
+        assert (await store.get(small)).model == "model_16"  # type: ignore[union-attr]
+        await store.mark_done({small: {"Y": 1}, large: {"Y": 2}})
+        message = await pubsub.get_message(timeout=2)
+        assert message is not None
+        records = [FinishedMessage.record(entry) for entry in FinishedMessage.entries(message["data"])]
+        published = {record.task_id: record.model for record in records}
+        assert published == {small: "model_16", large: "model_64"}
+        assert (await store.get(large)).model == "model_64"  # type: ignore[union-attr]
+        await redis.delete(store.keys.task(large))  # expired before an on-call replay recreates it
+        await store.requeue(large, now_ms(), "acme", "model_64")
+        assert (await store.get(large)).model == "model_64"  # type: ignore[union-attr]
+    finally:
+        await pubsub.aclose()
+        await redis.aclose()
+
+
 async def test_a_task_counts_in_flight_for_its_tenant_until_final_and_again_when_replayed(
     stack: EmbeddedStack, store: TaskStore
 ) -> None:

@@ -30,11 +30,11 @@ def lag_by_hand(highwater: dict[int, int], produced: dict[int, int], committed: 
 
 async def test_backlog_follows_what_is_produced_and_what_the_batchers_report() -> None:
     board = Board()
-    monitor = BacklogMonitor(board, Stats())  # type: ignore[arg-type]
+    monitor = BacklogMonitor(board, [Stats()], "requests")  # type: ignore[list-item]
     assert monitor.backlog == 0
     for offset in range(10):
-        monitor.produced(0, offset)
-    monitor.produced(1, 4)
+        monitor.produced("requests", 0, offset)
+    monitor.produced("requests", 1, 4)
     assert monitor.backlog == 10 + 5  # nobody reported: everything produced is behind
 
     board.batchers = [
@@ -48,9 +48,28 @@ async def test_backlog_follows_what_is_produced_and_what_the_batchers_report() -
     board.batchers[1]["partitions"]["1"] = {"highwater": 5, "committed": 2}
     await monitor.refresh()
     assert monitor.backlog == 0 + 3 + 0
-    monitor.produced(2, 9)  # the API's own count runs ahead of a stale report
+    monitor.produced("requests", 2, 9)  # the API's own count runs ahead of a stale report
     assert monitor.backlog == 3 + 7
 
     board.batchers[0]["partitions"]["0"] = {"highwater": 11, "committed": 5}  # an older report moves nothing back
     await monitor.refresh()
     assert monitor.backlog == 3 + 7
+
+
+async def test_each_models_topic_has_its_own_partitions() -> None:
+    # Two models' batchers both own a partition 0: one's committed offset must not be
+    # read as the other's, or a model's backlog would hide behind the other's progress.
+    board = Board()
+    monitor = BacklogMonitor(board, [Stats(), Stats()], "requests")  # type: ignore[list-item]
+    for offset in range(8):
+        monitor.produced("requests", 0, offset)
+    for offset in range(3):
+        monitor.produced("requests.small", 0, offset)
+    assert monitor.backlog == 8 + 3
+    board.batchers = [
+        {"member": "a", "topic": "requests.small", "partitions": {"0": {"highwater": 3, "committed": 3}}},
+        # A batcher of a release that did not name its topic reports the default model's.
+        {"member": "b", "partitions": {"0": {"highwater": 8, "committed": 2}}},
+    ]
+    await monitor.refresh()
+    assert monitor.backlog == (8 - 2) + 0

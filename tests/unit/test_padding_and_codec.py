@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from brimful.core.model_signature import ModelSignature, TensorSpec, UnsupportedModelError
+from brimful.core.model_signature import ModelSignature, TensorSpec, UnsupportedModelError, fixed_batch_size
 from brimful.core.tensor_codec import (
     InputValidationError,
     encode_input,
@@ -96,6 +96,18 @@ def test_signature_from_triton_metadata_drops_the_batch_dimension() -> None:
     signature = ModelSignature.from_triton_metadata(metadata, batch_size=64)
     assert signature.inputs == (TensorSpec("TEXT", "BYTES", (1,)),)
     assert signature.outputs == (TensorSpec("Y", "FP32", (8,)),)
+
+
+@pytest.mark.parametrize(
+    ("inputs", "rows"),
+    [
+        ([{"name": "X", "shape": ["16", "1"]}], 16),  # the batch spelled out: a fixed-batch API
+        ([{"name": "X", "shape": ["-1", "1"]}, {"name": "Y", "shape": ["-1"]}], None),  # max_batch_size says
+        ([{"name": "X", "shape": ["-1", "1"]}, {"name": "Y", "shape": ["64", "2"]}], 64),
+    ],
+)
+def test_a_models_rows_a_call_are_read_from_its_fixed_first_dimension(inputs: list[dict], rows: int | None) -> None:
+    assert fixed_batch_size({"name": "m", "inputs": inputs}) == rows
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,180 @@
+"""The models a Brimful serves: ``GET /v1/models``, a task's ``model`` field, the model
+named in every answer about a task, and two fixed-batch models served at once, each with
+its own row count, batcher, counters and policy. The shared stack serves what ``make up``
+serves: the reference model at 64 rows (the default) and the same function at 16."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import aiohttp
+import tritonclient.grpc.aio as triton_aio
+
+from brimful.stack import EmbeddedStack, sample_sums
+from tests.integration.test_pipeline import expected_outputs
+from tests.task_client import TaskClient
+
+SMALL = "brimful_reference_16"  # the shared stack's second model, fixed at 16 rows
+
+
+async def triton_counts(stack: EmbeddedStack, name: str) -> tuple[int, int]:
+    """(successful, failed) calls Triton itself counted for one model."""
+    url = f"http://127.0.0.1:{stack.triton_metrics_port}/metrics"
+    async with aiohttp.ClientSession() as session, session.get(url) as response:
+        counts = sample_sums(await response.text(), model=name)
+    return int(counts["nv_inference_request_success_total"]), int(counts["nv_inference_request_failure_total"])
+
+
+async def model_stats(client: TaskClient, name: str) -> dict[str, Any]:
+    status, body = await client.request("GET", f"/v1/stats?model={name}")
+    assert status == 200 and body["model"] == name, body
+    return body
+
+
+async def triton_metadata(stack: EmbeddedStack, name: str) -> dict[str, Any]:
+    """The model's metadata as its Triton server reports it, read past Brimful."""
+    triton = triton_aio.InferenceServerClient(stack.settings.triton_endpoints[0])
+    try:
+        return dict(await triton.get_model_metadata(name, as_json=True))
+    finally:
+        await triton.close()
+
+
+async def test_the_models_list_shows_the_served_model_as_its_triton_server_describes_it(
+    stack: EmbeddedStack, client: TaskClient
+) -> None:
+    status, body = await client.request("GET", "/v1/models")
+    assert status == 200, body
+    assert [m["name"] for m in body["models"]] == stack.settings.served_models == [stack.settings.model_name, SMALL]
+    assert [m["default"] for m in body["models"]] == [True, False]
+    for model in body["models"]:
+        metadata = await triton_metadata(stack, model["name"])
+        assert model["name"] == metadata["name"]
+        assert model["version"] == metadata["versions"][-1]
+        for side in ("inputs", "outputs"):
+            assert model[side] == [
+                {"name": t["name"], "datatype": t["datatype"], "shape": [int(d) for d in t["shape"][1:]]}
+                for t in metadata[side]
+            ]
+            # Served with a fixed first dimension: the rows of every call, read from the model.
+            assert {int(t["shape"][0]) for t in metadata[side]} == {model["batch_size"]}
+    assert [m["batch_size"] for m in body["models"]] == [64, 16]
+
+
+async def test_a_task_that_names_the_model_runs_on_it_and_every_answer_names_it(
+    stack: EmbeddedStack, client: TaskClient
+) -> None:
+    name = stack.settings.model_name
+    status, accepted = await client.request("POST", "/v1/tasks", json={"inputs": {"TEXT": "named"}, "model": name})
+    assert status == 202 and accepted["model"] == name, accepted
+    finished = await client.wait_final(accepted["task_id"])
+    assert finished["status"] == "done" and finished["model"] == name
+    assert finished["outputs"] == expected_outputs("named")
+    # Answered by the long-poll, from the published record.
+    status, inline = await client.request("POST", "/v1/tasks?wait=20", json={"inputs": {"TEXT": "inline"}, "model": name})
+    assert status == 200 and inline["status"] == "done" and inline["model"] == name, inline
+
+
+async def test_a_task_that_names_no_model_goes_to_the_default_and_says_so(stack: EmbeddedStack, client: TaskClient) -> None:
+    status, accepted = await client.request("POST", "/v1/tasks", json={"inputs": {"TEXT": "unnamed"}})
+    assert status == 202 and accepted["model"] == stack.settings.model_name, accepted
+    assert (await client.wait_final(accepted["task_id"]))["model"] == stack.settings.model_name
+
+
+async def test_an_unknown_model_is_422_naming_the_models_served(stack: EmbeddedStack, client: TaskClient) -> None:
+    status, body = await client.request("POST", "/v1/tasks", json={"inputs": {"TEXT": "x"}, "model": "no_such_model"})
+    assert status == 422 and body["error"]["code"] == "unknown_model", body
+    assert "no_such_model" in body["error"]["message"] and stack.settings.model_name in body["error"]["message"]
+    status, body = await client.request("POST", "/v1/tasks", json={"inputs": {"TEXT": "x"}, "model": 16})
+    assert status == 422 and body["error"]["code"] == "invalid_request" and "model" in body["error"]["message"], body
+
+
+async def test_a_bulk_item_naming_an_unknown_model_fails_alone(stack: EmbeddedStack, client: TaskClient) -> None:
+    items = [
+        {"inputs": {"TEXT": "bulk-default"}},
+        {"inputs": {"TEXT": "bulk-unknown"}, "model": "no_such_model"},
+        {"inputs": {"TEXT": "bulk-named"}, "model": stack.settings.model_name},
+    ]
+    status, body = await client.request("POST", "/v1/tasks:batch", json={"tasks": items})
+    assert status == 200 and body["accepted"] == 2, body
+    first, unknown, named = body["results"]
+    assert unknown["error"]["code"] == "unknown_model"
+    for answer in (first, named):
+        assert answer["model"] == stack.settings.model_name
+        assert (await client.wait_final(answer["task_id"]))["status"] == "done"
+
+
+async def test_two_models_at_once_each_call_has_exactly_its_models_rows(stack: EmbeddedStack, client: TaskClient) -> None:
+    default = stack.settings.model_name
+    before = {name: await model_stats(client, name) for name in (default, SMALL)}
+    triton_before = {name: await triton_counts(stack, name) for name in (default, SMALL)}
+    # Submitted together, interleaved: 40 rows cannot fit one call of the 16-row model.
+    texts = {name: [f"{name} row {i}" for i in range(40)] for name in (default, SMALL)}
+    answers = await asyncio.gather(*(
+        client.request("POST", "/v1/tasks", json={"inputs": {"TEXT": text}, "model": name})
+        for i in range(40) for name, text in ((default, texts[default][i]), (SMALL, texts[SMALL][i]))
+    ))
+    assert all(status == 202 for status, _ in answers), answers
+    results = await asyncio.gather(*(client.wait_final(body["task_id"], timeout_s=60) for _, body in answers))
+    for (_, accepted), result in zip(answers, results):
+        assert result["status"] == "done" and result["model"] == accepted["model"], result
+    by_task = {body["task_id"]: body["model"] for _, body in answers}
+    for result, text in zip(results, [t for i in range(40) for t in (texts[default][i], texts[SMALL][i])]):
+        assert by_task[result["task_id"]] == result["model"]
+        assert result["outputs"] == expected_outputs(text)
+
+    for name, rows in ((default, 64), (SMALL, 16)):
+        after = await model_stats(client, name)
+        calls = after["batches_dispatched"] - before[name]["batches_dispatched"]
+        real = after["rows_dispatched"] - before[name]["rows_dispatched"]
+        padded = after["padded_slots"] - before[name]["padded_slots"]
+        assert real == 40 and after["calls_failed"] == before[name]["calls_failed"], (name, after)
+        # Every call carried exactly the model's rows, real plus padding...
+        assert real + padded == rows * calls, (name, calls, real, padded)
+        # ... and Triton, which refuses any other row count, accepted each of them.
+        success, failure = await triton_counts(stack, name)
+        assert (success - triton_before[name][0], failure - triton_before[name][1]) == (calls, 0), name
+        assert all(b["model"] == name and b["params"]["batch_size"] == rows for b in after["batchers"]), after
+    assert (await model_stats(client, SMALL))["batches_dispatched"] - before[SMALL]["batches_dispatched"] >= 3
+
+
+async def test_one_models_stalled_batcher_does_not_delay_the_others(stack: EmbeddedStack, client: TaskClient) -> None:
+    # The 16-row model's only batcher goes away: its tasks wait in its own topic, the
+    # default model's still flow, and nothing waiting is lost when it comes back.
+    name = next(n for n in stack.processes if n.startswith(f"batcher-{SMALL}"))
+    stack.processes[name].stop()
+    try:
+        status, waiting = await client.request("POST", "/v1/tasks", json={"inputs": {"TEXT": "held"}, "model": SMALL})
+        assert status == 202, waiting
+        for i in range(5):
+            status, done = await client.request("POST", "/v1/tasks?wait=20", json={"inputs": {"TEXT": f"flows {i}"}})
+            assert status == 200 and done["status"] == "done", done
+        assert (await client.get(waiting["task_id"]))["status"] == "queued"
+    finally:
+        stack.restart(name)
+    finished = await client.wait_final(waiting["task_id"], timeout_s=60)
+    assert finished["status"] == "done" and finished["outputs"] == expected_outputs("held")
+
+
+async def test_stats_and_policy_are_per_model(stack: EmbeddedStack, client: TaskClient) -> None:
+    status, small = await client.request("GET", f"/v1/admin/policy?model={SMALL}")
+    assert status == 200 and small["model"] == SMALL, small
+    status, changed = await client.request(
+        "PATCH", f"/v1/admin/policy?model={SMALL}", json={"min_wait_ms": small["params"]["min_wait_ms"] + 1}
+    )
+    assert status == 200, changed
+    try:
+        status, default = await client.request("GET", "/v1/admin/policy")
+        assert status == 200 and default["model"] == stack.settings.model_name
+        assert default["params"]["min_wait_ms"] == stack.settings.min_wait_ms  # the other model's is its own
+        status, again = await client.request("GET", f"/v1/admin/policy?model={SMALL}")
+        assert again["params"]["min_wait_ms"] == small["params"]["min_wait_ms"] + 1
+    finally:
+        status, _ = await client.request(
+            "PATCH", f"/v1/admin/policy?model={SMALL}", json={"min_wait_ms": small["params"]["min_wait_ms"]}
+        )
+        assert status == 200
+    for path in ("/v1/stats?model=nope", "/v1/admin/policy?model=nope"):
+        status, body = await client.request("GET", path)
+        assert status == 422 and body["error"]["code"] == "unknown_model", (path, body)
