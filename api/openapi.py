@@ -64,6 +64,8 @@ _TASK_STATE = {
         "submitted_at_ms": {"type": "integer"},
         "updated_at_ms": {"type": "integer"},
         "outputs": {"type": "object", "description": "the model's outputs for this row, when done"},
+        "cached": {"type": "boolean", "description": "when done: true if an identical task's result answered it "
+                                                     "(from the cache, or computed beside it), with no model call of its own"},
         "error": {"type": "object", "description": "class, message, attempts, batch_id, when failed"},
     },
 }
@@ -154,7 +156,8 @@ def submit_schema(catalogue: ModelCatalogue | None) -> dict[str, Any]:
     if catalogue is not None:
         signatures = list(catalogue.models.values())
         inputs = inputs_schema(signatures[0]) if len(signatures) == 1 else {
-            "description": "one value per input of the named model", "oneOf": [inputs_schema(s) for s in signatures]
+            # anyOf, not oneOf: two models may share a signature (the reference model at 64 and 16 rows).
+            "description": "one value per input of the named model", "anyOf": [inputs_schema(s) for s in signatures]
         }
         model.update(enum=list(catalogue.names), default=catalogue.default)
     fields: dict[str, Any] = {
@@ -162,6 +165,8 @@ def submit_schema(catalogue: ModelCatalogue | None) -> dict[str, Any]:
         "model": model,
         "deadline_ms": {"type": "integer", "minimum": 1, "maximum": MAX_DEADLINE_MS,
                         "description": "finish within this many ms if possible"},
+        "cache": {"type": "boolean", "default": True,
+                  "description": "false: this task gets its own model call, never an identical task's result"},
     }
     return {
         "type": "object",

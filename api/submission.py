@@ -32,7 +32,7 @@ from brimful.schemas import InputTensor, TaskRequest
 
 log = logging.getLogger("brimful.api")
 
-ALLOWED_FIELDS = ("inputs", "model", "deadline_ms")
+ALLOWED_FIELDS = ("inputs", "model", "deadline_ms", "cache")
 MAX_DEADLINE_MS = 3_600_000
 # How long a retry waits for an earlier submission with its Idempotency-Key to finish.
 IDEMPOTENCY_WAIT_S = 5.0
@@ -54,6 +54,7 @@ class Submission:
     inputs: dict[str, InputTensor]
     model: str  # the model it is for: the one it named, or the catalogue's default
     deadline_ms: int | None = None  # the client wants the result within this many ms
+    cache: bool = True  # False: its own model call, never a result computed for an identical task
 
     @property
     def payload_bytes(self) -> int:
@@ -91,13 +92,16 @@ def parse_submission(document: Any, catalogue: ModelCatalogue) -> Submission:
         raise ApiError(
             422, "invalid_request", f"deadline_ms must be a whole number of milliseconds from 1 to {MAX_DEADLINE_MS}"
         )
+    cache = document.get("cache", True)
+    if not isinstance(cache, bool):
+        raise ApiError(422, "invalid_request", "cache must be true or false (false: this task gets its own model call)")
     encoded: dict[str, InputTensor] = {}
     for spec in signature.inputs:
         try:
             encoded[spec.name] = encode_input(spec, inputs[spec.name])
         except InputValidationError as error:
             raise ApiError(422, "invalid_input", str(error)) from error
-    return Submission(inputs=encoded, model=signature.name, deadline_ms=deadline_ms)
+    return Submission(inputs=encoded, model=signature.name, deadline_ms=deadline_ms, cache=cache)
 
 
 def model_named(name: Any, catalogue: ModelCatalogue) -> ModelSignature:
@@ -209,6 +213,7 @@ async def enqueue(state: ApiState, submission: Submission, task_id: str, tenant:
         submitted_at_ms=submitted_at,
         deadline_at_ms=submitted_at + submission.deadline_ms if submission.deadline_ms else 0,
         tenant=tenant,
+        no_cache=not submission.cache,
     )
     for name, tensor in submission.inputs.items():
         message.inputs[name].CopyFrom(tensor)

@@ -100,6 +100,7 @@ def task_answer(task_id: str, record: TaskRecord, default_model: str) -> dict[st
     }
     if record.status is TaskStatus.DONE:
         answer["outputs"] = record.outputs
+        answer["cached"] = record.cached  # true: an identical task's result, no model call of its own
     if record.status is TaskStatus.FAILED:
         answer["error"] = record.error
     return answer

@@ -36,6 +36,7 @@ from brimful.workers.endpoint_leases import EndpointLeases
 from brimful.workers.endpoint_pool import EndpointPool
 from brimful.workers.isolation_budget import IsolationBudget
 from brimful.workers.model_pool import ModelPool, Resolver, resolve_all
+from brimful.workers.result_cache import ResultCache
 from brimful.workers.retry_policy import BatchRetryPolicy
 from brimful.workers.triton_model import TritonModel
 
@@ -167,6 +168,9 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
             transient_give_up_s=settings.transient_give_up_s,
             isolation=IsolationBudget(settings.tenant_isolation_calls_per_s, settings.tenant_isolation_burst),
             tracing=tracing,
+            cache=ResultCache(settings.result_cache_max_bytes) if settings.result_cache_max_bytes else None,
+            cacheable=settings.cacheable(settings.model_name),
+            cache_across_tenants=settings.result_cache_across_tenants,
         )
         member = f"{socket.gethostname()}-{os.getpid()}"
         recorder = ArrivalRecorder(Path(settings.trace_dir), member) if settings.trace_dir else None

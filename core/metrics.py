@@ -87,6 +87,11 @@ BATCH_ROWS = Histogram(
     "brimful_batch_rows", "Real rows (padding excluded) in each model call.", ["partition"], buckets=_ROW_BUCKETS
 )
 PADDED_SLOTS = Counter("brimful_padded_slots", "Filler rows sent to reach the fixed batch size.", ["partition"])
+CACHE_HITS = Counter(
+    "brimful_cache_hits", "Tasks answered by an identical task's result (cached or computed beside them), no row of their own."
+)
+CACHE_MISSES = Counter("brimful_cache_misses", "Cacheable tasks the model computed.")
+CACHE_BYTES = Gauge("brimful_cache_bytes", "Bytes the result cache holds (its entries' JSON plus overhead).")
 ISOLATION_CALLS = Counter(
     "brimful_isolation_calls", "Extra model calls made on split batches to isolate failing rows."
 )

@@ -182,6 +182,22 @@ class Settings(BaseSettings):
         "each model's batch size from the model's configuration.",
     )
     infer_timeout_s: float = Field(10.0, gt=0, description="Timeout of one model call.")
+    result_cache_max_bytes: int = Field(
+        64 * 1024 * 1024,
+        ge=0,
+        description="Results each batcher keeps for identical tasks (same model, version, inputs and tenant), least "
+        "recently used out first; 0 keeps none (identical tasks of one batch are still computed once).",
+    )
+    result_cache_across_tenants: bool = Field(
+        False,
+        description="Let one tenant's task be answered by another tenant's identical task. Off: a result never "
+        "crosses tenants (see docs/security.md).",
+    )
+    uncacheable_models: str = Field(
+        "",
+        description="Models whose results are never shared, comma-separated (not deterministic): each task is "
+        "computed on its own.",
+    )
 
     # --- Batching policy (see docs/batching.md) --------------------------------------
     max_wait_ms: float = Field(
@@ -404,6 +420,10 @@ class Settings(BaseSettings):
     def default_model(self) -> str:
         """The model a task that names none is sent to."""
         return self.served_models[0]
+
+    def cacheable(self, model: str) -> bool:
+        """Whether identical tasks of ``model`` may share one result."""
+        return model not in {part.strip() for part in self.uncacheable_models.split(",")}
 
     def model_scope(self, model: str) -> str | None:
         """What a model's own topic, group and Redis keys carry: None for the default

@@ -19,7 +19,11 @@ class StatsField:
     TASKS_DONE = "tasks_done"
     TASKS_FAILED = "tasks_failed"
 
-    ALL = (BATCHES_DISPATCHED, ROWS_DISPATCHED, PADDED_SLOTS, CALLS_FAILED, TASKS_DONE, TASKS_FAILED)
+    CACHE_HITS = "cache_hits"                  # tasks answered by an identical task's result, no row of their own
+    CACHE_MISSES = "cache_misses"              # cacheable tasks the model computed
+
+    ALL = (BATCHES_DISPATCHED, ROWS_DISPATCHED, PADDED_SLOTS, CALLS_FAILED, TASKS_DONE, TASKS_FAILED, CACHE_HITS,
+           CACHE_MISSES)
     FLUSHES_PREFIX = "flushes_"
 
     @staticmethod

@@ -15,6 +15,12 @@ Failures are handled by class (``brimful.workers.model_errors``):
   rows is charged to that tenant's ``IsolationBudget``; once it is spent, that tenant's
   refused rows fail at once.
 
+Identical tasks (the same model, version, inputs and, unless results may cross tenants,
+tenant: ``workers/result_cache.py``) are computed once: a task whose result the batcher's
+cache holds is answered from it, and of the identical tasks in one batch the model sees
+one row, whose result or failure every one of them gets. A task may opt out, and a model
+may be marked not cacheable.
+
 Running the same batch twice is harmless: final tasks are skipped and the store lets a
 task reach a final state once.
 """
@@ -43,6 +49,7 @@ from brimful.workers.isolation_budget import IsolationBudget
 from brimful.workers.model_errors import ErrorClass, ModelCallError
 from brimful.workers.model_pool import ModelPool, Slot
 from brimful.workers.padding import pad_batch, unpad
+from brimful.workers.result_cache import ResultCache, cache_key, plan_batch
 from brimful.workers.retry_policy import BatchRetryPolicy
 
 log = logging.getLogger("brimful.worker")
@@ -101,6 +108,10 @@ class BatchOutcome:
     call_started_ns: int = 0
     call_ended_ns: int = 0
     endpoint: str = ""
+    # The result cache's view of the rows the model computes: each one's key, and the
+    # identical tasks that share its result (by the computed task's id).
+    keys: dict[str, bytes] = field(default_factory=dict)
+    twins: dict[str, list[BatchItem]] = field(default_factory=dict)
 
 
 @dataclass
@@ -148,7 +159,13 @@ class BatchRunner:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         clock: Callable[[], float] = time.monotonic,
         tracing: Tracing | None = None,
+        cache: ResultCache | None = None,
+        cacheable: bool = True,
+        cache_across_tenants: bool = False,
     ) -> None:
+        """``cache``: finished results kept for identical tasks (None: none kept; identical
+        tasks of one batch are still computed once). ``cacheable`` False (a model that is
+        not deterministic): every task is computed, none shares a result."""
         self.pool = pool
         self.signature = signature
         self.store = store
@@ -160,6 +177,9 @@ class BatchRunner:
         self._sleep = sleep
         self._clock = clock
         self.tracing = tracing
+        self.cache = cache
+        self.cacheable = cacheable
+        self.cache_across_tenants = cache_across_tenants
 
     async def run(self, batch: Batch) -> BatchOutcome:
         """Run the batch to a final state for every task in it; raises only on store or
@@ -174,8 +194,9 @@ class BatchRunner:
             running = set(await self._mark_running_while_leasing(batch, seat))
             items = [item for item in batch.items if item.task_id in running]
             outcome.skipped = len(batch.items) - len(items)
-            if items:
-                await self._resolve(batch, seat, items, _Attempts(), outcome, isolating=False)
+            computed = await self._answer_identical(items, outcome) if self.cacheable else items
+            if computed:
+                await self._resolve(batch, seat, computed, _Attempts(), outcome, isolating=False)
         finally:
             if seat.slot is not None:
                 self.pool.release(seat.slot)
@@ -203,6 +224,40 @@ class BatchRunner:
             },
         )
         return outcome
+
+    def _key(self, item: BatchItem) -> bytes | None:
+        return cache_key(item.request, self.signature.name, self.signature.version, self.cache_across_tenants)
+
+    async def _answer_identical(self, items: list[BatchItem], outcome: BatchOutcome) -> list[BatchItem]:
+        """Answer the tasks whose result the cache holds, note the identical ones among the
+        rest, and return the rows the model must compute (one per distinct task)."""
+        lookup = self.cache.get if self.cache is not None else (lambda key: None)
+        plan = plan_batch(items, self._key, lookup)  # type: ignore[arg-type]
+        for row, key in enumerate(plan.keys):
+            if key is not None:
+                outcome.keys[plan.computed[row].task_id] = key  # type: ignore[assignment]
+        for row, twins in plan.duplicates.items():
+            outcome.twins[plan.computed[row].task_id] = twins
+        shared = len(plan.hits) + sum(len(twins) for twins in plan.duplicates.values())
+        outcome.stats[StatsField.CACHE_HITS] += shared
+        outcome.stats[StatsField.CACHE_MISSES] += len(outcome.keys)
+        metrics.CACHE_HITS.inc(shared)
+        metrics.CACHE_MISSES.inc(len(outcome.keys))
+        if plan.hits:
+            # The batch's counters so far ride along: the round trip is needed anyway.
+            outcome.done += await self.store.mark_done(
+                {item.task_id: outputs for item, outputs in plan.hits}, outcome.stats,
+                done_counter=StatsField.TASKS_DONE, cached=True,
+            )
+            outcome.stats.clear()
+            self._observe_latency([item for item, _ in plan.hits])
+        return plan.computed
+
+    @staticmethod
+    def _observe_latency(items: list[BatchItem]) -> None:
+        finished_ms = now_ms()
+        for item in items:
+            metrics.TASK_LATENCY.observe(max(0, finished_ms - item.request.submitted_at_ms) / 1000)
 
     async def _mark_running_while_leasing(self, batch: Batch, seat: _Seat) -> list[str]:
         """Mark the batch's tasks running while its slot is leased across batchers: the call
@@ -412,17 +467,34 @@ class BatchRunner:
             outputs = {name: array[keep] for name, array in outputs.items()}
         columns = {spec.name: output_rows_to_json(spec, outputs[spec.name]) for spec in self.signature.outputs}
         results = {item.task_id: {name: column[row] for name, column in columns.items()} for row, item in enumerate(items)}
+        shared: dict[str, dict[str, object]] = {}  # the identical tasks' copies of these results
+        twins: list[BatchItem] = []
+        for item in items:
+            key = outcome.keys.get(item.task_id)
+            if key is not None and self.cache is not None:
+                self.cache.put(key, results[item.task_id])
+            for twin in outcome.twins.get(item.task_id, ()):
+                shared[twin.task_id] = results[item.task_id]
+                twins.append(twin)
         # The batch's counters so far ride along with its results: one round trip for both.
         done = await self.store.mark_done(results, outcome.stats, done_counter=StatsField.TASKS_DONE)
         outcome.stats.clear()
         outcome.done += done
-        finished_ms = now_ms()
-        for item in items:
-            metrics.TASK_LATENCY.observe(max(0, finished_ms - item.request.submitted_at_ms) / 1000)
+        if shared:
+            outcome.done += await self.store.mark_done(shared, done_counter=StatsField.TASKS_DONE, cached=True)
+        if self.cache is not None:
+            metrics.CACHE_BYTES.set(self.cache.bytes)
+        self._observe_latency(items + twins)
 
     async def _fail(
         self, batch: Batch, items: list[BatchItem], error: ModelCallError, attempts: _Attempts, outcome: BatchOutcome
     ) -> None:
+        # An identical task fails as its computed twin did, with the same attempts: the
+        # same inputs to the same model.
+        twins = [(item, twin) for item in items for twin in outcome.twins.get(item.task_id, ())]
+        for item, twin in twins:
+            attempts.by_task[twin.task_id] = attempts.of(item)
+        items = items + [twin for _, twin in twins]
         failed_at = now_ms()
         letters = [
             dead_letter(

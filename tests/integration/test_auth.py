@@ -6,6 +6,7 @@ import asyncio
 import subprocess
 import sys
 import time
+import uuid
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -337,3 +338,16 @@ async def test_a_tenant_holds_a_bounded_number_of_long_polls(auth_stack: Embedde
         await set_policy(auth_stack, admin, max_wait_ms=auth_stack.settings.max_wait_ms, min_wait_ms=auth_stack.settings.min_wait_ms)
     for status, body in await asyncio.gather(*held):
         assert status == 200 and body["status"] == "done", body
+
+
+async def test_a_cached_result_never_crosses_tenants(auth_stack: EmbeddedStack) -> None:
+    acme, globex = new_key(auth_stack, "acme", "submit,read"), new_key(auth_stack, "globex", "submit,read")
+    text = {"inputs": {"TEXT": f"same question {uuid.uuid4().hex}"}}
+    answers = []
+    for key in (acme, acme, globex, globex):
+        status, body = await call(auth_stack, "POST", "/v1/tasks", key, params={"wait": "10"}, json=text)
+        assert status == 200 and body["status"] == "done", body
+        answers.append(body)
+    # Each tenant's first asking is computed; its second is its own earlier result.
+    assert [body["cached"] for body in answers] == [False, True, False, True]
+    assert all(body["outputs"] == answers[0]["outputs"] for body in answers)

@@ -75,7 +75,9 @@ async def test_burst_of_2000_all_done_with_their_own_results_in_full_batches(
     after = await client.stats()
     batches = after["batches_dispatched"] - before["batches_dispatched"]
     rows = after["rows_dispatched"] - before["rows_dispatched"]
-    assert rows == 2000
+    # Every task was a row of a call, or an identical task's result (an edge text another
+    # test sent before, or a repeat among the random ones).
+    assert rows + after["cache_hits"] - before["cache_hits"] == 2000
     assert after["padded_slots"] - before["padded_slots"] == batches * 64 - rows
     # Triton accepted every call Brimful made, and the model refuses any call that is
     # not exactly 64 rows (test_reference_model proves that refusal).

@@ -1,0 +1,85 @@
+"""Identical tasks are computed once, on the real stack: a repeated task is answered from
+the batcher's cache, identical tasks in one batch share one computed row (its result, or
+its failure), and a task that opts out gets its own model call. (That a cached result
+never crosses tenants is in test_auth.py, on a stack with keys.)"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+from brimful.stack import EmbeddedStack
+from tests.conftest import tune_live
+from tests.integration.test_models import triton_counts
+from tests.integration.test_pipeline import expected_outputs
+from tests.task_client import TaskClient
+
+
+async def ask(client: TaskClient, text: str, **fields: Any) -> dict[str, Any]:
+    status, body = await client.request("POST", "/v1/tasks?wait=20", json={"inputs": {"TEXT": text}, **fields})
+    assert status == 200 and body["status"] in ("done", "failed"), body
+    return body
+
+
+async def test_a_repeated_task_is_answered_from_the_cache_without_a_model_call(
+    stack: EmbeddedStack, client: TaskClient
+) -> None:
+    text = f"asked twice {uuid.uuid4().hex}"
+    first = await ask(client, text)
+    assert first["cached"] is False and first["outputs"] == expected_outputs(text)
+    before, triton_before = await client.stats(), await triton_counts(stack, stack.settings.model_name)
+    second = await ask(client, text)
+    assert second["cached"] is True and second["outputs"] == first["outputs"]
+    assert (await client.get(second["task_id"]))["cached"] is True  # read back from the store too
+    after = await client.stats()
+    assert after["cache_hits"] == before["cache_hits"] + 1
+    assert after["rows_dispatched"] == before["rows_dispatched"]
+    assert await triton_counts(stack, stack.settings.model_name) == triton_before
+
+
+async def test_a_task_that_opts_out_gets_its_own_model_call(stack: EmbeddedStack, client: TaskClient) -> None:
+    text = f"opted out {uuid.uuid4().hex}"
+    await ask(client, text)  # now cached
+    before = await client.stats()
+    fresh = await ask(client, text, cache=False)
+    assert fresh["cached"] is False and fresh["outputs"] == expected_outputs(text)
+    after = await client.stats()
+    assert after["rows_dispatched"] == before["rows_dispatched"] + 1
+    assert (after["cache_hits"], after["cache_misses"]) == (before["cache_hits"], before["cache_misses"])
+    status, body = await client.request("POST", "/v1/tasks", json={"inputs": {"TEXT": text}, "cache": "no"})
+    assert status == 422 and "cache" in body["error"]["message"], body
+
+
+async def test_identical_tasks_in_one_batch_are_computed_once(
+    stack: EmbeddedStack, client: TaskClient, restore_policy: None
+) -> None:
+    # The cost mode, so the identical tasks sent together wait in one batch.
+    await tune_live(client, max_wait_ms=2000, latency_target_ms=2000)
+    text, other = f"asked six times at once {uuid.uuid4().hex}", f"asked once {uuid.uuid4().hex}"
+    before = await client.stats()
+    answers = await asyncio.gather(*(ask(client, t) for t in [text] * 6 + [other]))
+    assert all(a["status"] == "done" for a in answers), answers
+    assert all(a["outputs"] == expected_outputs(text) for a in answers[:6])
+    assert sorted(a["cached"] for a in answers[:6]) == [False] + [True] * 5
+    assert answers[6]["cached"] is False and answers[6]["outputs"] == expected_outputs(other)
+    after = await client.stats()
+    assert after["rows_dispatched"] - before["rows_dispatched"] == 2
+    assert after["batches_dispatched"] - before["batches_dispatched"] == 1
+    assert (after["cache_hits"] - before["cache_hits"], after["cache_misses"] - before["cache_misses"]) == (5, 2)
+
+
+async def test_identical_tasks_share_a_failure_and_each_has_its_dead_letter(
+    stack: EmbeddedStack, client: TaskClient, restore_policy: None
+) -> None:
+    await tune_live(client, max_wait_ms=2000, latency_target_ms=2000)
+    text = f"!fail the same way {uuid.uuid4().hex}"
+    answers = await asyncio.gather(*(ask(client, text) for _ in range(3)))
+    assert [a["status"] for a in answers] == ["failed"] * 3, answers
+    assert {a["error"]["class"] for a in answers} == {"model_error"}
+    for answer in answers:
+        status, entry = await client.request("GET", f"/v1/admin/dlq?ids={answer['task_id']}")
+        assert status == 200 and len(entry["entries"]) == 1, entry
+        # Nothing of the failure is cached: the same input is computed (and fails) again.
+    again = await ask(client, text)
+    assert again["status"] == "failed"
