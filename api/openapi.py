@@ -15,7 +15,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from brimful.api.dlq_routes import DRY_RUN_FIELD, FILTER_FIELDS, PAGE_FIELDS
-from brimful.api.submission import ALLOWED_FIELDS, MAX_DEADLINE_MS
+from brimful.api.submission import ALLOWED_FIELDS, MAX_DEADLINE_MS, PRIORITIES
 from brimful.api.task_routes import IDEMPOTENCY_KEY_MAX_LENGTH, TASK_ID_PATTERN
 from brimful.core.model_catalogue import ModelCatalogue
 from brimful.core.model_signature import ModelSignature, TensorSpec
@@ -167,6 +167,9 @@ def submit_schema(catalogue: ModelCatalogue | None) -> dict[str, Any]:
                         "description": "finish within this many ms if possible"},
         "cache": {"type": "boolean", "default": True,
                   "description": "false: this task gets its own model call, never an identical task's result"},
+        "priority": {"type": "string", "enum": list(PRIORITIES), "default": "normal",
+                     "description": "low: bulk work that fills slots normal tasks leave empty; waits at most the "
+                                    "policy's low_max_wait_ms, then queues as normal"},
     }
     return {
         "type": "object",

@@ -32,7 +32,8 @@ from brimful.schemas import InputTensor, TaskRequest
 
 log = logging.getLogger("brimful.api")
 
-ALLOWED_FIELDS = ("inputs", "model", "deadline_ms", "cache")
+ALLOWED_FIELDS = ("inputs", "model", "deadline_ms", "cache", "priority")
+PRIORITIES = ("normal", "low")
 MAX_DEADLINE_MS = 3_600_000
 # How long a retry waits for an earlier submission with its Idempotency-Key to finish.
 IDEMPOTENCY_WAIT_S = 5.0
@@ -55,6 +56,7 @@ class Submission:
     model: str  # the model it is for: the one it named, or the catalogue's default
     deadline_ms: int | None = None  # the client wants the result within this many ms
     cache: bool = True  # False: its own model call, never a result computed for an identical task
+    low_priority: bool = False  # bulk work: fills the slots normal tasks leave empty
 
     @property
     def payload_bytes(self) -> int:
@@ -95,13 +97,18 @@ def parse_submission(document: Any, catalogue: ModelCatalogue) -> Submission:
     cache = document.get("cache", True)
     if not isinstance(cache, bool):
         raise ApiError(422, "invalid_request", "cache must be true or false (false: this task gets its own model call)")
+    priority = document.get("priority", "normal")
+    if priority not in PRIORITIES:
+        raise ApiError(422, "invalid_request", f"priority must be one of: {', '.join(PRIORITIES)}")
     encoded: dict[str, InputTensor] = {}
     for spec in signature.inputs:
         try:
             encoded[spec.name] = encode_input(spec, inputs[spec.name])
         except InputValidationError as error:
             raise ApiError(422, "invalid_input", str(error)) from error
-    return Submission(inputs=encoded, model=signature.name, deadline_ms=deadline_ms, cache=cache)
+    return Submission(
+        inputs=encoded, model=signature.name, deadline_ms=deadline_ms, cache=cache, low_priority=priority == "low"
+    )
 
 
 def model_named(name: Any, catalogue: ModelCatalogue) -> ModelSignature:
@@ -214,6 +221,7 @@ async def enqueue(state: ApiState, submission: Submission, task_id: str, tenant:
         deadline_at_ms=submitted_at + submission.deadline_ms if submission.deadline_ms else 0,
         tenant=tenant,
         no_cache=not submission.cache,
+        low_priority=submission.low_priority,
     )
     for name, tensor in submission.inputs.items():
         message.inputs[name].CopyFrom(tensor)

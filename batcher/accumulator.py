@@ -57,6 +57,12 @@ class Accumulator(Generic[T]):
         self._pending.append(Pending(item, now, flush_by, stamp))
         self.patient = self.policy.is_patient(self.effective_rate(now), self.patient)
 
+    def admit_promoted(self, rows: list[Pending[T]]) -> None:
+        """Rows that waited elsewhere (low-priority rows past their bound) join ahead of
+        the rows waiting here, as the oldest they are; they are not arrivals, so the
+        rate does not count them."""
+        self._pending.extendleft(reversed(rows))
+
     def effective_rate(self, now: float) -> float:
         """The rate the policy plans with: the smoothed estimate, or the current batch's
         own arrival rate once it holds a few rows, whichever is higher. The smoothed rate

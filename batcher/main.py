@@ -185,6 +185,7 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
                 max_in_flight=settings.max_in_flight,
                 max_in_flight_per_partition=settings.max_in_flight_per_partition,
                 max_pending_per_partition=settings.max_pending_per_partition,
+                max_low_pending_per_partition=settings.max_low_pending_per_partition,
                 commit_timeout_s=settings.kafka_commit_timeout_s,
                 commit_every_s=settings.kafka_commit_every_ms / 1000,
             ),

@@ -24,6 +24,7 @@ from aiokafka.structs import ConsumerRecord, OffsetAndMetadata
 from google.protobuf.message import DecodeError
 
 from brimful.batcher.accumulator import Accumulator, Pending
+from brimful.batcher.backfill import LowPriorityQueue, backfill_due
 from brimful.batcher.offsets import GapPatience, OffsetTracker
 from brimful.batcher.policy import FlushReason, WaitOrFullPolicy
 from brimful.core import metrics
@@ -40,6 +41,7 @@ log = logging.getLogger("brimful.batcher")
 
 UPSTREAM_ALPHA = 0.05  # weight of each row in the submit-to-fetch EWMA (a half-life of ~14 rows)
 UPSTREAM_SAMPLE_MAX_S = 1.0
+BACKFILL_LOOK_S = 0.05  # how often low-priority rows look for a slot while normal rows have none waiting
 
 
 def upstream_seconds(item: BatchItem) -> float:
@@ -57,6 +59,7 @@ class BatcherLimits:
     max_in_flight: int = 8
     max_in_flight_per_partition: int = 2
     max_pending_per_partition: int = 512
+    max_low_pending_per_partition: int = 20000
     commit_timeout_s: float = 5.0
     commit_every_s: float = 0.1  # commits of batches finishing within this go as one
     revoke_wait_s: float = 2.0
@@ -81,6 +84,8 @@ class PartitionState:
     paused: bool = False
     fetched_to: int = -1  # offset after the last record fetched; -1: none yet
     fetched_stamp: float | None = None  # produce time (wall-clock s) of the last record fetched
+    # Low-priority rows: they top up this partition's batches and fill idle slots.
+    low: LowPriorityQueue[BatchItem] = field(default_factory=LowPriorityQueue)
 
     def _finished_to(self) -> int | None:
         """The offset before which every record is finished here; None before the first fetch."""
@@ -180,7 +185,7 @@ class BatcherService:
         for state in states:  # another batcher reports these now
             metrics.forget_partition(str(state.tp.partition))
         for state in states:
-            dropped = state.accumulator.drain()
+            dropped = state.accumulator.drain() + state.low.drain()
             if dropped:
                 log.info("released undispatched rows", extra={"partition": state.tp.partition, "rows": len(dropped)})
         in_flight = [task for state in states for task in state.in_flight]
@@ -221,6 +226,7 @@ class BatcherService:
                 "arrival_rate": round(rate, 3),
                 "wait_budget_s": round(budget, 4),
                 "pending": len(accumulator),
+                "low_pending": len(state.low),
                 "patient": accumulator.patient,
                 "in_flight": len(state.in_flight),
                 "committed": state.committed,
@@ -274,6 +280,7 @@ class BatcherService:
         (A task cancelled after its batch left is kept from the model by the store.)"""
         for state in self._partitions.values():
             removed = state.accumulator.remove(lambda item: item.task_id == task_id)
+            removed += state.low.remove(lambda item: item.task_id == task_id)
             if removed:
                 if state.tracker is not None:
                     for row in removed:
@@ -342,6 +349,12 @@ class BatcherService:
             plan = state.accumulator.plan(now, capacity)
             if plan is not None and (nearest is None or plan.at < nearest):
                 nearest = plan.at
+            promotion = state.low.next_promotion(self._params.low_max_wait)
+            if len(state.low) and not len(state.accumulator):
+                # A backfill waits for the normal rate to fall: look again shortly.
+                promotion = min(promotion or now + BACKFILL_LOOK_S, now + BACKFILL_LOOK_S)
+            if promotion is not None and (nearest is None or promotion < nearest):
+                nearest = promotion
         return None if nearest is None else max(0.0, nearest - now)
 
     def _accept(self, fetched: dict[TopicPartition, list[ConsumerRecord]]) -> None:
@@ -377,10 +390,13 @@ class BatcherService:
                 item = BatchItem(request, tp.partition, record.offset, headers, wall_ns)
                 if request.submitted_at_ms:
                     self._upstream += UPSTREAM_ALPHA * (upstream_seconds(item) - self._upstream)
-                state.accumulator.add(item, now, flush_by, stamp)
+                if request.low_priority:
+                    state.low.add(item, now, stamp)
+                else:
+                    state.accumulator.add(item, now, flush_by, stamp)
                 if self._on_arrival is not None:
                     self._on_arrival(tp.partition, wall_ms / 1000)
-            if len(state.accumulator) >= self._limits.max_pending_per_partition and not state.paused:
+            if self._full(state) and not state.paused:
                 self._consumer.pause(tp)
                 state.paused = True
 
@@ -430,6 +446,14 @@ class BatcherService:
             self._consumer.resume(*[state.tp for state in self._partitions.values() if not state.paused])
             log.info("model reachable again: consumption resumed", extra={"partitions": sorted(self._partitions)})
 
+    def _full(self, state: PartitionState, share: float = 1.0) -> bool:
+        """Whether the partition holds ``share`` of the rows it may (all: its fetching
+        pauses; half: it may resume)."""
+        return (
+            len(state.accumulator) >= self._limits.max_pending_per_partition * share
+            or len(state.low) >= self._limits.max_low_pending_per_partition * share
+        )
+
     def _has_slot(self, state: PartitionState) -> bool:
         return (
             not self._paused_for_outage
@@ -440,6 +464,12 @@ class BatcherService:
     def _dispatch_due(self, force_reason: FlushReason | None = None) -> None:
         now = self._clock()
         pool = self._runner.pool
+        batch_size = self._params.batch_size
+        for state in self._partitions.values():
+            promoted = state.low.overdue(now, self._params.low_max_wait)
+            if promoted:  # waited their bound: from now on they queue as normal rows
+                state.accumulator.admit_promoted(promoted)
+                log.info("low-priority rows promoted", extra={"partition": state.tp.partition, "rows": len(promoted)})
         capacity = self._capacity()
         # Oldest waiting rows first, so one busy partition cannot starve the others.
         states = sorted(
@@ -451,11 +481,24 @@ class BatcherService:
                 reason = force_reason or state.accumulator.due(now, self._capacity())
                 if reason is None:
                     break
-                slot = pool.reserve(min(len(state.accumulator), self._params.batch_size))
+                slot = pool.reserve(min(len(state.accumulator) + len(state.low), batch_size))
                 if slot is None:
                     break  # every slot is busy: the batch keeps filling until one frees
-                self._start_batch(state, state.accumulator.take(), reason, slot)
-            if state.paused and len(state.accumulator) < self._limits.max_pending_per_partition // 2:
+                rows = state.accumulator.take()
+                rows += state.low.take(batch_size - len(rows))  # slots that would be padding carry bulk work
+                self._start_batch(state, rows, reason, slot)
+        if force_reason is None:
+            for state in self._partitions.values():
+                while self._has_slot(state) and backfill_due(
+                    len(state.accumulator), state.accumulator.effective_rate(now), self._params.latency_target,
+                    len(state.low),
+                ):
+                    slot = pool.reserve(min(len(state.low), batch_size))
+                    if slot is None:
+                        break
+                    self._start_batch(state, state.low.take(batch_size), FlushReason.BACKFILL, slot)
+        for state in self._partitions.values():
+            if state.paused and not self._full(state, share=0.5):
                 state.paused = False
                 if not self._paused_for_outage:
                     self._consumer.resume(state.tp)
@@ -589,7 +632,7 @@ class BatcherService:
             if not in_flight:
                 # Rows left now cannot be dispatched (the model is unreachable): they stay
                 # uncommitted, and whoever owns the partition next reads them again.
-                left = sum(len(s.accumulator) for s in self._partitions.values())
+                left = sum(len(s.accumulator) + len(s.low) for s in self._partitions.values())
                 if left:
                     log.warning("rows left undispatched at shutdown", extra={"rows": left})
                 break

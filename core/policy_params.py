@@ -20,6 +20,7 @@ class PolicyParams:
     rate_halflife: float = 0.500
     fill_slack: float = 1.25
     min_worthwhile_rows: float = 8.0
+    low_max_wait: float = 30.0  # a low-priority row's longest wait for a spare slot (batcher/backfill.py)
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
@@ -36,3 +37,5 @@ class PolicyParams:
             raise ValueError("fill_slack must be at least 1")
         if self.min_worthwhile_rows < 0:
             raise ValueError("min_worthwhile_rows must not be negative")
+        if self.low_max_wait <= 0:
+            raise ValueError("low_max_wait must be positive")

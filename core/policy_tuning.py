@@ -32,6 +32,7 @@ TUNABLE: dict[str, str] = {
     "rate_halflife_ms": "half-life of the arrival-rate estimate",
     "fill_slack": "deadline = slack x expected time to fill the empty slots",
     "min_worthwhile_rows": "wait past min_wait only if the time left is expected to add this many rows",
+    "low_max_wait_ms": "a low-priority row's longest wait for a spare slot; then it queues as normal",
 }
 # Highest sane value of each parameter: a typo must not park every batch for a day.
 UPPER_BOUNDS: dict[str, float] = {
@@ -41,6 +42,7 @@ UPPER_BOUNDS: dict[str, float] = {
     "rate_halflife_ms": 600_000.0,
     "fill_slack": 10.0,
     "min_worthwhile_rows": 1_000_000.0,
+    "low_max_wait_ms": 3_600_000.0,
 }
 _HISTORY_LENGTH = 200
 
@@ -63,6 +65,7 @@ def params_from_values(values: Mapping[str, float], batch_size: int) -> PolicyPa
         rate_halflife=values["rate_halflife_ms"] / 1000,
         fill_slack=values["fill_slack"],
         min_worthwhile_rows=values["min_worthwhile_rows"],
+        low_max_wait=values["low_max_wait_ms"] / 1000,
     )
 
 

@@ -225,12 +225,24 @@ class Settings(BaseSettings):
         8.0, ge=0, description="Wait past min_wait only if the time left to wait is expected to add this many rows "
         "(an eighth of a 64-row batch): fewer are not worth delaying the rows already waiting.",
     )
+    low_max_wait_ms: float = Field(
+        30000.0,
+        gt=0,
+        description="A low-priority row waits at most this long for a slot no normal row needs (batcher/backfill.py); "
+        "then it queues as a normal row. The bound on how long low-priority work can starve.",
+    )
     max_in_flight_per_partition: int = Field(
         2, ge=1, description="Batches of one partition at the model at once (one fills while one runs)."
     )
     max_in_flight: int = Field(8, ge=1, description="Batches at the model at once, across partitions.")
     max_pending_per_partition: int = Field(
         512, ge=1, description="Rows a partition may hold unflushed before its fetching pauses."
+    )
+    max_low_pending_per_partition: int = Field(
+        20000,
+        ge=1,
+        description="Low-priority rows a partition may hold before its fetching pauses: read ahead so normal rows "
+        "behind a bulk backlog in the log are not stuck behind it (about 1 KB of memory each).",
     )
 
     tuning_poll_ms: int = Field(

@@ -19,7 +19,7 @@ class InputTensor(_message.Message):
     def __init__(self, datatype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., bytes_contents: _Optional[_Iterable[bytes]] = ..., raw_contents: _Optional[bytes] = ...) -> None: ...
 
 class TaskRequest(_message.Message):
-    __slots__ = ("task_id", "model", "submitted_at_ms", "inputs", "deadline_at_ms", "tenant", "no_cache")
+    __slots__ = ("task_id", "model", "submitted_at_ms", "inputs", "deadline_at_ms", "tenant", "no_cache", "low_priority")
     class InputsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -34,6 +34,7 @@ class TaskRequest(_message.Message):
     DEADLINE_AT_MS_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
     NO_CACHE_FIELD_NUMBER: _ClassVar[int]
+    LOW_PRIORITY_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     model: str
     submitted_at_ms: int
@@ -41,7 +42,8 @@ class TaskRequest(_message.Message):
     deadline_at_ms: int
     tenant: str
     no_cache: bool
-    def __init__(self, task_id: _Optional[str] = ..., model: _Optional[str] = ..., submitted_at_ms: _Optional[int] = ..., inputs: _Optional[_Mapping[str, InputTensor]] = ..., deadline_at_ms: _Optional[int] = ..., tenant: _Optional[str] = ..., no_cache: _Optional[bool] = ...) -> None: ...
+    low_priority: bool
+    def __init__(self, task_id: _Optional[str] = ..., model: _Optional[str] = ..., submitted_at_ms: _Optional[int] = ..., inputs: _Optional[_Mapping[str, InputTensor]] = ..., deadline_at_ms: _Optional[int] = ..., tenant: _Optional[str] = ..., no_cache: _Optional[bool] = ..., low_priority: _Optional[bool] = ...) -> None: ...
 
 class Attempt(_message.Message):
     __slots__ = ("at_ms", "error_class", "error_message")

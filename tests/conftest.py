@@ -94,7 +94,7 @@ async def restore_policy(stack: EmbeddedStack, client: TaskClient) -> AsyncItera
     status, body = await tune(
         client, max_wait_ms=s.max_wait_ms, min_wait_ms=s.min_wait_ms, latency_target_ms=s.latency_target_ms,
         rate_halflife_ms=s.rate_halflife_ms,
-        fill_slack=s.fill_slack, min_worthwhile_rows=s.min_worthwhile_rows,
+        fill_slack=s.fill_slack, min_worthwhile_rows=s.min_worthwhile_rows, low_max_wait_ms=s.low_max_wait_ms,
     )
     assert status == 200, body
     deadline = time.monotonic() + 5
