@@ -70,6 +70,7 @@ def serve(
     served: Sequence[Served],
     with_dynamic: bool = False,
     also_fixed: Sequence[int] = (),
+    gpu_metrics: bool = False,
 ) -> None:
     """Start Triton with the model bound and block until interrupted. Each entry of
     ``served`` is one instance of the same model (Triton runs them side by side, as it
@@ -103,6 +104,9 @@ def serve(
         grpc_address="127.0.0.1",
         http_address="127.0.0.1",
         exit_timeout_secs=2,
+        # Off unless asked: on a machine without a GPU, Triton's start sometimes waits 60 s
+        # for the GPU metrics library to give up (seen restarting an endpoint in a test).
+        allow_gpu_metrics=gpu_metrics,
     )
     signal.signal(signal.SIGTERM, _raise_interrupt)
     signal.signal(signal.SIGINT, _raise_interrupt)
@@ -162,6 +166,7 @@ def main() -> None:
     parser.add_argument(
         "--with-dynamic", action="store_true", help="also serve the model behind Triton's dynamic batcher (benchmarks)"
     )
+    parser.add_argument("--gpu-metrics", action="store_true", help="let Triton export GPU metrics (on a GPU machine)")
     parser.add_argument(
         "--also-fixed", type=int, action="append", default=[], metavar="ROWS",
         help="also serve the model fixed at ROWS rows a call, as <name>_<ROWS> (repeatable)",
@@ -187,6 +192,7 @@ def main() -> None:
         ))] * args.instances,
         with_dynamic=args.with_dynamic,
         also_fixed=sorted(set(args.also_fixed)),
+        gpu_metrics=args.gpu_metrics,
     )
 
 

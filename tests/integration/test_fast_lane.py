@@ -87,7 +87,8 @@ async def both(lanes: Lanes, method: str, path: str, key: str | None, **kwargs: 
 
 
 def submit_cases(keys: dict[str, str]) -> list[tuple[str, str, str | None, dict[str, Any]]]:
-    good = {"json": {"inputs": {"TEXT": "fast lane"}}}
+    # Each its own model call: the second lane's answer would otherwise say "cached".
+    good = {"json": {"inputs": {"TEXT": "fast lane"}, "cache": False}}
     return [
         ("done inline", "/v1/tasks?wait=10", keys["submit"], good),
         ("accepted", "/v1/tasks", keys["submit"], good),
@@ -100,6 +101,9 @@ def submit_cases(keys: dict[str, str]) -> list[tuple[str, str, str | None, dict[
         ("unknown field", "/v1/tasks", keys["submit"], {"json": {"inputs": {"TEXT": "x"}, "extra": 1}}),
         ("wrong type", "/v1/tasks", keys["submit"], {"json": {"inputs": {"TEXT": 7}}}),
         ("bad deadline", "/v1/tasks", keys["submit"], {"json": {"inputs": {"TEXT": "x"}, "deadline_ms": 0}}),
+        ("bad priority", "/v1/tasks", keys["submit"], {"json": {"inputs": {"TEXT": "x"}, "priority": "urgent"}}),
+        ("bad cache", "/v1/tasks", keys["submit"], {"json": {"inputs": {"TEXT": "x"}, "cache": 1}}),
+        ("unknown model", "/v1/tasks", keys["submit"], {"json": {"inputs": {"TEXT": "x"}, "model": "nope"}}),
         ("bad wait", "/v1/tasks?wait=soon", keys["submit"], good),
         ("wait too long", "/v1/tasks?wait=100000", keys["submit"], good),
         ("body too large", "/v1/tasks", keys["submit"], {"content": b"x" * 2_000_000}),
