@@ -29,10 +29,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import json
 import random
 import sys
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Awaitable, Callable
@@ -101,20 +103,38 @@ def aiohttp_post(session: aiohttp.ClientSession, base_url: str) -> Post:
     return post
 
 
-def brimful_sender(post: Post, stages: Stages) -> Send:
+def brimful_sender(
+    post: Post, stages: Stages, run: bytes, repeat_share: float = 0.0, seed: int = 0, repeated: list[int] | None = None
+) -> Send:
     """POST with ?wait=30. Each answer carries the task's submitted_at_ms (the API took it)
     and updated_at_ms (its result was stored): with the client's own clock on the same
-    machine they split the time into to the API, inside Brimful, and back to the client."""
+    machine they split the time into to the API, inside Brimful, and back to the client.
+    Texts carry ``run``, so no run repeats another's (Brimful computes identical tasks
+    once). With ``repeat_share``, that share of requests repeats an earlier text of the
+    run (counted in ``repeated[0]``), and every answer's digest is checked against its own
+    text."""
+    rng = random.Random(seed)
+    sent: list[int] = []  # the numbers whose texts were sent (a repeat picks one of them)
 
     async def send(i: int) -> int:
-        sent, sent_ms = time.perf_counter(), time.time() * 1000
-        status, raw = await post("/v1/tasks?wait=30", b'{"inputs": {"TEXT": "bench %d"}}' % i)
+        sent_at, sent_ms = time.perf_counter(), time.time() * 1000
+        if repeat_share and sent and rng.random() < repeat_share:
+            number = rng.choice(sent)  # a text this run already sent
+            if repeated is not None:
+                repeated[0] += 1
+        else:
+            number = i
+            sent.append(i)
+        text = b"bench %s %d" % (run, number)
+        status, raw = await post("/v1/tasks?wait=30", b'{"inputs": {"TEXT": "%s"}}' % text)
         body = json.loads(raw)
         if status != 200 or body.get("status") != "done":
             raise RuntimeError(f"{status} {str(body)[:200]}")
+        if repeat_share and body["outputs"]["SHA256"] != hashlib.sha256(text).hexdigest():
+            raise RuntimeError(f"wrong result for {text!r}: {str(body)[:200]}")
         answered_ms = time.time() * 1000
         submitted, stored = body["submitted_at_ms"], body["updated_at_ms"]
-        stages.append((sent, submitted - sent_ms, stored - submitted, answered_ms - stored))
+        stages.append((sent_at, submitted - sent_ms, stored - submitted, answered_ms - stored))
         return 1
 
     return send
@@ -250,6 +270,7 @@ def summary(record: Record, args: argparse.Namespace, stages: Stages) -> dict[st
 async def main_async(args: argparse.Namespace) -> dict[str, object]:
     closers: list[Callable[[], Awaitable[None]]] = []
     stages: Stages = []
+    repeated = [0]  # requests that repeated an earlier text (brimful path, --repeat-share)
     if args.path in ("brimful", "ray", "floor"):
         if args.client == "raw":
             pool = HttpPool(args.url)
@@ -260,7 +281,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, object]:
             closers.append(session.close)
             post = aiohttp_post(session, args.url.rstrip("/"))
         if args.path == "brimful":
-            send = brimful_sender(post, stages)
+            send = brimful_sender(post, stages, uuid.uuid4().hex.encode(), args.repeat_share, args.seed, repeated)
         elif args.path == "ray":
             send = expecting(post, "/", b'{"TEXT": "bench %d"}', 200)
         else:  # the floor: the same POST as Brimful's, to a server answering a constant 202
@@ -279,7 +300,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, object]:
     finally:
         for close in closers:
             await close()
-    return summary(record, args, stages)
+    return {**summary(record, args, stages), "repeated": repeated[0]}
 
 
 def main() -> int:
@@ -294,6 +315,10 @@ def main() -> int:
     parser.add_argument("--duration", type=float, default=10.0)
     parser.add_argument("--warmup", type=float, default=2.0)
     parser.add_argument("--seed", type=int, default=20261122)
+    parser.add_argument(
+        "--repeat-share", type=float, default=0.0,
+        help="brimful: this share of requests repeats an earlier text of the run (results checked)",
+    )
     args = parser.parse_args()
     if bool(args.rate) == bool(args.concurrency):
         parser.error("give exactly one of --rate (open loop) and --concurrency (closed loop)")

@@ -97,14 +97,17 @@ def why(error: Exception, limit: int) -> str:
 
 def loadgen(
     stack: EmbeddedStack | None, path: str, seconds: float, *, rate: float = 0, clients: int = 0, url: str = "",
-    client: str = "raw",
+    client: str = "raw", settle_first: bool = True, extra: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """Run the load generator in its own process and return its summary, with the CPU
     time the generator itself used per request (it shares the machine with the stack).
-    Without a stack (the floor server) only ``url`` is used."""
-    argv = [sys.executable, str(LOADGEN), "--path", path, "--duration", str(seconds), "--client", client]
+    Without a stack (the floor server) only ``url`` is used. ``settle_first`` False: start
+    while earlier work still runs (a backlog the run is meant to meet); ``extra``: more
+    load-generator flags."""
+    argv = [sys.executable, str(LOADGEN), "--path", path, "--duration", str(seconds), "--client", client, *extra]
     if stack is not None:
-        settle(stack)
+        if settle_first:
+            settle(stack)
         model = dynamic_name(stack.settings.model_name) if path == "dynamic" else stack.settings.model_name
         argv += ["--url", url or stack.api_url, "--triton", stack.settings.triton_url, "--model", model]
     else:
