@@ -87,12 +87,24 @@ def outputs_of(task: Mapping[str, Any]) -> dict[str, Any]:
     return dict(task["outputs"])
 
 
-def submit_request(
-    inputs: Mapping[str, Any], deadline_ms: int | None, key: str, model: str | None = None
-) -> dict[str, Any]:
-    body: dict[str, Any] = {"inputs": dict(inputs)}
+def task_fields(model: str | None = None, priority: str | None = None, cache: bool | None = None) -> dict[str, Any]:
+    """What a task says besides its inputs, where it says anything: the model (None: the
+    default), ``priority`` ("low": bulk work that fills the slots others leave empty) and
+    ``cache`` (False: a model call of its own, never an identical task's result)."""
+    fields: dict[str, Any] = {}
     if model is not None:
-        body["model"] = model
+        fields["model"] = model
+    if priority is not None:
+        fields["priority"] = priority
+    if cache is not None:
+        fields["cache"] = cache
+    return fields
+
+
+def submit_request(
+    inputs: Mapping[str, Any], deadline_ms: int | None, key: str, fields: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    body: dict[str, Any] = {"inputs": dict(inputs), **(fields or {})}
     if deadline_ms is not None:
         body["deadline_ms"] = deadline_ms
     return {"json": body, "headers": {"Idempotency-Key": key}}
@@ -188,9 +200,10 @@ def call_plan(retry: RetryPolicy, method: str, path: str, **options: Any) -> Pla
 
 
 def submit_plan(
-    retry: RetryPolicy, inputs: Mapping[str, Any], deadline_ms: int | None, key: str | None, model: str | None = None
+    retry: RetryPolicy, inputs: Mapping[str, Any], deadline_ms: int | None, key: str | None,
+    fields: Mapping[str, Any] | None = None,
 ) -> Plan:
-    request = submit_request(inputs, deadline_ms, key or uuid.uuid4().hex, model)
+    request = submit_request(inputs, deadline_ms, key or uuid.uuid4().hex, fields)
     answer = yield from call_plan(retry, "POST", "/v1/tasks", **request)
     return str(answer["task_id"])
 
@@ -211,16 +224,16 @@ def result_plan(retry: RetryPolicy, task_id: str, timeout_s: float, poll_wait_s:
 
 
 def submit_all_plan(
-    retry: RetryPolicy, inputs: Iterable[Mapping[str, Any]], chunk: int, model: str | None = None
+    retry: RetryPolicy, inputs: Iterable[Mapping[str, Any]], chunk: int, fields: Mapping[str, Any] | None = None
 ) -> Plan:
     """Every input submitted through the bulk route, ``chunk`` per call; their task ids in
     input order. Items refused for a passing reason are submitted again on their own."""
     task_ids: list[str] = []
     for part in _chunks(list(inputs), chunk):
-        answer = yield from call_plan(retry, "POST", "/v1/tasks:batch", json=bulk_request(part, model))
+        answer = yield from call_plan(retry, "POST", "/v1/tasks:batch", json=bulk_request(part, fields))
         ids, again = split_bulk_answer(answer)
         for index in again:
-            ids[index] = yield from submit_plan(retry, part[index], None, None, model)
+            ids[index] = yield from submit_plan(retry, part[index], None, None, fields)
         task_ids.extend(ids[index] for index in range(len(part)))
     return task_ids
 
@@ -267,11 +280,12 @@ class Client(_Connection):
 
     def submit(
         self, inputs: Mapping[str, Any], deadline_ms: int | None = None, idempotency_key: str | None = None,
-        model: str | None = None,
+        model: str | None = None, priority: str | None = None, cache: bool | None = None,
     ) -> str:
-        """Submit one task (to ``model``, or the default model); returns its task_id (the
-        same one on every retry)."""
-        return str(self._run(submit_plan(self._retry, inputs, deadline_ms, idempotency_key, model)))
+        """Submit one task (to ``model``, or the default model; see ``task_fields`` for
+        ``priority`` and ``cache``); returns its task_id (the same one on every retry)."""
+        fields = task_fields(model, priority, cache)
+        return str(self._run(submit_plan(self._retry, inputs, deadline_ms, idempotency_key, fields)))
 
     def models(self) -> list[dict[str, Any]]:
         """The models served: name, version, batch_size, inputs, outputs, default."""
@@ -289,10 +303,11 @@ class Client(_Connection):
         return dict(self._run(call_plan(self._retry, "DELETE", f"/v1/tasks/{task_id}")))
 
     def map(
-        self, inputs: Iterable[Mapping[str, Any]], chunk: int = 500, timeout_s: float = 600.0, model: str | None = None
+        self, inputs: Iterable[Mapping[str, Any]], chunk: int = 500, timeout_s: float = 600.0, model: str | None = None,
+        priority: str | None = None, cache: bool | None = None,
     ) -> list[dict[str, Any]]:
         """Outputs for every input, in input order (TaskFailed on the first that failed)."""
-        task_ids = self._run(submit_all_plan(self._retry, inputs, chunk, model))
+        task_ids = self._run(submit_all_plan(self._retry, inputs, chunk, task_fields(model, priority, cache)))
         return [self.result(task_id, timeout_s=timeout_s) for task_id in task_ids]
 
 
@@ -318,9 +333,10 @@ class AsyncClient(_Connection):
 
     async def submit(
         self, inputs: Mapping[str, Any], deadline_ms: int | None = None, idempotency_key: str | None = None,
-        model: str | None = None,
+        model: str | None = None, priority: str | None = None, cache: bool | None = None,
     ) -> str:
-        return str(await self._run(submit_plan(self._retry, inputs, deadline_ms, idempotency_key, model)))
+        fields = task_fields(model, priority, cache)
+        return str(await self._run(submit_plan(self._retry, inputs, deadline_ms, idempotency_key, fields)))
 
     async def models(self) -> list[dict[str, Any]]:
         return list((await self._run(call_plan(self._retry, "GET", "/v1/models")))["models"])
@@ -336,10 +352,10 @@ class AsyncClient(_Connection):
 
     async def map(
         self, inputs: Iterable[Mapping[str, Any]], chunk: int = 500, concurrency: int = 64, timeout_s: float = 600.0,
-        model: str | None = None,
+        model: str | None = None, priority: str | None = None, cache: bool | None = None,
     ) -> list[dict[str, Any]]:
         """Outputs for every input, in input order (TaskFailed on the first that failed)."""
-        task_ids = await self._run(submit_all_plan(self._retry, inputs, chunk, model))
+        task_ids = await self._run(submit_all_plan(self._retry, inputs, chunk, task_fields(model, priority, cache)))
         gate = asyncio.Semaphore(concurrency)
 
         async def one(task_id: str) -> dict[str, Any]:
@@ -356,9 +372,8 @@ def _chunks(items: list[Any], size: int) -> list[list[Any]]:
     return [items[i : i + size] for i in range(0, len(items), size)]
 
 
-def bulk_request(inputs: Sequence[Mapping[str, Any]], model: str | None = None) -> dict[str, Any]:
-    named = {} if model is None else {"model": model}
-    return {"tasks": [{"inputs": dict(item), **named} for item in inputs]}
+def bulk_request(inputs: Sequence[Mapping[str, Any]], fields: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    return {"tasks": [{"inputs": dict(item), **(fields or {})} for item in inputs]}
 
 
 def split_bulk_answer(answer: Mapping[str, Any]) -> tuple[dict[int, str], list[int]]:

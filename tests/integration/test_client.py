@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
 from brimful.stack import EmbeddedStack
@@ -49,3 +51,16 @@ async def test_the_client_lists_the_models_and_sends_the_model_it_is_given(stack
         assert unknown_in_bulk.value.code == "unknown_model"
     with Client(stack.api_url) as sync:
         assert [m["name"] for m in sync.models()] == stack.settings.served_models
+
+
+async def test_the_client_sends_priority_and_cache(stack: EmbeddedStack) -> None:
+    async with AsyncClient(stack.api_url) as client:
+        text = {"TEXT": f"client bulk {uuid.uuid4().hex}"}
+        assert await client.map([text], priority="low") == [expected_outputs(text["TEXT"])]
+        again = await client.submit(text)
+        assert (await client.status(again, wait_s=20))["cached"] is True
+        fresh = await client.submit(text, cache=False)
+        assert (await client.status(fresh, wait_s=20))["cached"] is False
+        with pytest.raises(BrimfulError) as refused:
+            await client.submit(text, priority="urgent")
+        assert refused.value.status == 422 and "priority" in refused.value.message

@@ -82,3 +82,20 @@ async def test_a_bulk_backlog_drains_while_normal_tasks_flow_ahead_of_it(stack: 
     assert max(normal_waits) < 5.0, sorted(normal_waits)[-5:]
     status, bad = await client.request("POST", "/v1/tasks", json={"inputs": {"TEXT": "x"}, "priority": "urgent"})
     assert status == 422 and "priority" in bad["error"]["message"], bad
+
+
+async def test_low_priority_rows_never_starve_they_queue_as_normal_after_their_bound(
+    stack: EmbeddedStack, client: TaskClient, restore_policy: None
+) -> None:
+    # Neither way out for low rows: a normal row waits (up to 20 s, whatever the rate), so
+    # no slot is idle for a backfill, and that batch will not leave to be topped up.
+    await tune_live(client, max_wait_ms=20000, latency_target_ms=20000, min_worthwhile_rows=0, low_max_wait_ms=300)
+    tag = uuid.uuid4().hex
+    held = await submit(client, f"held normal {tag}")
+    low = await asyncio.gather(*(submit(client, f"starving {i} {tag}", "low") for i in range(64)))
+    started = time.monotonic()
+    # After 300 ms they queue as normal rows: with the one waiting, a full batch leaves.
+    results = await asyncio.gather(*(client.wait_final(t, timeout_s=10) for t in low))
+    assert all(r["status"] == "done" for r in results), results
+    assert time.monotonic() - started < 10  # far inside the 20 s the normal batch would have held them
+    assert (await client.get(held))["status"] == "queued"  # the normal row still fills its own batch
