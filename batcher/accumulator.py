@@ -27,6 +27,15 @@ class Pending(Generic[T]):
     stamp: float | None = None  # when it was submitted (seconds, the producer's clock), if known
 
 
+def split_matching(rows: deque[Pending[T]], matches: Callable[[T], bool]) -> tuple[deque[Pending[T]], list[Pending[T]]]:
+    """(the rows whose item does not match, those whose item does), each in order."""
+    kept: deque[Pending[T]] = deque()
+    removed: list[Pending[T]] = []
+    for row in rows:
+        (removed if matches(row.item) else kept).append(row)
+    return kept, removed
+
+
 class Accumulator(Generic[T]):
     """Wait-or-full accumulator of one partition."""
 
@@ -115,11 +124,7 @@ class Accumulator(Generic[T]):
 
     def remove(self, matches: Callable[[T], bool]) -> list[Pending[T]]:
         """Take out the waiting rows whose item ``matches`` (a cancelled task), keeping order."""
-        kept: deque[Pending[T]] = deque()
-        removed = []
-        for row in self._pending:
-            (removed if matches(row.item) else kept).append(row)
-        self._pending = kept
+        self._pending, removed = split_matching(self._pending, matches)
         return removed
 
     def drain(self) -> list[Pending[T]]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Callable, Generic, TypeVar
 
-from brimful.batcher.accumulator import Pending
+from brimful.batcher.accumulator import Pending, split_matching
 
 T = TypeVar("T")
 
@@ -53,11 +53,7 @@ class LowPriorityQueue(Generic[T]):
 
     def remove(self, matches: Callable[[T], bool]) -> list[Pending[T]]:
         """Take out the rows whose item ``matches`` (a cancelled task), keeping order."""
-        kept: deque[Pending[T]] = deque()
-        removed = []
-        for row in self._rows:
-            (removed if matches(row.item) else kept).append(row)
-        self._rows = kept
+        self._rows, removed = split_matching(self._rows, matches)
         return removed
 
     def drain(self) -> list[Pending[T]]:

@@ -28,7 +28,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.saved_report import SavedReport, add_report_arguments, machine_description, out_dir_flag  # noqa: E402
+from bench.saved_report import (  # noqa: E402
+    SavedReport, add_report_arguments, errors_footer, machine_description, out_dir_flag, value_range,
+)
 from bench.throughput import brimful_open_loop, dynamic_open_loop, tune  # noqa: E402
 from bench.throughput_plan import API_WORKERS, MODELS  # noqa: E402
 from brimful.stack import EmbeddedStack, settings_on_free_ports  # noqa: E402
@@ -69,11 +71,6 @@ def _setup(run: dict[str, Any]) -> tuple[str, float, float]:
     return run["path"], run.get("target_ms", 0.0), run.get("min_worthwhile_rows", 0.0)
 
 
-def _span(values: list[float], digits: int) -> str:
-    low, high = min(values), max(values)
-    return f"{low:.{digits}f}" if round(low, digits) == round(high, digits) else f"{low:.{digits}f}-{high:.{digits}f}"
-
-
 def render(results: dict[str, Any]) -> str:
     lines = [
         "# The latency target's price: rows per call against latency (GPU-like model, one endpoint)",
@@ -91,13 +88,10 @@ def render(results: dict[str, Any]) -> str:
             brimful = path == "brimful"
             lines.append(
                 f"| {rate:.0f} | {path} | {f'{target:g}' if brimful else '-'} | {f'{worthwhile:g}' if brimful else '-'} "
-                f"| {_span([r['p50_ms'] for r in same], 1)} | {_span([r['p99_ms'] for r in same], 1)} "
-                f"| {_span([r['rows_per_call'] for r in same], 1)} | {len(same)} |"
+                f"| {value_range([r['p50_ms'] for r in same], 1)} | {value_range([r['p99_ms'] for r in same], 1)} "
+                f"| {value_range([r['rows_per_call'] for r in same], 1)} | {len(same)} |"
             )
-    failed = [run for run in results["runs"] if "error" in run]
-    errors = sum(run.get("errors", 0) for run in runs)
-    lines += ["", f"Errors or lost requests: {errors}. Runs that failed: {len(failed)}."]
-    lines += [f"- {run['rate']:.0f}/s {run['path']} {run.get('target_ms', '')}: {run['error']}" for run in failed]
+    lines += errors_footer(results["runs"], lambda run: f"{run['rate']:.0f}/s {run['path']} {run.get('target_ms', '')}")
     return "\n".join(lines) + "\n"
 
 

@@ -36,7 +36,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.saved_report import SavedReport, add_report_arguments, machine_description, out_dir_flag  # noqa: E402
+from bench.saved_report import (  # noqa: E402
+    SavedReport, add_report_arguments, errors_footer, machine_description, out_dir_flag, value_range,
+)
 from bench.throughput import loadgen, settle, stats  # noqa: E402
 from bench.throughput_plan import API_WORKERS, MODELS  # noqa: E402
 from brimful.stack import EmbeddedStack, settings_on_free_ports  # noqa: E402
@@ -126,11 +128,6 @@ def run_backlog(stack: EmbeddedStack, rate: float, backlog: int, seconds: float)
     }
 
 
-def _span(values: list[float], digits: int) -> str:
-    low, high = min(values), max(values)
-    return f"{low:.{digits}f}" if round(low, digits) == round(high, digits) else f"{low:.{digits}f}-{high:.{digits}f}"
-
-
 def render(results: dict[str, Any]) -> str:
     runs = [run for run in results["runs"] if "error" not in run]
     lines = [
@@ -148,16 +145,16 @@ def render(results: dict[str, Any]) -> str:
     for share in sorted({run["share"] for run in repeats}):
         same = [run for run in repeats if run["share"] == share]
         lines.append(
-            f"| {share:g} | {_span([r['repeated'] / r['requests'] for r in same], 3)} | "
-            f"{_span([r['model_rows_per_request'] for r in same], 3)} | "
-            f"{_span([r['cache_hits'] / r['requests'] for r in same], 3)} | {_span([r['p50_ms'] for r in same], 1)} | "
-            f"{_span([r['p99_ms'] for r in same], 1)} | {len(same)} |"
+            f"| {share:g} | {value_range([r['repeated'] / r['requests'] for r in same], 3)} | "
+            f"{value_range([r['model_rows_per_request'] for r in same], 3)} | "
+            f"{value_range([r['cache_hits'] / r['requests'] for r in same], 3)} | {value_range([r['p50_ms'] for r in same], 1)} | "
+            f"{value_range([r['p99_ms'] for r in same], 1)} | {len(same)} |"
         )
     by_rep = {(r["rep"], r["share"]): r for r in repeats}
     ratios = [by_rep[(rep, s)]["model_rows_per_request"] / by_rep[(rep, 0.0)]["model_rows_per_request"]
               for rep, s in by_rep if s and (rep, 0.0) in by_rep]
     if ratios:
-        lines += ["", f"Model rows with repeats against without, same repetition: {_span(ratios, 3)}x "
+        lines += ["", f"Model rows with repeats against without, same repetition: {value_range(ratios, 3)}x "
                       "(every answer's digest checked against its own text)."]
     lines += [
         "", "## Normal load beside a low-priority backlog", "",
@@ -169,10 +166,10 @@ def render(results: dict[str, Any]) -> str:
         same = [run for run in backlog_runs if run["backlog"] == backlog]
         drained = [r["drain_s"] for r in same if r["drain_s"] is not None]
         lines.append(
-            f"| {backlog} | {_span([r['p50_ms'] for r in same], 1)} | {_span([r['p99_ms'] for r in same], 1)} | "
-            f"{_span([r['rows_per_call'] for r in same], 1)} | {_span([r['padded_per_call'] for r in same], 1)} | "
-            f"{_span([r['backfill_calls'] for r in same], 0)} | "
-            f"{_span(drained, 1) if drained else ('-' if not backlog else 'not drained')} | {len(same)} |"
+            f"| {backlog} | {value_range([r['p50_ms'] for r in same], 1)} | {value_range([r['p99_ms'] for r in same], 1)} | "
+            f"{value_range([r['rows_per_call'] for r in same], 1)} | {value_range([r['padded_per_call'] for r in same], 1)} | "
+            f"{value_range([r['backfill_calls'] for r in same], 0)} | "
+            f"{value_range(drained, 1) if drained else ('-' if not backlog else 'not drained')} | {len(same)} |"
         )
     lines.append("\n\\* With a backlog: over the calls made until the batcher held no low-priority row (the "
                  "backlog lasted); without: over the run.")
@@ -181,11 +178,8 @@ def render(results: dict[str, Any]) -> str:
         ratios = [pairs[(rep, True)][name] / pairs[(rep, False)][name] for rep, loaded in pairs
                   if loaded and (rep, False) in pairs]
         if ratios:
-            lines.append(f"\nNormal {name[:3]} with the backlog against without, same repetition: {_span(ratios, 2)}x.")
-    failed = [run for run in results["runs"] if "error" in run]
-    errors = sum(run.get("errors", 0) for run in runs)
-    lines += ["", f"Errors or lost requests: {errors}. Runs that failed: {len(failed)}."]
-    lines += [f"- {run['kind']}: {run['error']}" for run in failed]
+            lines.append(f"\nNormal {name[:3]} with the backlog against without, same repetition: {value_range(ratios, 2)}x.")
+    lines += errors_footer(results["runs"], lambda run: run["kind"])
     return "\n".join(lines) + "\n"
 
 

@@ -19,6 +19,23 @@ def machine_description() -> str:
     return f"{platform.machine()}, {len(os.sched_getaffinity(0))} CPU cores, Python {platform.python_version()}"
 
 
+def value_range(values: list[float], digits: int) -> str:
+    """A report cell: the range of a figure over repetitions ("low-high"), or one value
+    when they agree to ``digits``."""
+    low, high = min(values), max(values)
+    return f"{low:.{digits}f}" if round(low, digits) == round(high, digits) else f"{low:.{digits}f}-{high:.{digits}f}"
+
+
+def errors_footer(runs: list[dict[str, Any]], describe: Callable[[dict[str, Any]], str]) -> list[str]:
+    """The report's last lines: errors and lost requests over the runs that finished,
+    then each run that failed (``describe`` names it) with its error."""
+    failed = [run for run in runs if "error" in run]
+    errors = sum(run.get("errors", 0) for run in runs if "error" not in run)
+    return ["", f"Errors or lost requests: {errors}. Runs that failed: {len(failed)}."] + [
+        f"- {describe(run)}: {run['error']}" for run in failed
+    ]
+
+
 def add_report_arguments(parser: argparse.ArgumentParser, stem: str) -> None:
     """``--out-dir`` and ``--render`` as every benchmark script takes them."""
     parser.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
