@@ -11,7 +11,7 @@ from typing import Any
 
 from brimful.stack import EmbeddedStack
 from tests.conftest import tune_live
-from tests.integration.test_models import triton_counts
+from tests.integration.test_models import SMALL, model_stats, triton_counts
 from tests.integration.test_pipeline import expected_outputs
 from tests.task_client import TaskClient
 
@@ -49,6 +49,19 @@ async def test_a_task_that_opts_out_gets_its_own_model_call(stack: EmbeddedStack
     assert (after["cache_hits"], after["cache_misses"]) == (before["cache_hits"], before["cache_misses"])
     status, body = await client.request("POST", "/v1/tasks", json={"inputs": {"TEXT": text}, "cache": "no"})
     assert status == 422 and "cache" in body["error"]["message"], body
+
+
+async def test_a_model_marked_uncacheable_computes_every_task(stack: EmbeddedStack, client: TaskClient) -> None:
+    assert SMALL in stack.settings.uncacheable_models  # the shared stack marks it so
+    text = f"not deterministic {uuid.uuid4().hex}"
+    before = await model_stats(client, SMALL)
+    answers = [await ask(client, text, model=SMALL) for _ in range(2)]
+    answers += await asyncio.gather(*(ask(client, text, model=SMALL) for _ in range(3)))
+    assert [a["cached"] for a in answers] == [False] * 5
+    assert all(a["outputs"] == expected_outputs(text) for a in answers)
+    after = await model_stats(client, SMALL)
+    assert after["rows_dispatched"] - before["rows_dispatched"] == 5
+    assert (after["cache_hits"], after["cache_misses"]) == (before["cache_hits"], before["cache_misses"])
 
 
 async def test_identical_tasks_in_one_batch_are_computed_once(
