@@ -19,9 +19,8 @@ from brimful.api.task_waiters import TaskWaiters
 from brimful.core import metrics
 from brimful.core.api_keys import ApiKeys
 from brimful.core.kafka import ensure_topics, make_producer
-from brimful.core.model_catalogue import ModelCatalogue
+from brimful.core.model_catalogue import ModelCatalogue, UnknownModelError
 from brimful.core.model_metadata import ModelMetadata, wait_for_signature
-from brimful.core.model_signature import ModelSignature
 from brimful.core.policy_tuning import PolicyTuning
 from brimful.core.redis_client import make_redis
 from brimful.core.redis_keys import RedisKeys
@@ -45,7 +44,6 @@ class ApiState:
         keys = RedisKeys(settings.key_prefix)
         self.store = TaskStore(self.redis, keys, settings.result_ttl_s, settings.task_wait_ttl_s)
         self._keys = keys
-        self.stats = SharedStats(self.redis, keys)  # the default model's
         self.producer: AIOKafkaProducer = make_producer(settings)
         self.producer_started = False
         # Each served model as the first endpoint has it: its signature, and whether it is ready.
@@ -96,7 +94,7 @@ class ApiState:
         return self._serving.is_set()
 
     def _note_started(self) -> None:
-        if self.signature is not None and self.producer_started:
+        if self.catalogue is not None and self.producer_started:
             self._serving.set()
 
     async def start(self) -> None:
@@ -138,8 +136,7 @@ class ApiState:
         if name is None:
             return self.settings.default_model
         if name not in self.settings.served_models:
-            raise ApiError(422, "unknown_model", f"unknown model {name[:64]!r}; this Brimful serves: "
-                           f"{', '.join(self.settings.served_models)}")
+            raise ApiError(422, "unknown_model", str(UnknownModelError(name, self.settings.served_models)))
         return name
 
     def stats_of(self, model: str) -> SharedStats:
@@ -152,11 +149,6 @@ class ApiState:
         signature = self.catalogue.models.get(model) if self.catalogue is not None else None
         batch_size = signature.batch_size if signature is not None else self.settings.batch_size
         return PolicyTuning.from_settings(self.settings, self.redis, model, batch_size)
-
-    @property
-    def signature(self) -> ModelSignature | None:
-        """The default model's signature; None until it is read."""
-        return None if self.catalogue is None else self.catalogue.get(None)
 
     async def _load_signature(self) -> None:
         # The models may still be loading when the API starts: keep asking each.

@@ -347,14 +347,13 @@ class BatcherService:
             if not self._has_slot(state):
                 continue  # a finished batch wakes the loop
             plan = state.accumulator.plan(now, capacity)
-            if plan is not None and (nearest is None or plan.at < nearest):
-                nearest = plan.at
-            promotion = state.low.next_promotion(self._params.low_max_wait)
-            if len(state.low) and not len(state.accumulator):
-                # A backfill waits for the normal rate to fall: look again shortly.
-                promotion = min(promotion or now + BACKFILL_LOOK_S, now + BACKFILL_LOOK_S)
-            if promotion is not None and (nearest is None or promotion < nearest):
-                nearest = promotion
+            wakes = [] if plan is None else [plan.at]
+            if len(state.low):
+                wakes.append(state.low.next_promotion(self._params.low_max_wait))  # type: ignore[arg-type]
+                if not len(state.accumulator):
+                    wakes.append(now + BACKFILL_LOOK_S)  # a backfill waits for the normal rate to fall
+            if wakes and (nearest is None or min(wakes) < nearest):
+                nearest = min(wakes)
         return None if nearest is None else max(0.0, nearest - now)
 
     def _accept(self, fetched: dict[TopicPartition, list[ConsumerRecord]]) -> None:

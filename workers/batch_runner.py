@@ -231,11 +231,11 @@ class BatchRunner:
     async def _answer_identical(self, items: list[BatchItem], outcome: BatchOutcome) -> list[BatchItem]:
         """Answer the tasks whose result the cache holds, note the identical ones among the
         rest, and return the rows the model must compute (one per distinct task)."""
-        lookup = self.cache.get if self.cache is not None else (lambda key: None)
-        plan = plan_batch(items, self._key, lookup)  # type: ignore[arg-type]
+        cache = self.cache
+        plan = plan_batch(items, self._key, lambda key: None if cache is None else cache.get(key))
         for row, key in enumerate(plan.keys):
             if key is not None:
-                outcome.keys[plan.computed[row].task_id] = key  # type: ignore[assignment]
+                outcome.keys[plan.computed[row].task_id] = key
         for row, twins in plan.duplicates.items():
             outcome.twins[plan.computed[row].task_id] = twins
         shared = len(plan.hits) + sum(len(twins) for twins in plan.duplicates.values())

@@ -19,6 +19,7 @@ import orjson
 from brimful.schemas import TaskRequest
 
 Item = TypeVar("Item")
+Key = TypeVar("Key", bound=Hashable)
 
 # What one entry costs besides its outputs: the key, the dict and the ordering (measured
 # with tracemalloc on small outputs: ~300 bytes); counted so a flood of tiny results is
@@ -78,23 +79,23 @@ class ResultCache:
 
 
 @dataclass
-class BatchPlan(Generic[Item]):
+class BatchPlan(Generic[Item, Key]):
     """A batch's tasks, split: ``hits`` answered from the cache (with their outputs),
     ``computed`` the rows the model sees (one per key), and ``duplicates``: by the index
     in ``computed`` of the row computed for them, the tasks that share its result."""
 
     hits: list[tuple[Item, dict[str, Any]]] = field(default_factory=list)
     computed: list[Item] = field(default_factory=list)
-    keys: list[Hashable | None] = field(default_factory=list)  # per computed row: its key, if any
+    keys: list[Key | None] = field(default_factory=list)  # per computed row: its key, if any
     duplicates: dict[int, list[Item]] = field(default_factory=dict)
 
 
 def plan_batch(
-    items: Sequence[Item], key_of: Callable[[Item], Hashable | None], lookup: Callable[[Hashable], dict[str, Any] | None]
-) -> BatchPlan[Item]:
+    items: Sequence[Item], key_of: Callable[[Item], Key | None], lookup: Callable[[Key], dict[str, Any] | None]
+) -> BatchPlan[Item, Key]:
     """Split ``items`` (in order) by their keys: a task without a key is computed alone."""
-    plan: BatchPlan[Item] = BatchPlan()
-    first_with_key: dict[Hashable, int] = {}
+    plan: BatchPlan[Item, Key] = BatchPlan()
+    first_with_key: dict[Key, int] = {}
     for item in items:
         key = key_of(item)
         if key is None:

@@ -8,6 +8,7 @@ from typing import AsyncIterator
 
 import pytest
 from redis.asyncio import Redis
+from redis.asyncio.client import PubSub
 
 from brimful.core.clock import now_ms
 from brimful.core.redis_keys import RedisKeys
@@ -105,65 +106,65 @@ async def test_cancel_wins_only_while_queued_and_keeps_the_task_from_running(sto
     assert await store.mark_done({queued: {"Y": 1}}) == 0
 
 
-async def test_final_states_are_published_as_they_happen(stack: EmbeddedStack, store: TaskStore) -> None:
+@pytest.fixture
+async def finished_feed(stack: EmbeddedStack, store: TaskStore) -> AsyncIterator[tuple[Redis, PubSub]]:
+    """A client subscribed to the store's finished channel, its confirmation read."""
     redis = Redis.from_url(stack.settings.redis_url)
     pubsub = redis.pubsub()
     await pubsub.subscribe(store.keys.finished_channel)
     try:
         assert (await pubsub.get_message(timeout=2))["type"] == "subscribe"  # type: ignore[index]
-        done, failed = uuid.uuid4().hex, uuid.uuid4().hex
-        for task_id in (done, failed):
-            await store.create_queued(task_id, now_ms())
-        await store.mark_done({done: {"Y": 1}})
-        await store.mark_failed([failed], {"class": "x"})
-        await store.mark_done({done: {"Y": 2}})  # not a change: not published again
-        batch = [uuid.uuid4().hex for _ in range(3)]
-        for task_id in batch:
-            await store.create_queued(task_id, now_ms())
-        await store.mark_done({task_id: {"Y": [n, "a\nb\x1ec"]} for n, task_id in enumerate(batch)})
-        messages = []
-        while (message := await pubsub.get_message(timeout=1)) is not None:
-            messages.append([FinishedMessage.record(entry) for entry in FinishedMessage.entries(message["data"])])
-        # One message a step: the batch's three tasks share one.
-        assert [[record.task_id for record in records] for records in messages] == [[done], [failed], batch]
-        published = [record for records in messages for record in records]
-        # Each entry is the whole final record, equal to what a read of the store gives,
-        # even with newlines and the separator itself inside an output.
-        assert published == [await store.get(task_id) for task_id in (done, failed, *batch)]
-        assert published[0].outputs == {"Y": 1} and published[1].error == {"class": "x"}
-        assert published[4].outputs == {"Y": [2, "a\nb\x1ec"]}
+        yield redis, pubsub
     finally:
         await pubsub.aclose()
         await redis.aclose()
+
+
+async def test_final_states_are_published_as_they_happen(store: TaskStore, finished_feed: tuple[Redis, PubSub]) -> None:
+    _, pubsub = finished_feed
+    done, failed = uuid.uuid4().hex, uuid.uuid4().hex
+    for task_id in (done, failed):
+        await store.create_queued(task_id, now_ms())
+    await store.mark_done({done: {"Y": 1}})
+    await store.mark_failed([failed], {"class": "x"})
+    await store.mark_done({done: {"Y": 2}})  # not a change: not published again
+    batch = [uuid.uuid4().hex for _ in range(3)]
+    for task_id in batch:
+        await store.create_queued(task_id, now_ms())
+    await store.mark_done({task_id: {"Y": [n, "a\nb\x1ec"]} for n, task_id in enumerate(batch)})
+    messages = []
+    while (message := await pubsub.get_message(timeout=1)) is not None:
+        messages.append([FinishedMessage.record(entry) for entry in FinishedMessage.entries(message["data"])])
+    # One message a step: the batch's three tasks share one.
+    assert [[record.task_id for record in records] for records in messages] == [[done], [failed], batch]
+    published = [record for records in messages for record in records]
+    # Each entry is the whole final record, equal to what a read of the store gives,
+    # even with newlines and the separator itself inside an output.
+    assert published == [await store.get(task_id) for task_id in (done, failed, *batch)]
+    assert published[0].outputs == {"Y": 1} and published[1].error == {"class": "x"}
+    assert published[4].outputs == {"Y": [2, "a\nb\x1ec"]}
 
 
 async def test_a_task_keeps_its_model_through_every_move_and_in_what_is_published(
-    stack: EmbeddedStack, store: TaskStore
+    store: TaskStore, finished_feed: tuple[Redis, PubSub]
 ) -> None:
-    redis = Redis.from_url(stack.settings.redis_url)
-    pubsub = redis.pubsub()
-    await pubsub.subscribe(store.keys.finished_channel)
-    try:
-        assert (await pubsub.get_message(timeout=2))["type"] == "subscribe"  # type: ignore[index]
-        small, large = uuid.uuid4().hex, uuid.uuid4().hex
-        assert await store.create_queued_many(
-            [NewTask(small, now_ms(), "acme", 0, "model_16"), NewTask(large, now_ms(), "acme", 0, "model_64")]
-        ) == [None, None]
-        assert sorted(await store.mark_running([small, large])) == sorted([small, large])
-        assert (await store.get(small)).model == "model_16"  # type: ignore[union-attr]
-        await store.mark_done({small: {"Y": 1}, large: {"Y": 2}})
-        message = await pubsub.get_message(timeout=2)
-        assert message is not None
-        records = [FinishedMessage.record(entry) for entry in FinishedMessage.entries(message["data"])]
-        published = {record.task_id: record.model for record in records}
-        assert published == {small: "model_16", large: "model_64"}
-        assert (await store.get(large)).model == "model_64"  # type: ignore[union-attr]
-        await redis.delete(store.keys.task(large))  # expired before an on-call replay recreates it
-        await store.requeue(large, now_ms(), "acme", "model_64")
-        assert (await store.get(large)).model == "model_64"  # type: ignore[union-attr]
-    finally:
-        await pubsub.aclose()
-        await redis.aclose()
+    redis, pubsub = finished_feed
+    small, large = uuid.uuid4().hex, uuid.uuid4().hex
+    assert await store.create_queued_many(
+        [NewTask(small, now_ms(), "acme", 0, "model_16"), NewTask(large, now_ms(), "acme", 0, "model_64")]
+    ) == [None, None]
+    assert sorted(await store.mark_running([small, large])) == sorted([small, large])
+    assert (await store.get(small)).model == "model_16"  # type: ignore[union-attr]
+    await store.mark_done({small: {"Y": 1}, large: {"Y": 2}})
+    message = await pubsub.get_message(timeout=2)
+    assert message is not None
+    records = [FinishedMessage.record(entry) for entry in FinishedMessage.entries(message["data"])]
+    published = {record.task_id: record.model for record in records}
+    assert published == {small: "model_16", large: "model_64"}
+    assert (await store.get(large)).model == "model_64"  # type: ignore[union-attr]
+    await redis.delete(store.keys.task(large))  # expired before an on-call replay recreates it
+    await store.requeue(large, now_ms(), "acme", "model_64")
+    assert (await store.get(large)).model == "model_64"  # type: ignore[union-attr]
 
 
 async def test_a_task_counts_in_flight_for_its_tenant_until_final_and_again_when_replayed(
