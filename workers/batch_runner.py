@@ -17,9 +17,11 @@ Failures are handled by class (``brimful.workers.model_errors``):
 
 Identical tasks (the same model, version, inputs and, unless results may cross tenants,
 tenant: ``workers/result_cache.py``) are computed once: a task whose result the batcher's
-cache holds is answered from it, and of the identical tasks in one batch the model sees
-one row, whose result or failure every one of them gets. A task may opt out, and a model
-may be marked not cacheable.
+cache holds is answered from it; of the identical tasks in one batch the model sees one
+row, whose result or failure every one of them gets; and a task identical to one that
+another batch of this batcher is computing waits for that row's result (if that row
+fails, the waiting task is computed in its own batch: a failure is never shared beyond
+the batch). A task may opt out, and a model may be marked not cacheable.
 
 Running the same batch twice is harmless: final tasks are skipped and the store lets a
 task reach a final state once.
@@ -32,7 +34,7 @@ import logging
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable
+from typing import Any, Awaitable, Callable
 
 import numpy as np
 
@@ -112,6 +114,17 @@ class BatchOutcome:
     # identical tasks that share its result (by the computed task's id).
     keys: dict[str, bytes] = field(default_factory=dict)
     twins: dict[str, list[BatchItem]] = field(default_factory=dict)
+    # The keys this batch computes for other batches too, with the result they wait on.
+    leading: dict[bytes, asyncio.Future[dict[str, Any] | None]] = field(default_factory=dict)
+
+
+@dataclass
+class _Followers:
+    """Identical tasks of this batch whose row another batch is computing right now."""
+
+    key: bytes
+    computing: asyncio.Future[dict[str, Any] | None]  # its result; None: that row failed or its batch stopped
+    items: list[BatchItem]
 
 
 @dataclass
@@ -180,6 +193,9 @@ class BatchRunner:
         self.cache = cache
         self.cacheable = cacheable
         self.cache_across_tenants = cache_across_tenants
+        # Keys some running batch is computing now: a later batch's identical task waits
+        # for that result instead of computing it again.
+        self._computing: dict[bytes, asyncio.Future[dict[str, Any] | None]] = {}
 
     async def run(self, batch: Batch) -> BatchOutcome:
         """Run the batch to a final state for every task in it; raises only on store or
@@ -194,12 +210,18 @@ class BatchRunner:
             running = set(await self._mark_running_while_leasing(batch, seat))
             items = [item for item in batch.items if item.task_id in running]
             outcome.skipped = len(batch.items) - len(items)
-            computed = await self._answer_identical(items, outcome) if self.cacheable else items
+            computed, followers = await self._answer_identical(items, outcome) if self.cacheable else (items, [])
+            if followers:
+                # Rows whose computing batch failed or stopped come back: computed here after all.
+                orphans = await self._follow_beside(batch, seat, computed, followers, outcome)
+                computed = self._lead(orphans, outcome)
             if computed:
                 await self._resolve(batch, seat, computed, _Attempts(), outcome, isolating=False)
         finally:
             if seat.slot is not None:
                 self.pool.release(seat.slot)
+            for key in list(outcome.leading):  # what it never computed, its followers compute
+                self._settle(outcome, key, None)
         if any(outcome.stats.values()):  # what no store call carried (a batch with no result)
             await self.stats.add(outcome.stats)
         if outcome.calls == 1 and outcome.call_ended_ns and batch.flushed_ns:  # the common path; retries and splits would blur the stages
@@ -228,21 +250,26 @@ class BatchRunner:
     def _key(self, item: BatchItem) -> bytes | None:
         return cache_key(item.request, self.signature.name, self.signature.version, self.cache_across_tenants)
 
-    async def _answer_identical(self, items: list[BatchItem], outcome: BatchOutcome) -> list[BatchItem]:
+    async def _answer_identical(
+        self, items: list[BatchItem], outcome: BatchOutcome
+    ) -> tuple[list[BatchItem], list[_Followers]]:
         """Answer the tasks whose result the cache holds, note the identical ones among the
-        rest, and return the rows the model must compute (one per distinct task)."""
+        rest, and return the rows the model must compute (one per distinct task) and the
+        tasks that wait for a row another batch is computing."""
         cache = self.cache
         plan = plan_batch(items, self._key, lambda key: None if cache is None else cache.get(key))
-        for row, key in enumerate(plan.keys):
-            if key is not None:
-                outcome.keys[plan.computed[row].task_id] = key
-        for row, twins in plan.duplicates.items():
-            outcome.twins[plan.computed[row].task_id] = twins
-        shared = len(plan.hits) + sum(len(twins) for twins in plan.duplicates.values())
-        outcome.stats[StatsField.CACHE_HITS] += shared
-        outcome.stats[StatsField.CACHE_MISSES] += len(outcome.keys)
-        metrics.CACHE_HITS.inc(shared)
-        metrics.CACHE_MISSES.inc(len(outcome.keys))
+        own: list[tuple[bytes | None, list[BatchItem]]] = []
+        followers: list[_Followers] = []
+        for row, (item, key) in enumerate(zip(plan.computed, plan.keys)):
+            group = [item, *plan.duplicates.get(row, ())]
+            computing = None if key is None else self._computing.get(key)
+            if key is None or computing is None:
+                own.append((key, group))
+            else:
+                followers.append(_Followers(key, computing, group))
+        computed = self._lead(own, outcome)
+        outcome.stats[StatsField.CACHE_HITS] += len(plan.hits)
+        metrics.CACHE_HITS.inc(len(plan.hits))
         if plan.hits:
             # The batch's counters so far ride along: the round trip is needed anyway.
             outcome.done += await self.store.mark_done(
@@ -251,7 +278,86 @@ class BatchRunner:
             )
             outcome.stats.clear()
             self._observe_latency([item for item, _ in plan.hits])
-        return plan.computed
+        return computed, followers
+
+    def _lead(self, groups: list[tuple[bytes | None, list[BatchItem]]], outcome: BatchOutcome) -> list[BatchItem]:
+        """The rows this batch computes, one per group of identical tasks (with its key, if
+        it has one): noted so the group's other tasks share its result and, while it is
+        computed, so later batches' identical tasks wait for it."""
+        rows: list[BatchItem] = []
+        for key, (item, *twins) in groups:
+            rows.append(item)
+            if key is None:
+                continue
+            outcome.keys[item.task_id] = key
+            if twins:
+                outcome.twins[item.task_id] = twins
+            if key not in self._computing:
+                future: asyncio.Future[dict[str, Any] | None] = asyncio.get_running_loop().create_future()
+                self._computing[key] = outcome.leading[key] = future
+            outcome.stats[StatsField.CACHE_HITS] += len(twins)
+            outcome.stats[StatsField.CACHE_MISSES] += 1
+            metrics.CACHE_HITS.inc(len(twins))
+            metrics.CACHE_MISSES.inc()
+        return rows
+
+    async def _follow_beside(
+        self, batch: Batch, seat: _Seat, computed: list[BatchItem], followers: list[_Followers], outcome: BatchOutcome
+    ) -> list[tuple[bytes | None, list[BatchItem]]]:
+        """Compute the batch's own rows while its followers wait for theirs; return the
+        followers' groups left to compute."""
+        if not computed:
+            return await self._follow(followers, outcome)
+        resolving = asyncio.ensure_future(self._resolve(batch, seat, computed, _Attempts(), outcome, isolating=False))
+        try:
+            orphans = await self._follow(followers, outcome)
+        except BaseException:
+            resolving.cancel()
+            await asyncio.gather(resolving, return_exceptions=True)
+            raise
+        await resolving
+        return orphans
+
+    async def _follow(
+        self, followers: list[_Followers], outcome: BatchOutcome
+    ) -> list[tuple[bytes | None, list[BatchItem]]]:
+        """Store each waiting group's result as the batch computing it finishes; return the
+        groups whose row failed or whose batch stopped, to be computed here."""
+        orphans: list[tuple[bytes | None, list[BatchItem]]] = []
+        # asyncio.wait never cancels what it waits on: if this batch stops, the computing
+        # batch is untouched.
+        pending = {group.computing for group in followers}
+        while pending:
+            finished, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            answered: dict[str, dict[str, Any]] = {}
+            items: list[BatchItem] = []
+            for group in followers:
+                if group.computing not in finished:
+                    continue
+                result = group.computing.result()
+                if result is None:
+                    orphans.append((group.key, group.items))
+                    continue
+                answered.update((item.task_id, result) for item in group.items)
+                items += group.items
+            if answered:
+                hits = Counter({StatsField.CACHE_HITS: len(answered)})
+                outcome.done += await self.store.mark_done(
+                    answered, hits, done_counter=StatsField.TASKS_DONE, cached=True
+                )
+                metrics.CACHE_HITS.inc(len(answered))
+                self._observe_latency(items)
+        return orphans
+
+    def _settle(self, outcome: BatchOutcome, key: bytes, result: dict[str, Any] | None) -> None:
+        """Give the batches waiting on ``key`` its result (None: compute it yourselves)."""
+        future = outcome.leading.pop(key, None)
+        if future is None:
+            return
+        if self._computing.get(key) is future:
+            del self._computing[key]
+        if not future.done():
+            future.set_result(result)
 
     @staticmethod
     def _observe_latency(items: list[BatchItem]) -> None:
@@ -471,8 +577,10 @@ class BatchRunner:
         twins: list[BatchItem] = []
         for item in items:
             key = outcome.keys.get(item.task_id)
-            if key is not None and self.cache is not None:
-                self.cache.put(key, results[item.task_id])
+            if key is not None:
+                if self.cache is not None:
+                    self.cache.put(key, results[item.task_id])
+                self._settle(outcome, key, results[item.task_id])
             for twin in outcome.twins.get(item.task_id, ()):
                 shared[twin.task_id] = results[item.task_id]
                 twins.append(twin)
@@ -491,6 +599,10 @@ class BatchRunner:
     ) -> None:
         # An identical task fails as its computed twin did, with the same attempts: the
         # same inputs to the same model.
+        for item in items:
+            key = outcome.keys.get(item.task_id)
+            if key is not None:
+                self._settle(outcome, key, None)  # a failure is not shared beyond this batch
         twins = [(item, twin) for item in items for twin in outcome.twins.get(item.task_id, ())]
         for item, twin in twins:
             attempts.by_task[twin.task_id] = attempts.of(item)

@@ -10,7 +10,7 @@ import uuid
 from typing import Any
 
 from brimful.stack import EmbeddedStack
-from tests.conftest import tune_live
+from tests.conftest import fault_file, tune_live
 from tests.integration.test_models import SMALL, model_stats, triton_counts
 from tests.integration.test_pipeline import expected_outputs
 from tests.task_client import TaskClient
@@ -20,6 +20,13 @@ async def ask(client: TaskClient, text: str, **fields: Any) -> dict[str, Any]:
     status, body = await client.request("POST", "/v1/tasks?wait=20", json={"inputs": {"TEXT": text}, **fields})
     assert status == 200 and body["status"] in ("done", "failed"), body
     return body
+
+
+async def wait_running(client: TaskClient, task_id: str) -> None:
+    deadline = asyncio.get_running_loop().time() + 20
+    while (await client.get(task_id))["status"] != "running":
+        assert asyncio.get_running_loop().time() < deadline, f"task {task_id} never reached the model"
+        await asyncio.sleep(0.01)
 
 
 async def test_a_repeated_task_is_answered_from_the_cache_without_a_model_call(
@@ -80,6 +87,55 @@ async def test_identical_tasks_in_one_batch_are_computed_once(
     assert after["rows_dispatched"] - before["rows_dispatched"] == 2
     assert after["batches_dispatched"] - before["batches_dispatched"] == 1
     assert (after["cache_hits"] - before["cache_hits"], after["cache_misses"] - before["cache_misses"]) == (5, 2)
+
+
+async def test_a_task_identical_to_one_another_batch_is_computing_waits_for_that_row(
+    stack: EmbeddedStack, client: TaskClient
+) -> None:
+    # The first copy holds its model call for seconds (the reference model's !hang-once
+    # hook), so a copy sent once the first runs leaves in a later batch while the first is
+    # still at the model. It must take the first copy's row, not compute its own.
+    text = f"!hang-once computed once {uuid.uuid4().hex}"
+    before = await client.stats()
+    first = await client.submit({"TEXT": text})
+    await wait_running(client, first)
+    second = await client.submit({"TEXT": text})
+    answers = [await client.wait_final(task_id) for task_id in (first, second)]
+    assert [a["status"] for a in answers] == ["done", "done"], answers
+    assert all(a["outputs"] == expected_outputs(text) for a in answers)
+    assert [a["cached"] for a in answers] == [False, True]
+    after = await client.stats()
+    assert after["rows_dispatched"] - before["rows_dispatched"] == 1
+    flushed = sum(v - before.get(k, 0) for k, v in after.items() if k.startswith("flushes_"))
+    assert flushed == 2  # two batches, one row at the model
+
+
+async def test_a_task_whose_awaited_row_fails_is_computed_in_its_own_batch(
+    stack: EmbeddedStack, client: TaskClient, restore_policy: None
+) -> None:
+    # A batch of a hanging row and a '!flaky' row (the fault on) holds the model for
+    # seconds, then its flaky row fails; an identical task sent meanwhile waits for that
+    # row and, as a failure is not shared beyond its batch, is then computed in its own
+    # batch (failing there too, with its own dead letter) instead of waiting forever.
+    # (That such a task waits rather than computes is the test above.)
+    tag = uuid.uuid4().hex
+    flaky_text = f"!flaky computed twice {tag}"
+    switch = fault_file(stack)
+    switch.touch()
+    try:
+        await tune_live(client, max_wait_ms=2000, latency_target_ms=2000)  # so the first two share a batch
+        hanging, flaky = [await client.submit({"TEXT": text}) for text in (f"!hang-once {tag}", flaky_text)]
+        await wait_running(client, flaky)
+        settings = stack.settings
+        await tune_live(client, max_wait_ms=settings.max_wait_ms, latency_target_ms=settings.latency_target_ms)
+        twin = await client.submit({"TEXT": flaky_text})
+        answers = [await client.wait_final(task_id) for task_id in (hanging, flaky, twin)]
+    finally:
+        switch.unlink()
+    assert [a["status"] for a in answers] == ["done", "failed", "failed"], answers
+    assert answers[2]["error"]["attempts"] == stack.settings.max_attempts  # its own calls, not a copy
+    status, entry = await client.request("GET", f"/v1/admin/dlq?ids={twin}")
+    assert status == 200 and len(entry["entries"]) == 1, entry
 
 
 async def test_identical_tasks_share_a_failure_and_each_has_its_dead_letter(
