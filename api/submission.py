@@ -258,4 +258,4 @@ async def enqueue(state: ApiState, submission: Submission, task_id: str, tenant:
             raise _too_large_for_broker(len(record), limit) from error
         raise ApiError(503, "broker_unavailable", "the broker did not accept the task", {"Retry-After": "1"}) from error
     state.backlog.produced(sent.topic, sent.partition, sent.offset)
-    metrics.TASKS_SUBMITTED.inc()
+    metrics.TASKS_SUBMITTED.labels(submission.model).inc()

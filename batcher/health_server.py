@@ -1,6 +1,6 @@
 """The batcher's own small HTTP server: Prometheus ``/metrics`` and the probes.
 
-- ``GET /metrics``: this process's metrics.
+- ``GET /metrics``: this process's metrics, each sample labelled with the model served.
 - ``GET /healthz``: liveness. 200 while the event loop answers and the fetch loop came
   back recently; a batcher wedged in its consumer fails it and gets restarted.
 - ``GET /readyz``: 200 once the batcher has joined the consumer group and consumes.
@@ -37,6 +37,7 @@ class Probes:
     consuming: Callable[[], bool]
     status: Callable[[], dict[str, object]]
     stale_after_s: float = 60.0
+    metrics_text: Callable[[], bytes] = generate_latest  # the Prometheus exposition served
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,7 @@ def answer(method: str, path: str, probes: Probes) -> Answer:
     if method not in ("GET", "HEAD"):
         return _json(405, {"error": {"code": "method_not_allowed", "message": f"{method} is not served here"}})
     if path == "/metrics":
-        return Answer(200, CONTENT_TYPE_LATEST, generate_latest())
+        return Answer(200, CONTENT_TYPE_LATEST, probes.metrics_text())
     if path == "/healthz":
         since = probes.seconds_since_fetch()
         alive = since is None or since <= probes.stale_after_s

@@ -19,6 +19,7 @@ from brimful.core.fetch_pacer import FetchPacer
 from brimful.core.heap import freeze_startup_heap
 from brimful.core.kafka import ensure_topics, make_consumer, make_producer
 from brimful.core.logs import configure_logging
+from brimful.core.metrics_exposition import exposition_with_labels
 from brimful.core.model_metadata import wait_for_signature
 from brimful.core.policy_tuning import PolicyTuning
 from brimful.core.redis_client import RedisClient, make_redis
@@ -203,6 +204,7 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
                     seconds_since_fetch=service.seconds_since_fetch,
                     consuming=lambda: service.running,
                     status=lambda: {"member": member, "model": settings.model_name, **service.snapshot()},
+                    metrics_text=exposition_with_labels({"model": settings.model_name}),
                 ),
             )
             await health.start()

@@ -3,7 +3,9 @@
 Each process (API, batcher) exports its own on ``/metrics``; Prometheus sums across
 processes. Several API workers on one port answer together: their counters are summed
 through prometheus_client's multiprocess mode. Labels: ``partition`` where the value belongs to one partition's accumulator,
-``endpoint`` for the model server a batch went to.
+``endpoint`` for the model server a batch went to. A batcher serves one model, and its
+``/metrics`` adds ``model`` to every sample (``core/metrics_exposition.py``); the API, which
+serves them all, names the model where a value belongs to one.
 """
 
 from __future__ import annotations
@@ -128,7 +130,7 @@ TASK_LATENCY = Histogram(
 )
 
 # --- API -----------------------------------------------------------------------------
-TASKS_SUBMITTED = Counter("brimful_tasks_submitted", "Tasks accepted (answered 202).")
+TASKS_SUBMITTED = Counter("brimful_tasks_submitted", "Tasks accepted (answered 202), by model.", ["model"])
 SUBMIT_GROUP_SIZE = Histogram(
     "brimful_submit_group_size", "Submissions recorded and sent together by one group commit.",
     buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512),

@@ -24,7 +24,8 @@ from tests.task_client import TaskClient
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "dashboards" / "brimful.json"
 # What Grafana puts in place of its own variables before a query reaches Prometheus.
-GRAFANA_VARIABLES = {"$__rate_interval": "30s", "$__interval": "5s", "$__range": "5m"}
+# The model picker's "All" is its allValue, ".*".
+GRAFANA_VARIABLES = {"$__rate_interval": "30s", "$__interval": "5s", "$__range": "5m", "$model": ".*"}
 _GROUPING = re.compile(r"\b(?:by|without)\s*\(([^)]*)\)")
 
 
@@ -45,8 +46,8 @@ def panel_queries() -> list[tuple[str, str]]:
 @pytest.fixture(scope="module")
 def prometheus(stack: EmbeddedStack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     api = stack.api_url.removeprefix("http://")
-    batcher = f"127.0.0.1:{stack.settings.batcher_metrics_port}"
-    with running_prometheus(tmp_path_factory.mktemp("prometheus"), {"brimful-api": [api], "brimful-batcher": [batcher]}) as url:
+    batchers = [f"127.0.0.1:{port}" for port in (stack.settings.batcher_metrics_port, *stack.batcher_metrics_ports.values())]
+    with running_prometheus(tmp_path_factory.mktemp("prometheus"), {"brimful-api": [api], "brimful-batcher": batchers}) as url:
         yield url
 
 
@@ -74,13 +75,14 @@ async def make_every_kind_of_event(stack: EmbeddedStack, client: TaskClient) -> 
 
 
 async def wait_for_scrape(prom: httpx.AsyncClient, after: float) -> None:
-    """Until Prometheus has scraped both processes since ``after`` (a Unix time)."""
+    """Until Prometheus has scraped every process (the API and each batcher) since
+    ``after`` (a Unix time)."""
     deadline = time.monotonic() + 30
     while True:
         answer = await prom.get("/api/v1/targets")
         targets = answer.json()["data"]["activeTargets"]
         fresh = [t for t in targets if t["health"] == "up" and _scraped_at(t) > after]
-        if len(fresh) == 2 and len(targets) == 2:
+        if targets and len(fresh) == len(targets):
             return
         assert time.monotonic() < deadline, f"targets not scraped: {targets}"
         await asyncio.sleep(0.2)

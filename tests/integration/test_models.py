@@ -26,6 +26,16 @@ async def triton_counts(stack: EmbeddedStack, name: str) -> tuple[int, int]:
     return int(counts["nv_inference_request_success_total"]), int(counts["nv_inference_request_failure_total"])
 
 
+async def metrics_page(url: str) -> str:
+    async with aiohttp.ClientSession() as session, session.get(f"{url}/metrics") as response:
+        return await response.text()
+
+
+def batcher_metrics_url(stack: EmbeddedStack, model: str) -> str:
+    port = stack.batcher_metrics_ports.get(model, stack.settings.batcher_metrics_port)
+    return f"http://127.0.0.1:{port}"
+
+
 async def model_stats(client: TaskClient, name: str) -> dict[str, Any]:
     status, body = await client.request("GET", f"/v1/stats?model={name}")
     assert status == 200 and body["model"] == name, body
@@ -109,6 +119,8 @@ async def test_two_models_at_once_each_call_has_exactly_its_models_rows(stack: E
     default = stack.settings.model_name
     before = {name: await model_stats(client, name) for name in (default, SMALL)}
     triton_before = {name: await triton_counts(stack, name) for name in (default, SMALL)}
+    pages_before = {name: await metrics_page(batcher_metrics_url(stack, name)) for name in (default, SMALL)}
+    api_before = await metrics_page(stack.api_url)
     # Submitted together, interleaved: 40 rows cannot fit one call of the 16-row model.
     texts = {name: [f"{name} row {i}" for i in range(40)] for name in (default, SMALL)}
     answers = await asyncio.gather(*(
@@ -136,6 +148,17 @@ async def test_two_models_at_once_each_call_has_exactly_its_models_rows(stack: E
         success, failure = await triton_counts(stack, name)
         assert (success - triton_before[name][0], failure - triton_before[name][1]) == (calls, 0), name
         assert all(b["model"] == name and b["params"]["batch_size"] == rows for b in after["batchers"]), after
+        # The metrics say so per model: each batcher labels every sample with its model.
+        page = await metrics_page(batcher_metrics_url(stack, name))
+        mine, before_mine = sample_sums(page, model=name), sample_sums(pages_before[name], model=name)
+        assert mine["brimful_batch_rows_sum"] - before_mine.get("brimful_batch_rows_sum", 0) == 40, name
+        assert mine["brimful_batch_rows_count"] - before_mine.get("brimful_batch_rows_count", 0) == calls, name
+        assert sample_sums(page) == mine, f"{name}'s batcher exported a sample without its model"
+        submitted = [
+            sample_sums(text, model=name).get("brimful_tasks_submitted_total", 0)
+            for text in (api_before, await metrics_page(stack.api_url))
+        ]
+        assert submitted[1] - submitted[0] == 40, name
     assert (await model_stats(client, SMALL))["batches_dispatched"] - before[SMALL]["batches_dispatched"] >= 3
 
 

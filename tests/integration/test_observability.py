@@ -36,6 +36,14 @@ def batcher_url(stack: EmbeddedStack, path: str) -> str:
     return f"http://127.0.0.1:{stack.settings.batcher_metrics_port}{path}"
 
 
+async def scrape_batcher(stack: EmbeddedStack) -> Samples:
+    """The default model's batcher's samples, less the ``model`` label each one carries."""
+    model = stack.settings.model_name
+    samples = await scrape(batcher_url(stack, "/metrics"))
+    assert samples and all(dict(labels).get("model") == model for _, labels in samples), "a sample lacks the model"
+    return {(name, frozenset(kv for kv in labels if kv[0] != "model")): v for (name, labels), v in samples.items()}
+
+
 async def get(url: str, method: str = "GET") -> tuple[int, object]:
     async with aiohttp.ClientSession() as session, session.request(method, url) as response:
         return response.status, await response.json(content_type=None)
@@ -79,11 +87,12 @@ async def test_the_batcher_server_drops_an_oversized_request_head(stack: Embedde
 async def test_api_and_batcher_keep_their_startup_heap_out_of_full_collections(stack: EmbeddedStack) -> None:
     # The batcher freezes once it consumes, which may follow its first scrape: poll.
     deadline = time.monotonic() + 30
-    for url in (f"{stack.api_url}/metrics", batcher_url(stack, "/metrics")):
-        while (frozen := value(await scrape(url), "brimful_gc_frozen_objects")) == 0:
-            assert time.monotonic() < deadline, f"{url}: nothing frozen"
+    readers = {"API": lambda: scrape(f"{stack.api_url}/metrics"), "batcher": lambda: scrape_batcher(stack)}
+    for process, read in readers.items():
+        while (frozen := value(await read(), "brimful_gc_frozen_objects")) == 0:
+            assert time.monotonic() < deadline, f"{process}: nothing frozen"
             await asyncio.sleep(0.1)
-        assert frozen > 10_000, f"{url}: only {frozen} objects frozen"  # start-up holds ~100,000
+        assert frozen > 10_000, f"{process}: only {frozen} objects frozen"  # start-up holds ~100,000
 
 
 async def test_answers_are_counted_by_route_template_and_refusals_by_reason(
@@ -118,7 +127,7 @@ async def test_lag_settles_to_zero_once_the_work_is_done(stack: EmbeddedStack, c
     await asyncio.gather(*(client.wait_final(t) for t in task_ids))
     deadline = time.monotonic() + 15  # offsets commit and the gauges refresh in the background
     while True:
-        samples = await scrape(batcher_url(stack, "/metrics"))
+        samples = await scrape_batcher(stack)
         lag_rows = {dict(labels)["partition"]: v for (name, labels), v in samples.items()
                     if name == "brimful_consumer_lag_rows"}
         lag_s = [v for (name, _), v in samples.items() if name == "brimful_consumer_lag_seconds"]
@@ -130,7 +139,7 @@ async def test_lag_settles_to_zero_once_the_work_is_done(stack: EmbeddedStack, c
 
 
 async def test_dead_letters_and_retries_are_counted_by_class(stack: EmbeddedStack, client: TaskClient) -> None:
-    before = await scrape(batcher_url(stack, "/metrics"))
+    before = await scrape_batcher(stack)
     switch = fault_file(stack)
     switch.touch()  # the model now fails '!flaky' rows
     try:
@@ -138,10 +147,9 @@ async def test_dead_letters_and_retries_are_counted_by_class(stack: EmbeddedStac
         assert (await client.wait_final(task_id))["status"] == "failed"
     finally:
         switch.unlink()
-    after = await scrape(batcher_url(stack, "/metrics"))
-    model = stack.settings.model_name
-    lettered = value(after, "brimful_dead_letters_total", model=model, error_class="model_error") - value(
-        before, "brimful_dead_letters_total", model=model, error_class="model_error"
+    after = await scrape_batcher(stack)
+    lettered = value(after, "brimful_dead_letters_total", error_class="model_error") - value(
+        before, "brimful_dead_letters_total", error_class="model_error"
     )
     assert lettered == 1
     retried = value(after, "brimful_model_retries_total", kind="model_error") - value(
@@ -156,10 +164,10 @@ async def test_each_batch_is_split_into_its_stages(stack: EmbeddedStack, client:
     def per_stage(samples: Samples, suffix: str) -> dict[str, float]:
         return {stage: value(samples, f"brimful_batch_stage_seconds_{suffix}", stage=stage) for stage in stages}
 
-    before = await scrape(batcher_url(stack, "/metrics"))
+    before = await scrape_batcher(stack)
     task_ids = await asyncio.gather(*(client.submit({"TEXT": f"stages {i}"}) for i in range(40)))
     await asyncio.gather(*(client.wait_final(t) for t in task_ids))
-    after = await scrape(batcher_url(stack, "/metrics"))
+    after = await scrape_batcher(stack)
 
     def calls(samples: Samples) -> float:  # summed over partitions
         return sum(v for (name, _), v in samples.items() if name == "brimful_batch_rows_count")

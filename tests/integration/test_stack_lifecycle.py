@@ -77,7 +77,7 @@ async def test_brimful_up_serves_then_stops_leaving_nothing_behind(
         # Every worker's count is in the one /metrics answer.
         with urllib.request.urlopen(f"{api}/metrics", timeout=10) as answer:
             metrics = answer.read().decode()
-        submitted = re.search(r"^brimful_tasks_submitted_total (\S+)$", metrics, re.M)
+        submitted = re.search(r'^brimful_tasks_submitted_total\{model="%s"\} (\S+)$' % settings.model_name, metrics, re.M)
         assert submitted is not None and float(submitted.group(1)) == 10, metrics[-2000:]
         started = descendants(process.pid)
         # broker, redis, the Triton host with its server, the API (a supervisor and its
