@@ -28,13 +28,17 @@ def brimful_env(service: dict[str, Any]) -> dict[str, str]:
     return {k: str(v) for k, v in (service.get("environment") or {}).items() if k.startswith("BRIMFUL_")}
 
 
+def batcher_services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {n: s for n, s in compose["services"].items() if s.get("command", [])[-1:] == ["brimful.batcher"]}
+
+
 def flag(command: list[str], name: str) -> str:
     return command[command.index(name) + 1]
 
 
 def test_every_service_is_there(compose: dict[str, Any]) -> None:
     always = {name for name, service in compose["services"].items() if not service.get("profiles")}
-    assert always == {"kafka", "redis", "triton", "batcher", "api"}
+    assert always == {"kafka", "redis", "triton", "batcher", "batcher-reference-16", "api"}
 
 
 def test_the_monitoring_profile_scrapes_every_process_and_provisions_the_dashboard(compose: dict[str, Any]) -> None:
@@ -53,8 +57,9 @@ def test_the_monitoring_profile_scrapes_every_process_and_provisions_the_dashboa
     api_port = brimful_env(services["api"])["BRIMFUL_API_PORT"]
     assert jobs["brimful-api"]["static_configs"][0]["targets"] == [f"api:{api_port}"]
     batcher_sd = jobs["brimful-batcher"]["dns_sd_configs"][0]
-    assert batcher_sd["names"] == ["batcher"] and batcher_sd["port"] == Settings().batcher_metrics_port
-    assert brimful_env(services["batcher"])["BRIMFUL_BATCHER_METRICS_HOST"] == "0.0.0.0"
+    assert set(batcher_sd["names"]) == set(batcher_services(compose)) and batcher_sd["port"] == Settings().batcher_metrics_port
+    for name in batcher_sd["names"]:
+        assert brimful_env(services[name])["BRIMFUL_BATCHER_METRICS_HOST"] == "0.0.0.0"
     dashboards = mounts["/var/lib/grafana/dashboards"]
     provider = yaml.safe_load((mounts["/etc/grafana/provisioning"] / "dashboards" / "brimful.yml").read_text())
     assert provider["providers"][0]["options"]["path"] == "/var/lib/grafana/dashboards"
@@ -110,22 +115,25 @@ def test_api_port_is_published_and_health_checked(compose: dict[str, Any]) -> No
     assert f"127.0.0.1:{env['BRIMFUL_API_PORT']}/readyz" in " ".join(api["healthcheck"]["test"])
 
 
-def test_triton_serves_the_reference_model_fixed_at_the_batch_size(compose: dict[str, Any]) -> None:
+def test_triton_serves_each_model_a_batcher_batches_at_a_fixed_size(compose: dict[str, Any]) -> None:
     triton = compose["services"]["triton"]
     repository = flag(triton["command"], "--model-repository")
     assert repository.startswith(IMAGE_ROOT)
     local = ROOT / repository.removeprefix(IMAGE_ROOT + "/")
-    env = brimful_env(compose["services"]["batcher"])
-    model = env["BRIMFUL_MODEL_NAME"]
-    batch_size = int(env["BRIMFUL_BATCH_SIZE"])
-    config = (local / model / "config.pbtxt").read_text()
-    assert re.search(rf'^name: "{model}"', config, re.M)
-    assert re.search(r"^max_batch_size: 0$", config, re.M)  # batching off: shapes are exact
-    dims = re.findall(r"dims: \[ (\d+), 1 \]", config)
-    assert dims and set(dims) == {str(batch_size)}
-    assert (local / model / "1" / "model.py").exists()
     health = " ".join(triton["healthcheck"]["test"])
-    assert f"{flag(triton['command'], '--http-port')}/v2/models/{model}/ready" in health
+    batched = {brimful_env(service)["BRIMFUL_MODEL_NAME"] for service in batcher_services(compose).values()}
+    settings = Settings(**{k.removeprefix("BRIMFUL_").lower(): v for k, v in brimful_env(compose["services"]["api"]).items()})
+    assert batched == set(settings.served_models)  # every model served has its batchers
+    for model in batched:
+        config = (local / model / "config.pbtxt").read_text()
+        assert re.search(rf'^name: "{model}"', config, re.M)
+        assert re.search(r"^max_batch_size: 0$", config, re.M)  # batching off: shapes are exact
+        dims = set(re.findall(r"dims: \[ (\d+), 1 \]", config))
+        assert len(dims) == 1, f"{model}: every tensor fixed at one row count"
+        if model == settings.default_model:  # the one BRIMFUL_BATCH_SIZE describes
+            assert dims == {str(settings.batch_size)}
+        assert (local / model / "1" / "model.py").exists()
+        assert f"'{model}'" in health and f"{flag(triton['command'], '--http-port')}/v2/models/" in health
 
 
 def test_dockerfile_copies_every_package(compose: dict[str, Any]) -> None:

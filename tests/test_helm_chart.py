@@ -168,3 +168,37 @@ def test_a_headless_service_over_the_triton_pods_becomes_the_worker_pool() -> No
     env = container_env(deployment(docs, "batcher"))
     assert env["BRIMFUL_TRITON_URL"] == f"{models['metadata']['name']}:{models['spec']['ports'][0]['port']}"
     assert env["BRIMFUL_TRITON_RESOLVE_DNS"] == "true"
+
+
+def test_each_model_served_gets_its_own_batchers_scaled_on_its_own_topic() -> None:
+    docs = render(model__others="{brimful_reference_16}")
+    defaults = Settings(models="brimful_reference,brimful_reference_16")
+    api_env = container_env(deployment(docs, "api"))
+    assert api_env["BRIMFUL_MODELS"] == "brimful_reference,brimful_reference_16"
+    assert api_env["BRIMFUL_MODEL_NAME"] == "brimful_reference"  # the default
+    scaled = {doc["spec"]["scaleTargetRef"]["name"]: doc for doc in by_kind(docs, "ScaledObject")}
+    budgets = {
+        doc["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"] for doc in by_kind(docs, "PodDisruptionBudget")
+    }
+    for component, model in (("batcher", "brimful_reference"), ("batcher-brimful-reference-16", "brimful_reference_16")):
+        batchers = deployment(docs, component)
+        env = container_env(batchers)
+        assert env["BRIMFUL_MODEL_NAME"] == model and env["BRIMFUL_MODELS"] == api_env["BRIMFUL_MODELS"]
+        # What the batcher reads is what KEDA watches.
+        (trigger,) = scaled[batchers["metadata"]["name"]]["spec"]["triggers"]
+        assert trigger["metadata"]["topic"] == defaults.requests_topic_for(model)
+        assert trigger["metadata"]["consumerGroup"] == defaults.consumer_group_for(model)
+        assert component in budgets
+    # Selectors never overlap: the default model's batchers select none of the other's pods.
+    default_selector = deployment(docs, "batcher")["spec"]["selector"]["matchLabels"]
+    other_pods = deployment(docs, "batcher-brimful-reference-16")["spec"]["template"]["metadata"]["labels"]
+    assert not default_selector.items() <= other_pods.items()
+    for doc in docs:
+        if doc["kind"] not in KEDA_KINDS:
+            kubernetes_validate.validate(doc, KUBERNETES_VERSIONS[-1], strict=True)
+
+
+def test_two_models_whose_kubernetes_names_collide_are_refused() -> None:
+    for others in ("{brimful_reference}", "{a_b,a.b}"):
+        refused = helm("template", "demo", str(CHART), "--set", f"model.others={others}")
+        assert refused.returncode != 0 and "name the same model twice" in refused.stderr, others

@@ -1,5 +1,6 @@
 """The production model repository (deploy/triton/models) loads and serves in a real
-Triton server: the same reference model, fixed at 64 rows, with the same fault hook."""
+Triton server: the same reference model, fixed at 64 rows, with the same fault hook, and
+the same function fixed at 16 rows."""
 
 from __future__ import annotations
 
@@ -63,5 +64,21 @@ async def test_repository_model_serves_64_rows_and_refuses_others(repository_ser
             await model.infer({"TEXT": faulty}, signature)
         assert raised.value.error_class is ErrorClass.MODEL_ERROR
         assert "!fail" in raised.value.message
+    finally:
+        await model.close()
+
+
+async def test_repository_serves_the_same_function_fixed_at_16_rows(repository_server: str) -> None:
+    model = TritonModel(repository_server, "brimful_reference_16", "", timeout_s=10)
+    try:
+        signature = await model.signature()
+        assert signature.batch_size == 16
+        texts = np.array([[f"small {i}".encode()] for i in range(16)], dtype=object)
+        outputs = await model.infer({"TEXT": texts}, signature)
+        assert [v.decode() for v in outputs["SHA256"][:, 0]] == [hashlib.sha256(t).hexdigest() for t in texts[:, 0]]
+        wide = np.array([[b"x"]] * 64, dtype=object)
+        with pytest.raises(ModelCallError) as raised:
+            await model.infer({"TEXT": wide}, replace(signature, batch_size=64))
+        assert raised.value.error_class is ErrorClass.REJECTED
     finally:
         await model.close()

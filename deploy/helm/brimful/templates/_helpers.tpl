@@ -51,7 +51,28 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 {{- end -}}
 
+{{/* The models served, the default first. */}}
+{{- define "brimful.models" -}}
+{{- prepend .Values.model.others .Values.model.name | toJson -}}
+{{- end -}}
+
+{{/* What a model's batcher objects add to their names and component label: nothing for
+the default model (its objects keep the names of a chart serving one model), else the
+model's name made fit for Kubernetes. */}}
+{{- define "brimful.batcherSuffix" -}}
+{{- if ne .index 0 -}}
+-{{ .model | lower | replace "_" "-" | replace "." "-" | trunc 40 | trimSuffix "-" }}
+{{- end -}}
+{{- end -}}
+
 {{- define "brimful.checks" -}}
+{{- $suffixes := list -}}
+{{- range $index, $model := include "brimful.models" . | fromJsonArray -}}
+{{- $suffixes = append $suffixes (include "brimful.batcherSuffix" (dict "index" 1 "model" $model)) -}}
+{{- end -}}
+{{- if ne (len $suffixes) (len (uniq $suffixes)) -}}
+{{- fail (printf "model.name and model.others name the same model twice, or two whose Kubernetes names collide: %v" $suffixes) -}}
+{{- end -}}
 {{- if gt (int .Values.batcher.keda.maxReplicaCount) (int .Values.kafka.partitions) -}}
 {{- fail (printf "batcher.keda.maxReplicaCount (%v) exceeds kafka.partitions (%v): a batcher beyond the partition count owns nothing" .Values.batcher.keda.maxReplicaCount .Values.kafka.partitions) -}}
 {{- end -}}
@@ -118,8 +139,8 @@ app.kubernetes.io/component: {{ .component }}
   value: {{ .Values.model.capacity | quote }}
 - name: BRIMFUL_ENDPOINT_INSTANCES
   value: {{ .Values.model.instances | quote }}
-- name: BRIMFUL_MODEL_NAME
-  value: {{ .Values.model.name | quote }}
+- name: BRIMFUL_MODELS
+  value: {{ include "brimful.models" . | fromJsonArray | join "," | quote }}
 - name: BRIMFUL_MODEL_VERSION
   value: {{ .Values.model.version | quote }}
 - name: BRIMFUL_BATCH_SIZE

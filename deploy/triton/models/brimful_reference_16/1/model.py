@@ -1,0 +1,1 @@
+../../brimful_reference/1/model.py
