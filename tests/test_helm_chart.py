@@ -5,6 +5,7 @@ No cluster runs here, so this is as far as the chart is checked (docs/operations
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -202,3 +203,21 @@ def test_two_models_whose_kubernetes_names_collide_are_refused() -> None:
     for others in ("{brimful_reference}", "{a_b,a.b}"):
         refused = helm("template", "demo", str(CHART), "--set", f"model.others={others}")
         assert refused.returncode != 0 and "name the same model twice" in refused.stderr, others
+
+
+def test_a_model_name_with_odd_ends_still_gives_valid_objects() -> None:
+    # Settings allow [A-Za-z0-9._-]{1,64}; Kubernetes names and label values are stricter.
+    name = "." + "x_y" * 20 + "ab-"  # 64 characters, a dot first and a dash last
+    docs = render(model__others="{" + name + "}")
+    assert len(by_kind(docs, "Deployment")) == 3  # the API and two models' batchers
+    label_value = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+    dns_name = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    for doc in docs:
+        assert len(doc["metadata"]["name"]) <= 63 and dns_name.match(doc["metadata"]["name"]), doc["metadata"]["name"]
+        labels = [doc["metadata"].get("labels", {})]
+        if doc["kind"] == "Deployment":
+            labels.append(doc["spec"]["template"]["metadata"]["labels"])
+        for value in (v for found in labels for v in found.values()):
+            assert len(value) <= 63 and label_value.match(value), value
+        if doc["kind"] not in KEDA_KINDS:
+            kubernetes_validate.validate(doc, KUBERNETES_VERSIONS[-1], strict=True)
