@@ -74,8 +74,9 @@ async def test_a_model_marked_uncacheable_computes_every_task(stack: EmbeddedSta
 async def test_identical_tasks_in_one_batch_are_computed_once(
     stack: EmbeddedStack, client: TaskClient, restore_policy: None
 ) -> None:
-    # The cost mode, so the identical tasks sent together wait in one batch.
-    await tune_live(client, max_wait_ms=2000, latency_target_ms=2000)
+    # The cost mode with a floor on the wait, so the identical tasks sent together wait in
+    # one batch even while the arrival rate the policy estimates says none will follow.
+    await tune_live(client, min_wait_ms=1000, max_wait_ms=2000, latency_target_ms=2000)
     text, other = f"asked six times at once {uuid.uuid4().hex}", f"asked once {uuid.uuid4().hex}"
     before = await client.stats()
     answers = await asyncio.gather(*(ask(client, t) for t in [text] * 6 + [other]))
@@ -123,11 +124,15 @@ async def test_a_task_whose_awaited_row_fails_is_computed_in_its_own_batch(
     switch = fault_file(stack)
     switch.touch()
     try:
-        await tune_live(client, max_wait_ms=2000, latency_target_ms=2000)  # so the first two share a batch
+        # So the first two share a batch.
+        await tune_live(client, min_wait_ms=1000, max_wait_ms=2000, latency_target_ms=2000)
         hanging, flaky = [await client.submit({"TEXT": text}) for text in (f"!hang-once {tag}", flaky_text)]
         await wait_running(client, flaky)
         settings = stack.settings
-        await tune_live(client, max_wait_ms=settings.max_wait_ms, latency_target_ms=settings.latency_target_ms)
+        await tune_live(
+            client, min_wait_ms=settings.min_wait_ms, max_wait_ms=settings.max_wait_ms,
+            latency_target_ms=settings.latency_target_ms,
+        )
         twin = await client.submit({"TEXT": flaky_text})
         answers = [await client.wait_final(task_id) for task_id in (hanging, flaky, twin)]
     finally:
@@ -141,7 +146,7 @@ async def test_a_task_whose_awaited_row_fails_is_computed_in_its_own_batch(
 async def test_identical_tasks_share_a_failure_and_each_has_its_dead_letter(
     stack: EmbeddedStack, client: TaskClient, restore_policy: None
 ) -> None:
-    await tune_live(client, max_wait_ms=2000, latency_target_ms=2000)
+    await tune_live(client, min_wait_ms=1000, max_wait_ms=2000, latency_target_ms=2000)
     text = f"!fail the same way {uuid.uuid4().hex}"
     answers = await asyncio.gather(*(ask(client, text) for _ in range(3)))
     assert [a["status"] for a in answers] == ["failed"] * 3, answers
