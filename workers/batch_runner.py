@@ -285,6 +285,7 @@ class BatchRunner:
         it has one): noted so the group's other tasks share its result and, while it is
         computed, so later batches' identical tasks wait for it."""
         rows: list[BatchItem] = []
+        hits = misses = 0
         for key, (item, *twins) in groups:
             rows.append(item)
             if key is None:
@@ -295,10 +296,13 @@ class BatchRunner:
             if key not in self._computing:
                 future: asyncio.Future[dict[str, Any] | None] = asyncio.get_running_loop().create_future()
                 self._computing[key] = outcome.leading[key] = future
-            outcome.stats[StatsField.CACHE_HITS] += len(twins)
-            outcome.stats[StatsField.CACHE_MISSES] += 1
-            metrics.CACHE_HITS.inc(len(twins))
-            metrics.CACHE_MISSES.inc()
+            hits += len(twins)
+            misses += 1
+        # Counted once a batch, not once a row: this is on every batch's path.
+        outcome.stats[StatsField.CACHE_HITS] += hits
+        outcome.stats[StatsField.CACHE_MISSES] += misses
+        metrics.CACHE_HITS.inc(hits)
+        metrics.CACHE_MISSES.inc(misses)
         return rows
 
     async def _follow_beside(
