@@ -14,6 +14,11 @@ otherwise keep every byte of it until the deadline.
 The body's own deadline is the handler's (``api.request_body.read_body``), which can
 answer it in JSON; a connection answered before its body was all read is closed, so the
 rest cannot trickle in unbounded.
+
+Past ``api_max_connections`` (connections, or requests under way, in one worker) a new
+request gets 503 ``too_many_connections`` with ``Retry-After``, in the API's JSON error
+shape: uvicorn's own ``limit_concurrency`` answers a plain-text 503 no client of this API
+can parse, so the limit is checked here instead.
 """
 
 from __future__ import annotations
@@ -21,10 +26,12 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from starlette.types import Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from brimful.api.errors import error_body
 from brimful.api.json_answer import JsonAnswer
+from brimful.core import metrics
 from brimful.core.settings import get_settings
 
 
@@ -44,14 +51,24 @@ def _closing_answer(status_line: bytes, code: str, message: str) -> bytes:
     )
 
 
+def _too_many_connections(limit: int) -> bytes:
+    return bytes(JsonAnswer(error_body(
+        "too_many_connections",
+        f"this API worker holds its limit of {limit} connections or requests at once; retry shortly",
+    )).body)
+
+
 class BoundedHttpProtocol(HttpToolsProtocol):
     """The httptools protocol, refusing a request whose head is not all in within the
     read timeout (``BRIMFUL_API_READ_TIMEOUT_S``: 408) or grows past ``MAX_HEAD_BYTES``
-    (431), and closing a connection that sends nothing for that long."""
+    (431), closing a connection that sends nothing for that long, and answering 503 in
+    JSON past ``BRIMFUL_API_MAX_CONNECTIONS``."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.read_timeout_s = get_settings().api_read_timeout_s
+        settings = get_settings()
+        self.read_timeout_s = settings.api_read_timeout_s
+        self.max_connections = settings.api_max_connections
         self._deadline: asyncio.TimerHandle | None = None
         self._head_started = False  # some of a request's head has arrived, not all of it
         self._in_body = False
@@ -89,7 +106,26 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         self._head_started = False
         self._in_body = True
         self._head_bytes = 0
+        # uvicorn's own check, with this API's answer: connections open in this worker, or
+        # requests under way in it (long-polls included).
+        if len(self.connections) > self.max_connections or len(self.tasks) >= self.max_connections:
+            app, self.app = self.app, self._refuse_overloaded
+            try:
+                super().on_headers_complete()  # runs the refusal as this request's app
+            finally:
+                self.app = app
+            return
         super().on_headers_complete()
+
+    async def _refuse_overloaded(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The ASGI app a request past the limit gets: 503, and the connection closed."""
+        metrics.REFUSALS.labels("too_many_connections").inc()
+        body = _too_many_connections(self.max_connections)
+        await send({"type": "http.response.start", "status": 503, "headers": [
+            (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode("ascii")),
+            (b"retry-after", b"1"), (b"connection", b"close"),
+        ]})
+        await send({"type": "http.response.body", "body": body})
 
     def on_message_complete(self) -> None:
         self._in_body = False

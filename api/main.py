@@ -45,7 +45,7 @@ def serve(app: object, workers: int | None) -> None:
         proxy_headers=False,
         timeout_graceful_shutdown=10,
         # Bounds on what clients hold: a deadline for a request's head (uvicorn has none),
-        # and a cap on open connections.
+        # and a cap on open connections (api_max_connections), both in the protocol, which
+        # answers them in JSON (uvicorn's limit_concurrency answers in plain text).
         http="brimful.api.http_protocol:BoundedHttpProtocol",
-        limit_concurrency=settings.api_max_connections,
     )

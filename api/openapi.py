@@ -50,7 +50,8 @@ _WHY = {
     422: "The body is JSON but does not fit: unknown, missing or invalid fields or inputs, or a model not "
          "served here (unknown_model).",
     429: "The tenant is over its rate limit or its limit of tasks in flight; see Retry-After.",
-    503: "Overloaded, or the broker, Redis or the model is unavailable; see Retry-After.",
+    503: "Overloaded (the backlog, the submissions waiting in this API process, or its connections: "
+         "api_max_connections), or the broker, Redis or the model is unavailable; see Retry-After.",
 }
 _RETRY_AFTER = {"Retry-After": {"description": "seconds to wait before retrying", "schema": {"type": "string"}}}
 

@@ -127,8 +127,10 @@ def brimful_sender(
             sent.append(i)
         text = b"bench %s %d" % (run, number)
         status, raw = await post("/v1/tasks?wait=30", b'{"inputs": {"TEXT": "%s"}}' % text)
+        if status != 200:  # before parsing: a refusal says what it is even if it is not JSON
+            raise RuntimeError(f"{status} {raw[:200]!r}")
         body = json.loads(raw)
-        if status != 200 or body.get("status") != "done":
+        if body.get("status") != "done":
             raise RuntimeError(f"{status} {str(body)[:200]}")
         if repeat_share and body["outputs"]["SHA256"] != hashlib.sha256(text).hexdigest():
             raise RuntimeError(f"wrong result for {text!r}: {str(body)[:200]}")

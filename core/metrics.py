@@ -141,7 +141,7 @@ HTTP_RESPONSES = Counter(
 REFUSALS = Counter(
     "brimful_refusals",
     "Requests refused for load or size, by reason (the error code: rate_limited, too_many_in_flight, overloaded, "
-    "body_too_large, ...).",
+    "too_many_connections, body_too_large, ...).",
     ["reason"],
 )
 BACKLOG_ROWS = Gauge(

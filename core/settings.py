@@ -303,8 +303,9 @@ class Settings(BaseSettings):
     api_max_connections: int = Field(
         2048,
         ge=1,
-        description="Connections one API worker holds open at once, long-polls included; past it, new requests "
-        "get 503. Keep it below the process's open-files limit.",
+        description="Connections one API worker holds open at once, long-polls included (and requests under way); "
+        "past it, a new request gets 503 too_many_connections with Retry-After and its connection closes. Keep it "
+        "below the process's open-files limit.",
     )
     api_fast_lane: bool = Field(
         True,

@@ -23,6 +23,7 @@ from brimful.stack import EmbeddedStack, settings_env, wait_until
 from brimful.stack.processes import ManagedProcess, free_port, http_ok
 
 READ_TIMEOUT_S = 1.0
+CAPPED_CONNECTIONS = 2
 # How long a test waits for the server to act on that timeout before calling it hung.
 PATIENCE_S = 15.0
 HEAD = b"POST /v1/tasks HTTP/1.1\r\nHost: api\r\nContent-Type: application/json\r\n"
@@ -30,10 +31,21 @@ HEAD = b"POST /v1/tasks HTTP/1.1\r\nHost: api\r\nContent-Type: application/json\
 
 @pytest.fixture(scope="module")
 def api_port(stack: EmbeddedStack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
-    """An API process with a 1 s read timeout; after the tests, it must stop on SIGTERM and
-    its log hold no unhandled error."""
+    """An API process with a 1 s read timeout."""
+    yield from api_process(stack, tmp_path_factory, api_read_timeout_s=READ_TIMEOUT_S)
+
+
+@pytest.fixture(scope="module")
+def capped_api_port(stack: EmbeddedStack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    """An API process that holds at most ``CAPPED_CONNECTIONS`` connections."""
+    yield from api_process(stack, tmp_path_factory, api_max_connections=CAPPED_CONNECTIONS)
+
+
+def api_process(stack: EmbeddedStack, tmp_path_factory: pytest.TempPathFactory, **update: object) -> Iterator[int]:
+    """Run an API process with these settings and yield its port; after the tests, it must
+    stop on SIGTERM and its log hold no unhandled error."""
     port = free_port()
-    settings = stack.settings.model_copy(update={"api_port": port, "api_read_timeout_s": READ_TIMEOUT_S})
+    settings = stack.settings.model_copy(update={"api_port": port, **update})
     log_path = tmp_path_factory.mktemp("slow-clients") / "api.log"
     # uvicorn's 10 s for requests under way, then the API's bounded stop steps.
     api = ManagedProcess("api", [sys.executable, "-m", "brimful.api"], settings_env(settings), log_path, stop_timeout_s=45)
@@ -174,3 +186,41 @@ def test_a_large_body_in_the_same_packets_as_its_head_is_not_taken_for_a_large_h
         client.sendall(HEAD + f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body)
         answer = read_until_closed(client)
     assert answer.startswith(b"HTTP/1.1 202"), answer[:300]
+
+
+def submit_over(client: socket.socket) -> None:
+    body = b'{"inputs": {"TEXT": "over the cap"}}'
+    client.sendall(HEAD + f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body)
+
+
+def refusals(port: int, reason: str) -> float:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as page:
+        text = page.read().decode()
+    prefix = f'brimful_refusals_total{{reason="{reason}"}} '
+    return sum(float(line[len(prefix):]) for line in text.splitlines() if line.startswith(prefix))
+
+
+def test_a_request_past_the_connection_cap_gets_503_in_json_with_retry_after(capped_api_port: int) -> None:
+    before = refusals(capped_api_port, "too_many_connections")
+    holders = [connect(capped_api_port) for _ in range(CAPPED_CONNECTIONS)]  # open, sending nothing
+    try:
+        with connect(capped_api_port) as client:
+            submit_over(client)
+            answer = read_until_closed(client)
+    finally:
+        for holder in holders:
+            holder.close()
+    status, body = answer_of(answer)
+    assert status == 503, answer[:300]
+    assert body["error"]["code"] == "too_many_connections"  # type: ignore[index]
+    assert f"limit of {CAPPED_CONNECTIONS} connections" in body["error"]["message"]  # type: ignore[index]
+    assert b"\r\nretry-after: 1\r\n" in answer.lower()
+
+    # The holders gone, the cap frees up (the server sees each close a moment later).
+    def accepted() -> bool:
+        with connect(capped_api_port) as client:
+            submit_over(client)
+            return read_until_closed(client).startswith(b"HTTP/1.1 202")
+
+    wait_until(accepted, PATIENCE_S, "a task accepted once the holders closed")
+    assert refusals(capped_api_port, "too_many_connections") > before
