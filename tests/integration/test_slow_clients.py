@@ -101,11 +101,16 @@ def answer_of(raw: bytes) -> tuple[int, dict[str, object]]:
     return int(head.split(b" ", 2)[1]), json.loads(body)
 
 
-def responses(port: int, status: str) -> float:
+def sample(port: int, series: str) -> float:
+    """The value of one series on the API's /metrics (0 while it has none)."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as page:
         text = page.read().decode()
-    prefix = f'brimful_http_responses_total{{route="/v1/tasks",status="{status}"}} '
+    prefix = series + " "
     return sum(float(line[len(prefix):]) for line in text.splitlines() if line.startswith(prefix))
+
+
+def responses(port: int, status: str) -> float:
+    return sample(port, f'brimful_http_responses_total{{route="/v1/tasks",status="{status}"}}')
 
 
 def test_a_connection_that_sends_nothing_is_closed(api_port: int) -> None:
@@ -194,10 +199,7 @@ def submit_over(client: socket.socket) -> None:
 
 
 def refusals(port: int, reason: str) -> float:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as page:
-        text = page.read().decode()
-    prefix = f'brimful_refusals_total{{reason="{reason}"}} '
-    return sum(float(line[len(prefix):]) for line in text.splitlines() if line.startswith(prefix))
+    return sample(port, f'brimful_refusals_total{{reason="{reason}"}}')
 
 
 def test_a_request_past_the_connection_cap_gets_503_in_json_with_retry_after(capped_api_port: int) -> None:
