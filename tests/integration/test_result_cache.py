@@ -13,6 +13,7 @@ from brimful.stack import EmbeddedStack
 from tests.conftest import fault_file, tune_live
 from tests.integration.test_models import SMALL, model_stats, triton_counts
 from tests.integration.test_pipeline import expected_outputs
+from tests.polling import wait_for
 from tests.task_client import TaskClient
 
 
@@ -23,10 +24,10 @@ async def ask(client: TaskClient, text: str, **fields: Any) -> dict[str, Any]:
 
 
 async def wait_running(client: TaskClient, task_id: str) -> None:
-    deadline = asyncio.get_running_loop().time() + 20
-    while (await client.get(task_id))["status"] != "running":
-        assert asyncio.get_running_loop().time() < deadline, f"task {task_id} never reached the model"
-        await asyncio.sleep(0.01)
+    async def running() -> bool:
+        return (await client.get(task_id))["status"] == "running"
+
+    await wait_for(running, 20, f"task {task_id} to reach the model", interval_s=0.01)
 
 
 async def test_a_repeated_task_is_answered_from_the_cache_without_a_model_call(
