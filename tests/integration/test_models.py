@@ -20,9 +20,7 @@ SMALL = "brimful_reference_16"  # the shared stack's second model, fixed at 16 r
 
 async def triton_counts(stack: EmbeddedStack, name: str) -> tuple[int, int]:
     """(successful, failed) calls Triton itself counted for one model."""
-    url = f"http://127.0.0.1:{stack.triton_metrics_port}/metrics"
-    async with aiohttp.ClientSession() as session, session.get(url) as response:
-        counts = sample_sums(await response.text(), model=name)
+    counts = sample_sums(await metrics_page(f"http://127.0.0.1:{stack.triton_metrics_port}"), model=name)
     return int(counts["nv_inference_request_success_total"]), int(counts["nv_inference_request_failure_total"])
 
 

@@ -13,13 +13,12 @@ import signal
 import socket
 import sys
 import time
-import urllib.request
 from typing import Iterator
 
 import pytest
 
 from brimful.api.http_protocol import MAX_HEAD_BYTES
-from brimful.stack import EmbeddedStack, settings_env, wait_until
+from brimful.stack import EmbeddedStack, read_sample_sums, settings_env, wait_until
 from brimful.stack.processes import ManagedProcess, free_port, http_ok
 
 READ_TIMEOUT_S = 1.0
@@ -101,16 +100,9 @@ def answer_of(raw: bytes) -> tuple[int, dict[str, object]]:
     return int(head.split(b" ", 2)[1]), json.loads(body)
 
 
-def sample(port: int, series: str) -> float:
-    """The value of one series on the API's /metrics (0 while it has none)."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as page:
-        text = page.read().decode()
-    prefix = series + " "
-    return sum(float(line[len(prefix):]) for line in text.splitlines() if line.startswith(prefix))
-
-
 def responses(port: int, status: str) -> float:
-    return sample(port, f'brimful_http_responses_total{{route="/v1/tasks",status="{status}"}}')
+    sums = read_sample_sums(f"http://127.0.0.1:{port}/metrics", route="/v1/tasks", status=status)
+    return sums.get("brimful_http_responses_total", 0.0)
 
 
 def test_a_connection_that_sends_nothing_is_closed(api_port: int) -> None:
@@ -199,7 +191,8 @@ def submit_over(client: socket.socket) -> None:
 
 
 def refusals(port: int, reason: str) -> float:
-    return sample(port, f'brimful_refusals_total{{reason="{reason}"}}')
+    sums = read_sample_sums(f"http://127.0.0.1:{port}/metrics", reason=reason)
+    return sums.get("brimful_refusals_total", 0.0)
 
 
 def test_a_request_past_the_connection_cap_gets_503_in_json_with_retry_after(capped_api_port: int) -> None:
