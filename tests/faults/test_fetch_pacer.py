@@ -1,7 +1,11 @@
 """A consumer catches up on a broker that reads old records slowly: Tansu on S3 storage,
 restarted, answers a short fetch with nothing while its read of the next record batch is
 still under way. The fetch pacer lengthens the wait while the partition lags and drops
-it back once caught up."""
+it back once caught up.
+
+How slowly S3 answers is the machine's: on a fast one every read beat the short wait, and
+there was nothing to pace. So the broker reaches S3 through a proxy that, once the records
+are written, holds every S3 reply back for longer than the short wait."""
 
 from __future__ import annotations
 
@@ -17,17 +21,30 @@ from brimful.core.kafka import connection_options, ensure_topics, make_producer
 from brimful.stack import EmbeddedStack
 from tests.conftest import stack_settings
 from tests.faults.conftest import s3_broker_env
+from tests.slow_replies import SlowReplies
 
-RECORDS = 600  # each sent alone: one record batch, so one object read from S3, apiece
-SHORT_WAIT_MS = 100  # a restarted Tansu on S3 answers fetches this short with nothing
+RECORDS = 60  # each sent alone: one record batch, so one object read from S3, apiece
+SHORT_WAIT_MS = 100  # a restarted Tansu on S3 answers fetches this short with nothing...
+S3_DELAY_S = 0.25  # ...when S3's replies take this long
 
 
 @pytest.fixture
-def s3_broker(tmp_path: Path, s3_server: str) -> Iterator[EmbeddedStack]:
-    """Only a broker, its log on the local S3 server."""
+def slow_s3(s3_server: str) -> Iterator[SlowReplies]:
+    """The local S3 server behind a proxy, answering at its own speed until a delay is set."""
+    proxy = SlowReplies(int(s3_server.rsplit(":", 1)[1]))
+    proxy.start()
+    try:
+        yield proxy
+    finally:
+        proxy.stop()
+
+
+@pytest.fixture
+def s3_broker(tmp_path: Path, slow_s3: SlowReplies) -> Iterator[EmbeddedStack]:
+    """Only a broker, its log on the local S3 server, reached through ``slow_s3``."""
     broker = EmbeddedStack(
         stack_settings(topic_partitions=1, kafka_fetch_max_wait_ms=SHORT_WAIT_MS),
-        tmp_path, broker_storage="s3://tansu/", broker_env=s3_broker_env(s3_server),
+        tmp_path, broker_storage="s3://tansu/", broker_env=s3_broker_env(slow_s3.url),
     )
     try:
         broker.start_broker()
@@ -36,7 +53,9 @@ def s3_broker(tmp_path: Path, s3_server: str) -> Iterator[EmbeddedStack]:
         broker.stop()
 
 
-async def test_a_lagging_consumer_catches_up_on_a_slow_broker_and_its_wait_returns(s3_broker: EmbeddedStack) -> None:
+async def test_a_lagging_consumer_catches_up_on_a_slow_broker_and_its_wait_returns(
+    s3_broker: EmbeddedStack, slow_s3: SlowReplies
+) -> None:
     settings = s3_broker.settings
     await ensure_topics(settings)
     producer = make_producer(settings)
@@ -47,6 +66,7 @@ async def test_a_lagging_consumer_catches_up_on_a_slow_broker_and_its_wait_retur
     finally:
         await producer.stop()
     s3_broker.restart("broker")  # its cache is gone: every record batch is read back from S3
+    slow_s3.delay_s = S3_DELAY_S
 
     consumer = AIOKafkaConsumer(
         **connection_options(settings), enable_auto_commit=False, fetch_max_wait_ms=SHORT_WAIT_MS,
@@ -60,7 +80,7 @@ async def test_a_lagging_consumer_catches_up_on_a_slow_broker_and_its_wait_retur
         pacer = FetchPacer(consumer, SHORT_WAIT_MS, settings.kafka_fetch_lagging_max_wait_ms, "test")
         seen: list[int] = []
         longest_wait_ms = pacer.wait_ms
-        deadline = time.monotonic() + 90  # at the short wait alone it would take many minutes
+        deadline = time.monotonic() + 90  # at the short wait alone it would never end
         while len(seen) < RECORDS:
             assert time.monotonic() < deadline, f"read {len(seen)} of {RECORDS}; fetch wait {pacer.wait_ms} ms"
             fetched = await consumer.getmany(tp, timeout_ms=1000)
