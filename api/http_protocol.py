@@ -12,8 +12,9 @@ line and headers) over ``MAX_HEAD_BYTES`` gets 431 the same way: the parser woul
 otherwise keep every byte of it until the deadline.
 
 The body's own deadline is the handler's (``api.request_body.read_body``), which can
-answer it in JSON; a connection answered before its body was all read is closed, so the
-rest cannot trickle in unbounded.
+answer it in JSON; a connection answered before its body was all read ends as a refused
+one does (what still comes is dropped for a moment, then the connection is dropped), so
+the rest cannot trickle in unbounded and the client still reads its answer.
 
 Past ``api_max_connections`` (connections, or requests under way, in one worker) a new
 request gets 503 ``too_many_connections`` with ``Retry-After``, in the API's JSON error
@@ -133,11 +134,14 @@ class BoundedHttpProtocol(HttpToolsProtocol):
 
     def on_response_complete(self) -> None:
         # An answer sent before the body was all read (a refusal, a timeout): the rest of
-        # the body would still be read as it trickles in, with no deadline, so close.
+        # the body would still be read as it trickles in, with no deadline, so the
+        # connection ends. Not with close(): closing a socket with unread bytes resets it,
+        # and a client still sending its body then never reads the answer (a 413 became a
+        # broken pipe). It lingers, dropping what comes, as a refusal does.
         unread = self.cycle is not None and self.cycle.more_body
         super().on_response_complete()
         if unread and not self.transport.is_closing():
-            self.transport.close()
+            self._end_after_answer()
 
     def _arm(self) -> None:
         self._deadline = self.loop.call_later(self.read_timeout_s, self._too_slow)
@@ -160,11 +164,15 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         )
 
     def _refuse(self, status_line: bytes, code: str, message: str) -> None:
-        """Answer and close: send the answer and our end of the stream, then drop what
-        the client still sends for ``LINGER_S`` before dropping the connection."""
+        """Answer and close: send the answer, then end the connection (``_end_after_answer``)."""
         self._disarm()
-        self._refused = True
         self.transport.write(_closing_answer(status_line, code, message))
+        self._end_after_answer()
+
+    def _end_after_answer(self) -> None:
+        """Send our end of the stream, then drop what the client still sends for
+        ``LINGER_S`` before dropping the connection."""
+        self._refused = True
         if self.transport.can_write_eof():
             self.transport.write_eof()
         # abort, not close: close would wait for the answer to be read, for ever if the
