@@ -9,6 +9,7 @@ an HTTP client library would not send half a request.
 from __future__ import annotations
 
 import json
+import select
 import signal
 import socket
 import sys
@@ -219,3 +220,20 @@ def test_a_request_past_the_connection_cap_gets_503_in_json_with_retry_after(cap
 
     wait_until(accepted, PATIENCE_S, "a task accepted once the holders closed")
     assert refusals(capped_api_port, "too_many_connections") > before
+
+
+def test_a_client_still_sending_its_body_after_a_413_reads_the_413(api_port: int, stack: EmbeddedStack) -> None:
+    # The answer comes before the body is read; the client, not reading yet, sends on.
+    # Had the server closed its socket, what the client sends next would meet a reset,
+    # and the reset would take the unread answer with it.
+    limit = stack.settings.max_body_bytes
+    with connect(api_port) as client:
+        client.sendall(HEAD + f"Content-Length: {limit + 1}\r\n\r\n".encode() + b'{"inputs": {"TEXT": "')
+        readable, _, _ = select.select([client], [], [], PATIENCE_S)
+        assert readable, "no answer to a body over the limit"
+        for _ in range(8):  # more of the body, after the answer came
+            client.sendall(b"y" * 65536)
+        answer = read_until_closed(client)
+    status, body = answer_of(answer)
+    assert status == 413, answer[:300]
+    assert body["error"]["code"] == "body_too_large"  # type: ignore[index]
