@@ -1,8 +1,9 @@
 """The batcher's own small HTTP server: Prometheus ``/metrics`` and the probes.
 
 - ``GET /metrics``: this process's metrics, each sample labelled with the model served.
-- ``GET /healthz``: liveness. 200 while the event loop answers and the fetch loop came
-  back recently; a batcher wedged in its consumer fails it and gets restarted.
+- ``GET /healthz``: liveness. 200 while the event loop answers, the fetch loop came
+  back recently, and rows that wait see the model slots move; a batcher wedged in its
+  consumer or its slots fails it and gets restarted.
 - ``GET /readyz``: 200 once the batcher has joined the consumer group and consumes.
 - ``GET /status``: JSON for people: assigned partitions, paused for an outage, and each
   model endpoint's in-flight calls, capacity and breaker.
@@ -37,6 +38,8 @@ class Probes:
     consuming: Callable[[], bool]
     status: Callable[[], dict[str, object]]
     stale_after_s: float = 60.0
+    slots_stalled_s: Callable[[], float] = lambda: 0.0  # rows waiting while no slot moved, seconds
+    stall_after_s: float = 120.0
     metrics_text: Callable[[], bytes] = generate_latest  # the Prometheus exposition served
 
 
@@ -62,8 +65,9 @@ def answer(method: str, path: str, probes: Probes) -> Answer:
         return Answer(200, CONTENT_TYPE_LATEST, probes.metrics_text())
     if path == "/healthz":
         since = probes.seconds_since_fetch()
-        alive = since is None or since <= probes.stale_after_s
-        return _json(200 if alive else 503, {"alive": alive, "seconds_since_fetch": since})
+        stalled = probes.slots_stalled_s()
+        alive = (since is None or since <= probes.stale_after_s) and stalled <= probes.stall_after_s
+        return _json(200 if alive else 503, {"alive": alive, "seconds_since_fetch": since, "slots_stalled_s": stalled})
     if path == "/readyz":
         ready = probes.consuming()
         return _json(200 if ready else 503, {"ready": ready})

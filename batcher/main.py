@@ -124,6 +124,7 @@ def model_pool(settings: Settings, redis: RedisClient, keys: RedisKeys, resolve:
         ),
         resolve=resolve if settings.triton_resolve_dns else None,
         resolve_every_s=settings.endpoint_resolve_s,
+        slot_wait_s=settings.slot_wait_s,
     )
 
 
@@ -202,6 +203,8 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
                 settings.batcher_metrics_port,
                 Probes(
                     seconds_since_fetch=service.seconds_since_fetch,
+                    slots_stalled_s=service.slots_stalled_s,
+                    stall_after_s=2 * settings.slot_wait_s,
                     consuming=lambda: service.running,
                     status=lambda: {"member": member, "model": settings.model_name, **service.snapshot()},
                     metrics_text=exposition_with_labels({"model": settings.model_name}),

@@ -256,6 +256,17 @@ class BatcherService:
         None before its first fetch."""
         return None if self.last_fetch_at is None else self._clock() - self.last_fetch_at
 
+    def slots_stalled_s(self) -> float:
+        """How long rows have waited here while no model slot was taken or given back (0
+        when none waits, or while the model is out: an outage is not a stall). Calls are
+        bounded by their timeout, so slots that stand still while rows wait are wedged."""
+        arrivals = [s.accumulator.oldest_arrival for s in self._partitions.values()]
+        waiting = [arrived for arrived in arrivals if arrived is not None]
+        pool = self._runner.pool
+        if not waiting or not pool.healthy:
+            return 0.0
+        return max(0.0, self._clock() - max(min(waiting), pool.moved_at))
+
     def _export_params(self) -> None:
         metrics.POLICY_LATENCY_TARGET.set(self._params.latency_target)
         metrics.POLICY_MAX_WAIT.set(self._params.max_wait)

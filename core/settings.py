@@ -152,6 +152,15 @@ class Settings(BaseSettings):
         "endpoint busy once this many calls run there; slots beyond it (endpoint_capacity) only queue the next "
         "batch, sent just before a call ends.",
     )
+    slot_wait_s: float = Field(
+        60.0,
+        gt=0,
+        le=3600,
+        description="Longest a batch waits for a model slot while some endpoint serves; past it the batch is run "
+        "again (and given up to the DLQ if that keeps happening). Every call is bounded by infer_timeout_s, so "
+        "slots that do not move for this long are held by a fault. A batcher whose slots have not moved for "
+        "twice this while rows wait fails its liveness probe.",
+    )
     endpoint_leases: bool = Field(
         True,
         description="Batchers lease endpoint slots in Redis, so several batchers together never send an endpoint "

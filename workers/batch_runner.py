@@ -212,6 +212,11 @@ class BatchRunner:
             outcome.skipped = len(batch.items) - len(items)
             computed, followers = await self._answer_identical(items, outcome) if self.cacheable else (items, [])
             if followers:
+                if not computed:
+                    # Waiting for rows other batches compute holds no model slot: the batch
+                    # computing them may need one again (to retry or split), and batches that
+                    # wait on it must never hold every slot it could take.
+                    self._leave_seat(seat)
                 # Rows whose computing batch failed or stopped come back: computed here after all.
                 orphans = await self._follow_beside(batch, seat, computed, followers, outcome)
                 computed = self._lead(orphans, outcome)

@@ -53,6 +53,11 @@ class Slot:
     freed: bool = False  # given back here: a second give-back must not free another batch's place
 
 
+class NoSlotInTime(Exception):
+    """No slot of a serving pool came free within ``slot_wait_s``: something holds them
+    that should not (the batch is run again, and given up to the DLQ if it keeps failing)."""
+
+
 class ModelPool:
     """Endpoints to call, chosen by ``EndpointPool``."""
 
@@ -68,7 +73,10 @@ class ModelPool:
         clock: Callable[[], float] = time.monotonic,
         lease_retry_s: float = 0.005,
         probe_timeout_s: float = 2.0,
+        slot_wait_s: float = 60.0,
     ) -> None:
+        """``slot_wait_s``: the longest ``acquire`` waits for a slot while some endpoint
+        serves (an outage, every circuit open, is bounded by the runner's give-up instead)."""
         self.configured = list(configured)
         self.pool = pool
         self.batch_size = batch_size
@@ -79,6 +87,8 @@ class ModelPool:
         self._clock = clock
         self._lease_retry_s = lease_retry_s
         self._probe_timeout_s = probe_timeout_s  # a readiness answer takes milliseconds; a hung endpoint is down
+        self._slot_wait_s = slot_wait_s
+        self.moved_at = clock()  # when a slot was last taken or given back (a stall shows here)
         self._models: dict[str, TritonModel] = {}
         self._changed = asyncio.Event()  # a slot freed or the endpoints changed
         self._giving_back: set[asyncio.Task[None]] = set()  # leases given back in the background
@@ -157,15 +167,24 @@ class ModelPool:
         if endpoint is None:
             return None
         self._mark(endpoint)
+        self.moved_at = now
         return Slot(endpoint, self._models[endpoint.url], now, uuid.uuid4().hex)
 
     async def acquire(self, rows: int) -> Slot:
-        """A slot, waiting for one as long as it takes (slots free as calls return; the
-        batcher stops consuming while every circuit is open)."""
+        """A slot, waiting for one (slots free as calls return; the batcher stops consuming
+        while every circuit is open). Raises NoSlotInTime after ``slot_wait_s`` without one
+        while some endpoint serves: every call is bounded by its timeout, so slots that
+        do not move are held by something that will not give them back."""
+        waiting_since = self._clock()
         while True:
             slot = self.reserve(rows)
             if slot is not None:
                 return slot
+            now = self._clock()
+            if not self.healthy:
+                waiting_since = now  # an outage: bounded by transient_give_up_s, not here
+            elif now - waiting_since > self._slot_wait_s:
+                raise NoSlotInTime(f"no model slot came free in {self._slot_wait_s:g} s")
             self._changed.clear()
             try:
                 await asyncio.wait_for(self._changed.wait(), timeout=self._seconds_to_retry())
@@ -255,6 +274,7 @@ class ModelPool:
         if slot.freed:
             return
         slot.freed = True
+        self.moved_at = self._clock()
         self.pool.release(slot.endpoint, slot.held_since)
         metrics.IN_FLIGHT.labels(slot.endpoint.url).set(slot.endpoint.in_flight)
         self._changed.set()

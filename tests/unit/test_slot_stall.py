@@ -1,0 +1,103 @@
+"""Slots that stand still are a fault, with a bound: taking a slot gives up after
+``slot_wait_s`` while an endpoint serves, a batcher whose rows wait while no slot moves
+fails its liveness probe, and neither counts an outage (every circuit open) as a stall.
+Pure logic on a virtual clock."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from types import SimpleNamespace
+
+import pytest
+from aiokafka import TopicPartition
+
+from brimful.batcher.health_server import Probes, answer
+from brimful.batcher.service import BatcherLimits, BatcherService
+from brimful.core.policy_params import PolicyParams
+from brimful.workers.circuit_breaker import CircuitBreaker
+from brimful.workers.endpoint_pool import EndpointPool
+from brimful.workers.model_pool import ModelPool, NoSlotInTime
+from tests.unit.test_batcher_shutdown import TOPIC, _Consumer, _record
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _pool(clock: _Clock, slot_wait_s: float) -> ModelPool:
+    # A circuit, once open, stays open for far longer than any test here looks.
+    endpoints = EndpointPool(1, lambda: CircuitBreaker(1, 1000.0, 1000.0, rng=random.Random(1)))
+    return ModelPool(
+        ["model:8001"], endpoints, connect=lambda url: None, batch_size=64, clock=clock,  # type: ignore[arg-type, return-value]
+        slot_wait_s=slot_wait_s,
+    )
+
+
+@pytest.mark.timeout(10)
+async def test_taking_a_slot_gives_up_once_none_moved_for_the_bound() -> None:
+    clock = _Clock()
+    pool = _pool(clock, slot_wait_s=5.0)
+    held = pool.reserve(64)
+    assert held is not None
+    waiting = asyncio.ensure_future(pool.acquire(64))
+    await asyncio.sleep(0.01)
+    assert not waiting.done()
+    clock.now += 4.0
+    await asyncio.sleep(0.3)  # the pool looks again at least every 0.25 s
+    assert not waiting.done()
+    clock.now += 2.0
+    with pytest.raises(NoSlotInTime):
+        await asyncio.wait_for(waiting, 1.0)
+
+
+@pytest.mark.timeout(10)
+async def test_a_slot_given_back_ends_the_wait() -> None:
+    clock = _Clock()
+    pool = _pool(clock, slot_wait_s=5.0)
+    held = pool.reserve(64)
+    assert held is not None
+    waiting = asyncio.ensure_future(pool.acquire(64))
+    await asyncio.sleep(0.01)
+    pool.release(held)
+    assert (await asyncio.wait_for(waiting, 1.0)).endpoint.url == "model:8001"
+
+
+@pytest.mark.timeout(10)
+async def test_an_outage_is_no_stall() -> None:
+    clock = _Clock()
+    pool = _pool(clock, slot_wait_s=5.0)
+    endpoint = pool.pool.endpoints["model:8001"]
+    pool.pool.record_call(endpoint, clock.now - 1, clock.now, 64, transient_failure=True)  # its circuit opens
+    waiting = asyncio.ensure_future(pool.acquire(64))
+    clock.now += 20.0
+    await asyncio.sleep(0.3)
+    assert not waiting.done()
+    waiting.cancel()
+
+
+def test_rows_waiting_while_no_slot_moves_fail_liveness_after_the_bound() -> None:
+    clock = _Clock()
+    pool = _pool(clock, slot_wait_s=5.0)
+    service = BatcherService(
+        _Consumer(), TOPIC, SimpleNamespace(pool=pool), dead_letters=None,  # type: ignore[arg-type]
+        params=PolicyParams(), limits=BatcherLimits(), clock=clock,
+    )
+    probes = Probes(seconds_since_fetch=lambda: 0.0, consuming=lambda: True, status=dict,
+                    slots_stalled_s=service.slots_stalled_s, stall_after_s=10.0)
+    clock.now += 3600.0  # idle for an hour: no row waits, so nothing is stalled
+    assert service.slots_stalled_s() == 0.0
+    tp = TopicPartition(TOPIC, 0)
+    service.assign([tp])
+    service._accept({tp: [_record(7)]})
+    clock.now += 9.0
+    assert answer("GET", "/healthz", probes).status == 200
+    clock.now += 2.0
+    stalled = answer("GET", "/healthz", probes)
+    assert stalled.status == 503 and b'"slots_stalled_s": 11.0' in stalled.body
+    assert pool.reserve(64) is not None  # a slot moves: alive again
+    assert answer("GET", "/healthz", probes).status == 200
