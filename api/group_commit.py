@@ -211,7 +211,7 @@ class GroupCommitter:
         if refused:
             # Taken back before anyone hears "not accepted", so a retry never meets it.
             try:
-                await self._store.forget_many([(s.task.task_id, s.task.tenant) for s, _ in refused])
+                await self._store.withdraw_many([(s.task.task_id, s.task.tenant) for s, _ in refused])
             except RedisError as error:
                 log.error("could not take back tasks the broker refused; they expire", extra={"error": str(error)})
         for submission, error in refused:

@@ -89,6 +89,10 @@ BATCH_ROWS = Histogram(
     "brimful_batch_rows", "Real rows (padding excluded) in each model call.", ["partition"], buckets=_ROW_BUCKETS
 )
 PADDED_SLOTS = Counter("brimful_padded_slots", "Filler rows sent to reach the fixed batch size.", ["partition"])
+TASKS_RECREATED = Counter(
+    "brimful_tasks_recreated",
+    "Tasks whose Redis record was gone when their batch ran (Redis lost it), re-created from their Kafka record.",
+)
 CACHE_HITS = Counter(
     "brimful_cache_hits", "Tasks answered by an identical task's result (cached or computed beside them), no row of their own."
 )

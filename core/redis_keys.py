@@ -29,6 +29,9 @@ class RedisKeys:
       them without scanning the keyspace (a member whose status expired is dropped by
       the next reader).
     - ``{prefix}:dlq:resolved``: hash of DLQ entry id -> what on-call did to it (JSON).
+    - ``{prefix}:tombstone:{task_id}``: why a task must never run, though its Kafka record
+      may be read (again): ``cancelled``, or ``withdrawn`` (its client was told it was not
+      accepted). Kept as long as an unfinished task's record.
     - ``{prefix}:idempotency:{key}``: the task_id an Idempotency-Key was first used for.
     - ``{prefix}:ratelimit:{tenant}``: the tenant's token bucket (tokens, time).
     - ``{prefix}:apikeys``: hash of SHA-256(API key) -> its record (JSON); never a key.
@@ -49,6 +52,9 @@ class RedisKeys:
 
     def task(self, task_id: str) -> str:
         return f"{self.prefix}:task:{task_id}"
+
+    def tombstone(self, task_id: str) -> str:
+        return f"{self.prefix}:tombstone:{task_id}"
 
     @property
     def stats(self) -> str:

@@ -160,16 +160,42 @@ end
 return 1
 """
 
+# KEYS[1]: a task's record. ARGV: ttl_s, now_ms, the running status, submitted_at_ms,
+# tenant, model. Writes the record of a task read from Kafka whose record is gone, as
+# running; nothing when a record exists (it says what the task is). Returns 1 if written.
+_RECREATE_LUA = """
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  return 0
+end
+redis.call('HSET', KEYS[1], 'status', ARGV[3], 'submitted_at_ms', ARGV[4], 'updated_at_ms', ARGV[2],
+           'tenant', ARGV[5], 'model', ARGV[6], 'recreated', '1')
+redis.call('EXPIRE', KEYS[1], ARGV[1])
+return 1
+"""
+
+# Why a task whose Kafka record may still be read must never run (RedisKeys.tombstone).
+TOMBSTONE_CANCELLED = "cancelled"
+TOMBSTONE_WITHDRAWN = "withdrawn"
+
 # What an Idempotency-Key holds while its first submission is under way.
 _PENDING = "pending:"
 
-# A task whose record is gone (it expired once final, or its enqueue was undone) is never
-# recreated: a task cancelled long ago must not run, nor one its client was told failed.
+# The state machine never moves a task whose record is gone; ``recreate_missing`` brings
+# such a task back from its Kafka record, unless its tombstone says it must not run.
 _NOT_FINAL = f"{TaskStatus.QUEUED},{TaskStatus.RUNNING}"
 _QUEUED = f"{TaskStatus.QUEUED}"
 # The field a done task's outputs are stored in when they came from an identical task's
 # call (the result cache) rather than its own: the same JSON, and the answer says cached.
 CACHED_OUTPUTS = "cached_outputs"
+
+
+class KnownTask(NamedTuple):
+    """What a task's Kafka record says of it: enough to write its record again."""
+
+    task_id: str
+    submitted_at_ms: int
+    tenant: str
+    model: str
 
 
 class NewTask(NamedTuple):
@@ -271,6 +297,7 @@ class TaskStore:
         self._transition = redis.register_script(_TRANSITION_LUA)
         self._swap_if = redis.register_script(_SWAP_IF_LUA)
         self._create_group = redis.register_script(_CREATE_GROUP_LUA)
+        self._recreate = redis.register_script(_RECREATE_LUA)
 
     @property
     def keys(self) -> RedisKeys:
@@ -413,6 +440,16 @@ class TaskStore:
         """Remove a task that was never accepted (its enqueue failed), and its slot in flight."""
         await self.forget_many([(task_id, tenant)])
 
+    async def withdraw_many(self, tasks: Sequence[tuple[str, str]]) -> None:
+        """``forget`` (task id, tenant) pairs whose Kafka record may exist all the same (a
+        send the broker answered with an error may have landed): each gets its tombstone
+        first, so a batcher that reads the record never brings the task back."""
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for task_id, _ in tasks:
+                pipe.set(self._keys.tombstone(task_id), TOMBSTONE_WITHDRAWN, ex=self._waiting_ttl_s)
+            await pipe.execute()
+        await self.forget_many(tasks)
+
     async def forget_many(self, tasks: Sequence[tuple[str, str]]) -> None:
         """``forget`` for (task id, tenant) pairs, in one round trip."""
         async with self._redis.pipeline(transaction=False) as pipe:
@@ -469,6 +506,33 @@ class TaskStore:
         ids = list(task_ids)
         return await self._move(ids, TaskStatus.RUNNING, _NOT_FINAL, "", ["" for _ in ids])
 
+    async def recreate_missing(self, tasks: Sequence[KnownTask]) -> list[str]:
+        """Write the record of each task whose record is gone (Redis lost it: a restart, a
+        failover, a lost second of AOF), as running, from what its Kafka record says;
+        returns the ids written. The Kafka record is the source of truth: a task without a
+        record is computed, unless its tombstone says it was cancelled or withdrawn. A task
+        whose record exists is left as it is. Two round trips, only on this rare path."""
+        if not tasks:
+            return []
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for task in tasks:
+                pipe.exists(self._keys.task(task.task_id))
+                pipe.exists(self._keys.tombstone(task.task_id))
+            found = await pipe.execute()
+        missing = [task for index, task in enumerate(tasks) if not found[2 * index] and not found[2 * index + 1]]
+        if not missing:
+            return []
+        now = now_ms()
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for task in missing:
+                # As text: a registered script in a pipeline costs a round trip more.
+                pipe.eval(
+                    _RECREATE_LUA, 1, self._keys.task(task.task_id), self._waiting_ttl_s, now,
+                    TaskStatus.RUNNING.value, task.submitted_at_ms, task.tenant, task.model,
+                )
+            written = await pipe.execute()
+        return [task.task_id for task, wrote in zip(missing, written) if int(wrote)]
+
     async def mark_done(
         self, outputs_by_task: Mapping[str, Mapping[str, Any]], counters: Mapping[str, int] | None = None,
         done_counter: str = "", cached: bool = False,
@@ -498,7 +562,11 @@ class TaskStore:
         """Cancel a task that is still queued; False if it already left the queue."""
         moved = await self._move([task_id], TaskStatus.CANCELLED, _QUEUED, "", [""], publish=True)
         if moved:
-            await self._redis.publish(self._keys.cancelled_channel, task_id)
+            # The tombstone outlives the record, so a redelivered record never runs it.
+            async with self._redis.pipeline(transaction=False) as pipe:
+                pipe.set(self._keys.tombstone(task_id), TOMBSTONE_CANCELLED, ex=self._waiting_ttl_s)
+                pipe.publish(self._keys.cancelled_channel, task_id)
+                await pipe.execute()
         return bool(moved)
 
     async def _move(

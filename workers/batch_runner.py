@@ -42,7 +42,7 @@ from brimful.core import metrics
 from brimful.core.clock import now_ms
 from brimful.core.model_signature import ModelSignature
 from brimful.core.stats import SharedStats, StatsField
-from brimful.core.task_store import TaskStore
+from brimful.core.task_store import KnownTask, TaskStore
 from brimful.core.tensor_codec import non_finite_rows, output_rows_to_json, stack_rows
 from brimful.core.tracing import BatchTrace, TracedTask, Tracing
 from brimful.schemas import Attempt, TaskRequest
@@ -208,6 +208,8 @@ class BatchRunner:
             # Only tasks that this atomic move takes from queued to running reach the model:
             # tasks already final (redelivered) or cancelled are left out.
             running = set(await self._mark_running_while_leasing(batch, seat))
+            if len(running) < len(batch.items):
+                running.update(await self._recreate_missing(batch, running))
             items = [item for item in batch.items if item.task_id in running]
             outcome.skipped = len(batch.items) - len(items)
             computed, followers = await self._answer_identical(items, outcome) if self.cacheable else (items, [])
@@ -251,6 +253,23 @@ class BatchRunner:
             },
         )
         return outcome
+
+    async def _recreate_missing(self, batch: Batch, running: set[str]) -> list[str]:
+        """Bring back the tasks of the batch whose record Redis lost (the Kafka record is
+        the source of truth): they run with the rest, and their tenant's quota frees when
+        they end. Final, cancelled and withdrawn tasks stay as they are."""
+        left = [
+            KnownTask(item.task_id, item.request.submitted_at_ms, item.request.tenant,
+                      item.request.model or self.signature.name)
+            for item in batch.items if item.task_id not in running
+        ]
+        recreated = await self.store.recreate_missing(left)
+        if recreated:
+            metrics.TASKS_RECREATED.inc(len(recreated))
+            for task_id in recreated:
+                log.warning("task record was gone; re-created from its Kafka record",
+                            extra={"task_id": task_id, "batch_id": batch.batch_id})
+        return recreated
 
     def _key(self, item: BatchItem) -> bytes | None:
         return cache_key(item.request, self.signature.name, self.signature.version, self.cache_across_tenants)

@@ -15,6 +15,7 @@ from brimful.stack.processes import port_open
 from tests.conftest import stack_settings, start_stack
 from tests.task_client import TaskClient
 
+WIDE_PARTITIONS = 4
 MODEL_CALL_MS = 100  # full batches: 640 rows/s at most, so a flood can outrun it
 MAX_BACKLOG = 300
 
@@ -84,3 +85,12 @@ def fault_stack(tmp_path_factory: pytest.TempPathFactory, s3_server: str) -> Ite
 async def fault_client(fault_stack: EmbeddedStack) -> AsyncIterator[TaskClient]:
     async with TaskClient(fault_stack.api_url) as client:
         yield client
+
+
+def start_wide_stack(workdir: Path, **settings: object) -> EmbeddedStack:
+    """A stack in the production shape the embedded one lacks: the requests topic on
+    WIDE_PARTITIONS partitions and two model endpoints of two slots each, the model host
+    logging every row it computes (``tests.conftest.rows_seen_by_model``)."""
+    base = stack_settings(topic_partitions=WIDE_PARTITIONS, endpoint_capacity=2, **settings)
+    two_endpoints = base.model_copy(update={"triton_url": f"{base.triton_url},127.0.0.1:{free_port()}"})
+    return start_stack(workdir, two_endpoints, model_host_args=("--seen-log", str(workdir / "model-seen.log")))

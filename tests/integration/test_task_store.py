@@ -14,7 +14,7 @@ from brimful.core.clock import now_ms
 from brimful.core.redis_keys import RedisKeys
 from brimful.core.stats import SharedStats, StatsField
 from brimful.core.task_status import TaskStatus
-from brimful.core.task_store import FinishedMessage, NewTask, TaskStore
+from brimful.core.task_store import FinishedMessage, KnownTask, NewTask, TaskStore
 from brimful.core.tenant_limits import TenantLimits, TenantLimitStore
 from brimful.stack import EmbeddedStack
 from tests.redis_sends import SendCounter
@@ -226,7 +226,7 @@ async def test_an_idempotency_key_names_a_task_only_once_it_was_accepted(store: 
     assert not await store.commit_idempotency_key("k", first)  # only the claim's owner binds it
 
 
-async def test_an_unfinished_task_outlives_the_result_retention_and_a_gone_one_is_never_recreated(
+async def test_an_unfinished_task_outlives_the_result_retention_and_a_cancelled_one_is_never_recreated(
     stack: EmbeddedStack,
 ) -> None:
     redis = Redis.from_url(stack.settings.redis_url)
@@ -244,10 +244,30 @@ async def test_an_unfinished_task_outlives_the_result_retention_and_a_gone_one_i
         assert await store.cancel(cancelled)
         await redis.delete(store.keys.task(cancelled))  # as its expiry would, long before it is consumed
         assert await store.mark_running([cancelled]) == []  # so it never runs
+        assert await store.recreate_missing([KnownTask(cancelled, now_ms(), "t1", "m")]) == []  # its tombstone
         assert await store.mark_done({cancelled: {"Y": 1}}) == 0
         assert await store.get(cancelled) is None
+        assert 60 < await redis.ttl(store.keys.tombstone(cancelled)) <= 600
     finally:
         await redis.aclose()
+
+
+async def test_a_task_whose_record_was_lost_is_recreated_running_unless_withdrawn(store: TaskStore) -> None:
+    lost, withdrawn, done = uuid.uuid4().hex, uuid.uuid4().hex, uuid.uuid4().hex
+    for task_id in (lost, withdrawn, done):
+        await store.create_queued(task_id, 1000, "t1", model="m")
+    await store.mark_done({done: {"Y": 1}})
+    await store.forget(lost, "t1")  # as a Redis that restarted empty would
+    await store.withdraw_many([(withdrawn, "t1")])  # its client was told it was not accepted
+    assert await store.get(withdrawn) is None
+    known = [KnownTask(task_id, 1000, "t1", "m") for task_id in (lost, withdrawn, done)]
+    assert await store.recreate_missing(known) == [lost]
+    record = await store.get(lost)
+    assert record is not None and record.status is TaskStatus.RUNNING
+    assert (record.submitted_at_ms, record.tenant, record.model) == (1000, "t1", "m")
+    assert await store.recreate_missing(known) == []  # its record exists now
+    assert await store.mark_done({lost: {"Y": 2}}) == 1
+    assert (await store.get(done)).outputs == {"Y": 1}  # type: ignore[union-attr]
 
 
 async def test_a_batch_costs_two_round_trips_and_its_counters_ride_with_its_results(

@@ -10,24 +10,16 @@ from typing import Iterator
 
 import pytest
 
-from brimful.stack import EmbeddedStack, free_port
-from tests.conftest import stack_settings, start_stack
+from brimful.stack import EmbeddedStack
+from tests.faults.conftest import start_wide_stack
 from tests.polling import wait_for
 from tests.task_client import TaskClient
-
-PARTITIONS = 4
 
 
 @pytest.fixture(scope="module")
 def wide_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedStack]:
-    workdir = tmp_path_factory.mktemp("wide-stack")
-    settings = stack_settings(topic_partitions=PARTITIONS, endpoint_capacity=2)
-    # Two endpoints, and a slow retry: the failing row's batch is between its calls while its copies arrive.
-    settings = settings.model_copy(update={
-        "triton_url": f"{settings.triton_url},127.0.0.1:{free_port()}", "retry_backoff_ms": 1500.0,
-        "retry_backoff_max_ms": 3000.0,
-    })
-    running = start_stack(workdir, settings)
+    # A slow retry: the failing row's batch is between its calls while its copies arrive.
+    running = start_wide_stack(tmp_path_factory.mktemp("wide-stack"), retry_backoff_ms=1500.0, retry_backoff_max_ms=3000.0)
     yield running
     running.stop()
 
