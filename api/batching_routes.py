@@ -56,9 +56,10 @@ async def get_policy(request: Request) -> dict[str, Any]:
 
 
 @router.patch("/v1/admin/policy")
-async def change_policy(request: Request, principal: Principal = Depends(requires(Scope.ADMIN))) -> dict[str, Any]:
+async def change_policy(request: Request, principal: Principal = Depends(requires(Scope.OPERATOR))) -> dict[str, Any]:
     """Change flush-policy parameters of one model's running batchers (``?model=``,
-    default: the default model; applied within ~1 s)."""
+    default: the default model; applied within ~1 s). Every tenant's tasks share the
+    policy, so it takes an ``operator`` key: a tenant's ``admin`` key may only read it."""
     model = _model_param(request)
     document = parse_json(
         await read_body(request, POLICY_BODY_LIMIT_BYTES, api_state(request).settings.api_read_timeout_s)

@@ -26,8 +26,8 @@ KEY_ID_LENGTH = 12
 class Scope(StrEnum):
     SUBMIT = "submit"      # POST and DELETE tasks
     READ = "read"          # GET tasks and stats
-    ADMIN = "admin"        # tuning; the DLQ entries of the key's own tenant
-    OPERATOR = "operator"  # with admin: every tenant's DLQ entries (on-call)
+    ADMIN = "admin"        # reading the policy; the DLQ entries of the key's own tenant
+    OPERATOR = "operator"  # changing the policy every tenant shares; with admin: every tenant's DLQ entries (on-call)
 
 
 @dataclass(frozen=True)

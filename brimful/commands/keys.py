@@ -27,7 +27,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     actions = parser.add_subparsers(dest="action", required=True)
     create = actions.add_parser("create", help="make a key; it is printed once and stored only as a hash")
     create.add_argument("--tenant", required=True, help="whose tasks the key submits and reads")
-    create.add_argument("--scopes", default="submit,read", help="comma-separated: submit, read, admin")
+    create.add_argument("--scopes", default="submit,read", help="comma-separated: submit, read, admin, operator")
     create.add_argument("--name", default="", help="a note on what the key is for")
     actions.add_parser("list", help="every key: id, tenant, scopes, state (never the key)")
     revoke = actions.add_parser("revoke", help="refuse a key from its next request on")

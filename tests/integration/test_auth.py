@@ -100,6 +100,18 @@ async def test_scopes_are_enforced(auth_stack: EmbeddedStack) -> None:
     assert status == 403
 
 
+async def test_only_an_operator_changes_the_policy_every_tenant_shares(auth_stack: EmbeddedStack) -> None:
+    tenant_admin, operator = new_key(auth_stack, "acme", "admin"), new_key(auth_stack, "ops", "admin,operator")
+    before = (await call(auth_stack, "GET", "/v1/admin/policy", tenant_admin))[1]["params"]
+    status, body = await call(auth_stack, "PATCH", "/v1/admin/policy", tenant_admin, json={"max_wait_ms": 10})
+    assert status == 403 and "operator" in body["error"]["message"], body
+    assert (await call(auth_stack, "GET", "/v1/admin/policy", operator))[1]["params"] == before
+    status, body = await call(
+        auth_stack, "PATCH", "/v1/admin/policy", operator, json={"max_wait_ms": before["max_wait_ms"]}
+    )
+    assert status == 200, body
+
+
 async def test_a_revoked_key_is_refused_within_a_second(auth_stack: EmbeddedStack) -> None:
     key, key_id = create_key(auth_stack, "acme", "submit,read")
     assert (await call(auth_stack, "POST", "/v1/tasks", key, json={"inputs": {"TEXT": "before"}}))[0] == 202
@@ -191,7 +203,7 @@ async def test_a_tenant_in_flight_limit_admits_exactly_that_many_and_frees_slots
     auth_stack: EmbeddedStack,
 ) -> None:
     assert tenants_cli(auth_stack, "set", "busy", "--max-in-flight", "5").returncode == 0
-    busy, admin = new_key(auth_stack, "busy", "submit,read"), new_key(auth_stack, "ops", "admin,read")
+    busy, admin = new_key(auth_stack, "busy", "submit,read"), new_key(auth_stack, "ops", "admin,operator,read")
     redis = Redis.from_url(auth_stack.settings.redis_url)
     in_flight_key = RedisKeys(auth_stack.settings.key_prefix).in_flight("busy")
     # Batches of a few rows wait 4 s: the accepted tasks stay in flight while the test looks.
@@ -305,7 +317,7 @@ async def test_reads_are_rate_limited_per_tenant(auth_stack: EmbeddedStack) -> N
 
 
 async def test_a_tenant_holds_a_bounded_number_of_long_polls(auth_stack: EmbeddedStack) -> None:
-    waiter, admin = new_key(auth_stack, "waiter", "submit,read"), new_key(auth_stack, "ops-waiter", "admin,read")
+    waiter, admin = new_key(auth_stack, "waiter", "submit,read"), new_key(auth_stack, "ops-waiter", "admin,operator,read")
     # A lone row waits 20 s for company: long-polls on it stay held while the test looks.
     await set_policy(auth_stack, admin, max_wait_ms=20_000, min_wait_ms=20_000)
     try:
