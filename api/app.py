@@ -7,9 +7,11 @@ from contextlib import asynccontextmanager
 from typing import AsyncIterator
 
 from fastapi import FastAPI
+from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp
 
 from brimful.api import batching_routes, dlq_routes, health_routes, model_routes, openapi, task_routes
+from brimful.api.browser_guard import BrowserGuard
 from brimful.api.errors import HANDLERS
 from brimful.api.fast_lane import FastLane
 from brimful.api.response_metrics import ResponseCounter
@@ -27,8 +29,8 @@ def app_from_environment() -> ASGIApp:
 
 def create_app(settings: Settings) -> ASGIApp:
     """Build the application for these settings: FastAPI, behind the fast lane for the
-    two routes every task takes unless ``api_fast_lane`` is off, every answer counted by
-    route and status."""
+    two routes every task takes unless ``api_fast_lane`` is off, behind the browser guard
+    (and CORS, where origins are configured), every answer counted by route and status."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -55,4 +57,11 @@ def create_app(settings: Settings) -> ASGIApp:
         app.include_router(routes.router)
     for error, handler in HANDLERS.items():
         app.add_exception_handler(error, handler)
-    return ResponseCounter(FastLane(app) if settings.api_fast_lane else app)
+    served: ASGIApp = BrowserGuard(FastLane(app) if settings.api_fast_lane else app, settings)
+    origins = [origin.strip().rstrip("/") for origin in settings.api_cors_origins.split(",") if origin.strip()]
+    if origins:
+        served = CORSMiddleware(
+            served, allow_origins=origins, allow_methods=["GET", "POST", "PATCH", "DELETE"],
+            allow_headers=["Authorization", "Content-Type", "Idempotency-Key", "X-Brimful-Actor"],
+        )
+    return ResponseCounter(served)

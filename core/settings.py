@@ -353,6 +353,17 @@ class Settings(BaseSettings):
         description="Most requests of one tenant held waiting (`?wait=`) at once in one API process: beyond it a GET "
         "answers 429 and a POST is answered 202 without waiting. 0: no limit.",
     )
+    api_allowed_hosts: str = Field(
+        "",
+        description="Host names an open stack (auth off) answers besides loopback ones, comma-separated: any other "
+        "Host is refused 403, so a web page cannot reach the API through a name it makes resolve to loopback (DNS "
+        "rebinding). With auth on, every Host is answered.",
+    )
+    api_cors_origins: str = Field(
+        "",
+        description="Web origins (scheme://host[:port]) whose pages may call the API, comma-separated; they get CORS "
+        "answers. Empty: CORS off, and a write from any page of another origin is refused 403.",
+    )
     api_key: str = Field("", description="Key the `brimful` operator commands present to the API.")
     long_poll_max_s: float = Field(30.0, gt=0, description="Longest `?wait=` a client may ask a request to be held.")
     max_bulk_tasks: int = Field(1000, ge=1, description="Most tasks one POST /v1/tasks:batch may carry.")

@@ -16,6 +16,7 @@ import pytest
 from fastapi import FastAPI
 
 from brimful.api.app import create_app
+from brimful.api.browser_guard import BrowserGuard
 from brimful.api.response_metrics import ResponseCounter
 from brimful.api.state import ApiState
 from brimful.stack import EmbeddedStack
@@ -31,9 +32,9 @@ def app_for(stack: EmbeddedStack) -> AppFactory:
 
     def make(**overrides: object) -> FastAPI:
         counted = create_app(stack.settings.model_copy(update={"api_fast_lane": False, **overrides}))
-        assert isinstance(counted, ResponseCounter)
-        assert isinstance(counted.app, FastAPI)
-        return counted.app
+        assert isinstance(counted, ResponseCounter) and isinstance(counted.app, BrowserGuard)
+        assert isinstance(counted.app.app, FastAPI)
+        return counted.app.app
 
     return make
 

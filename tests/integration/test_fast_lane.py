@@ -18,6 +18,7 @@ import pytest
 from fastapi import FastAPI
 
 from brimful.api.app import create_app
+from brimful.api.browser_guard import BrowserGuard
 from brimful.api.fast_lane import FastLane
 from brimful.api.response_metrics import ResponseCounter
 from brimful.api.state import ApiState
@@ -35,8 +36,8 @@ async def lanes(stack: EmbeddedStack) -> AsyncIterator[tuple[Lanes, dict[str, st
     """Both lanes over one state with auth on; yields them and API keys by scope."""
     settings = stack.settings.model_copy(update={"auth_enabled": True, "api_fast_lane": False})
     counted = create_app(settings)
-    assert isinstance(counted, ResponseCounter)
-    app = counted.app
+    assert isinstance(counted, ResponseCounter) and isinstance(counted.app, BrowserGuard)
+    app = counted.app.app
     assert isinstance(app, FastAPI)
     lane = FastLane(app)
     async with app.router.lifespan_context(app):
