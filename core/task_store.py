@@ -563,10 +563,8 @@ class TaskStore:
         moved = await self._move([task_id], TaskStatus.CANCELLED, _QUEUED, "", [""], publish=True)
         if moved:
             # The tombstone outlives the record, so a redelivered record never runs it.
-            async with self._redis.pipeline(transaction=False) as pipe:
-                pipe.set(self._keys.tombstone(task_id), TOMBSTONE_CANCELLED, ex=self._waiting_ttl_s)
-                pipe.publish(self._keys.cancelled_channel, task_id)
-                await pipe.execute()
+            await self._redis.set(self._keys.tombstone(task_id), TOMBSTONE_CANCELLED, ex=self._waiting_ttl_s)
+            await self._redis.publish(self._keys.cancelled_channel, task_id)
         return bool(moved)
 
     async def _move(
