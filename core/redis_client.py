@@ -10,7 +10,7 @@ from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.cluster import ClusterPipeline, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
-from redis.exceptions import ConnectionError, TimeoutError
+from redis.exceptions import ConnectionError
 
 from brimful.core.settings import Settings
 
@@ -80,23 +80,34 @@ def is_cluster(redis: RedisClient) -> bool:
 
 def make_redis(settings: Settings) -> RedisClient:
     """A client that retries a command on a fresh connection when the old one died (Redis
-    restarted). On one Redis its pool makes a burst wait for a free connection (up to
-    ``redis_pool_timeout_s``) instead of failing it; on a cluster, the same holds for
-    ``redis_max_connections`` commands at once, and the client follows the slot map."""
-    retry = Retry(ExponentialBackoff(cap=1.0, base=0.05), retries=3)
+    restarted), and fails one that gets no answer within ``redis_timeout_s`` (connecting
+    included) without repeating it: it may have run, and a paused Redis must hold no
+    request for long. TCP keepalive finds a peer that vanished. On one Redis its pool
+    makes a burst wait for a free connection (up to ``redis_pool_timeout_s``) instead of
+    failing it; on a cluster, the same holds for ``redis_max_connections`` commands at
+    once, and the client follows the slot map."""
+    # Only a dead connection is tried again: redis-py's default would repeat a timed-out command too.
+    retry = Retry(ExponentialBackoff(cap=1.0, base=0.05), retries=3, supported_errors=(ConnectionError,))
+    timeouts: dict[str, Any] = {
+        "socket_timeout": settings.redis_timeout_s,
+        "socket_connect_timeout": settings.redis_timeout_s,
+        "socket_keepalive": True,
+    }
     if settings.redis_cluster:
         return WaitingRedisCluster.from_url(
             settings.redis_url,
             max_concurrent=settings.redis_max_connections,
             pool_timeout_s=settings.redis_pool_timeout_s,
             retry=retry,
-            retry_on_error=[ConnectionError, TimeoutError],
+            retry_on_error=[ConnectionError],
+            **timeouts,
         )
     pool = BlockingConnectionPool.from_url(
         settings.redis_url,
         max_connections=settings.redis_max_connections,
         timeout=settings.redis_pool_timeout_s,
         retry=retry,
-        retry_on_error=[ConnectionError, TimeoutError],
+        retry_on_error=[ConnectionError],
+        **timeouts,
     )
     return Redis(connection_pool=pool)

@@ -121,6 +121,15 @@ class Settings(BaseSettings):
         "a task never expires while it waits in Kafka.",
     )
     key_prefix: str = Field("brimful", description="Prefix of every Redis key Brimful writes.")
+    redis_timeout_s: float = Field(
+        2.0,
+        gt=0,
+        le=60,
+        description="Longest one Redis command, or a connection to Redis, may take: past it the command fails (the "
+        "API answers 503 with Retry-After, a batcher runs its batch again), so a paused or wedged Redis holds no "
+        "request. A command that timed out is not repeated by the client (it may have run). Brimful's slowest "
+        "command (a batch's state change) takes milliseconds.",
+    )
     redis_max_connections: int = Field(64, ge=1, description="Redis connections per process; more requests queue.")
     redis_pool_timeout_s: float = Field(
         5.0, gt=0, description="How long a request waits for a free Redis connection before failing."

@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from brimful.stack.embedded import EmbeddedStack
-from brimful.stack.processes import StackError
 
 log = logging.getLogger("brimful.stack")
 
@@ -40,7 +39,8 @@ class RestartBackoff:
 
 class Supervisor:
     """Watches the stack's children; ``check()`` restarts those due (call it every second
-    or so). Only ``EmbeddedStack.stop()`` ends the stack."""
+    or so), and never raises: a child that fails to start is tried again later. Only
+    ``EmbeddedStack.stop()`` ends the stack."""
 
     def __init__(
         self,
@@ -69,7 +69,7 @@ class Supervisor:
                 continue
             try:
                 self._stack.restart(name)
-            except StackError as error:
+            except Exception as error:  # noqa: BLE001 - whatever a start meets (a Redis or broker that does not answer), the rest of the stack carries on
                 wait = self._backoff.delay(name, self._clock())
                 self._due[name] = self._clock() + wait
                 self._say(f"{name} did not start again ({error}); next try in {wait:.1f} s")
