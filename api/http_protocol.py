@@ -16,10 +16,14 @@ answer it in JSON; a connection answered before its body was all read ends as a 
 one does (what still comes is dropped for a moment, then the connection is dropped), so
 the rest cannot trickle in unbounded and the client still reads its answer.
 
-Past ``api_max_connections`` (connections, or requests under way, in one worker) a new
-request gets 503 ``too_many_connections`` with ``Retry-After``, in the API's JSON error
-shape: uvicorn's own ``limit_concurrency`` answers a plain-text 503 no client of this API
-can parse, so the limit is checked here instead.
+``api_max_connections`` bounds one worker's requests under way (long-polls included) and
+its open connections. Connections that send nothing cannot lock clients out: a connection
+that opens past the bound closes the longest-idle one first (no request under way, none
+begun), and only when none is idle does a new request get 503 ``too_many_connections``
+with ``Retry-After``, in the API's JSON error shape (uvicorn's own ``limit_concurrency``
+answers a plain-text 503 no client of this API can parse, and counts idle connections).
+The probes (``/healthz``, ``/readyz``) are never refused for the bound: a kubelet that
+cannot reach them would restart a worker that is only busy.
 """
 
 from __future__ import annotations
@@ -42,6 +46,8 @@ MAX_HEAD_BYTES = 64 * 1024
 # After refusing a request, how long the connection keeps reading (and dropping) what the
 # client still sends, so that closing does not reset it before it reads the answer.
 LINGER_S = 2.0
+# Answered whatever the load: the probes.
+PROBE_PATHS = frozenset({b"/healthz", b"/readyz"})
 
 
 def _closing_answer(status_line: bytes, code: str, message: str) -> bytes:
@@ -62,8 +68,9 @@ def _too_many_connections(limit: int) -> bytes:
 class BoundedHttpProtocol(HttpToolsProtocol):
     """The httptools protocol, refusing a request whose head is not all in within the
     read timeout (``BRIMFUL_API_READ_TIMEOUT_S``: 408) or grows past ``MAX_HEAD_BYTES``
-    (431), closing a connection that sends nothing for that long, and answering 503 in
-    JSON past ``BRIMFUL_API_MAX_CONNECTIONS``."""
+    (431), closing a connection that sends nothing for that long, shedding the longest
+    idle connection past ``BRIMFUL_API_MAX_CONNECTIONS``, and answering 503 in JSON when
+    requests under way reach it (probes excepted)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -75,10 +82,31 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         self._in_body = False
         self._head_bytes = 0  # received since the last head ended, outside bodies
         self._refused = False
+        self._idle_since = 0.0  # when it last had no request under way (loop time)
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        self._idle_since = self.loop.time()
         self._arm()
+        if len(self.connections) > self.max_connections:
+            self._shed_longest_idle()
+
+    @property
+    def idle(self) -> bool:
+        """Open with no request under way and none begun (a keep-alive between requests,
+        or a socket that never sent anything)."""
+        return (
+            not self._head_started and not self._in_body and not self._refused
+            and (self.cycle is None or self.cycle.response_complete) and not self.transport.is_closing()
+        )
+
+    def _shed_longest_idle(self) -> None:
+        """Close the connection idle the longest, if one is: its client loses nothing (it
+        opens another when it has a request), and the new one gets its place."""
+        idle = [c for c in self.connections if c is not self and isinstance(c, BoundedHttpProtocol) and c.idle]
+        if idle:
+            min(idle, key=lambda connection: connection._idle_since).transport.close()
+            metrics.CONNECTIONS_SHED.inc()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
@@ -107,9 +135,14 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         self._head_started = False
         self._in_body = True
         self._head_bytes = 0
-        # uvicorn's own check, with this API's answer: connections open in this worker, or
-        # requests under way in it (long-polls included).
-        if len(self.connections) > self.max_connections or len(self.tasks) >= self.max_connections:
+        # Requests under way in this worker (long-polls included), or connections still
+        # past the bound with none idle to shed; never a probe.
+        over = len(self.tasks) >= self.max_connections or (
+            # A connection shed a moment ago is still in the set until its loss is heard.
+            len(self.connections) > self.max_connections
+            and sum(not c.transport.is_closing() for c in self.connections) > self.max_connections
+        )
+        if over and self.url.split(b"?", 1)[0] not in PROBE_PATHS:
             app, self.app = self.app, self._refuse_overloaded
             try:
                 super().on_headers_complete()  # runs the refusal as this request's app
@@ -139,6 +172,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         # and a client still sending its body then never reads the answer (a 413 became a
         # broken pipe). It lingers, dropping what comes, as a refusal does.
         unread = self.cycle is not None and self.cycle.more_body
+        self._idle_since = self.loop.time()
         super().on_response_complete()
         if unread and not self.transport.is_closing():
             self._end_after_answer()

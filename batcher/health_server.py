@@ -10,7 +10,9 @@
 
 It runs on the batcher's own event loop (so liveness proves the loop turns), answers one
 request per connection, and bounds what a caller can make it hold: the request head's
-size, the time to send it, and the connections open at once.
+size, the time to send it, and the connections open at once. Past that many, a new
+connection closes the one that has waited longest without sending its head, so sockets
+that send nothing never keep the kubelet's probe out (it would restart a healthy batcher).
 """
 
 from __future__ import annotations
@@ -85,6 +87,8 @@ class HealthServer:
         self._probes = probes
         self._server: asyncio.Server | None = None
         self._open = 0
+        # Connections whose head has not arrived yet, with when each opened: the ones to shed.
+        self._waiting: dict[asyncio.StreamWriter, float] = {}
 
     @property
     def port(self) -> int:
@@ -100,15 +104,27 @@ class HealthServer:
             self._server.close()
             await self._server.wait_closed()
 
+    def _shed_longest_waiting(self) -> bool:
+        """Close the connection that has waited longest for its head; False if none waits."""
+        if not self._waiting:
+            return False
+        oldest = min(self._waiting, key=self._waiting.__getitem__)
+        del self._waiting[oldest]
+        oldest.transport.abort()
+        return True
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._open += 1
         try:
-            if self._open > MAX_CONNECTIONS:
-                return
+            if self._open > MAX_CONNECTIONS and not self._shed_longest_waiting():
+                return  # every place holds a request being answered
+            self._waiting[writer] = asyncio.get_running_loop().time()
             try:
                 head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=HEAD_TIMEOUT_S)
             except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, asyncio.TimeoutError, ConnectionError):
                 return
+            finally:
+                self._waiting.pop(writer, None)
             parts = head.split(b"\r\n", 1)[0].decode("latin-1").split(" ")
             if len(parts) != 3:
                 reply = _json(400, {"error": {"code": "bad_request", "message": "malformed request line"}})

@@ -134,6 +134,10 @@ TASK_LATENCY = Histogram(
 )
 
 # --- API -----------------------------------------------------------------------------
+CONNECTIONS_SHED = Counter(
+    "brimful_connections_shed",
+    "Idle connections an API worker closed to make room past api_max_connections.",
+)
 TASKS_SUBMITTED = Counter("brimful_tasks_submitted", "Tasks accepted (answered 202), by model.", ["model"])
 SUBMIT_GROUP_SIZE = Histogram(
     "brimful_submit_group_size", "Submissions recorded and sent together by one group commit.",

@@ -321,9 +321,10 @@ class Settings(BaseSettings):
     api_max_connections: int = Field(
         2048,
         ge=1,
-        description="Connections one API worker holds open at once, long-polls included (and requests under way); "
-        "past it, a new request gets 503 too_many_connections with Retry-After and its connection closes. Keep it "
-        "below the process's open-files limit.",
+        description="Requests under way in one API worker (long-polls included), and connections it holds open: a "
+        "connection past it closes the longest-idle one, and only when none is idle does a new request get 503 "
+        "too_many_connections with Retry-After (never /healthz or /readyz). Keep it below the process's open-files "
+        "limit.",
     )
     api_fast_lane: bool = Field(
         True,

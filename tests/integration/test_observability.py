@@ -9,6 +9,7 @@ import time
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
+from brimful.batcher.health_server import MAX_CONNECTIONS
 from brimful.stack import EmbeddedStack
 from tests.conftest import fault_file
 from tests.task_client import TaskClient
@@ -82,6 +83,24 @@ async def test_the_batcher_server_drops_an_oversized_request_head(stack: Embedde
     writer.close()
     assert reply == b""  # closed without an answer, and the server still serves
     assert (await get(batcher_url(stack, "/healthz")))[0] == 200
+
+
+async def test_sockets_that_send_nothing_never_keep_a_probe_out(stack: EmbeddedStack) -> None:
+    port = stack.settings.batcher_metrics_port
+    idle = [await asyncio.open_connection("127.0.0.1", port) for _ in range(MAX_CONNECTIONS + 8)]
+    try:
+        await asyncio.sleep(0.2)  # all accepted: each holds a place until its head would time out
+        for probe in ("/healthz", "/readyz", "/metrics"):
+            assert (await asyncio.wait_for(get_text(batcher_url(stack, probe)), timeout=5)) == 200, probe
+    finally:
+        for _, writer in idle:
+            writer.close()
+
+
+async def get_text(url: str) -> int:
+    async with aiohttp.ClientSession() as session, session.get(url) as response:
+        await response.read()
+        return response.status
 
 
 async def test_api_and_batcher_keep_their_startup_heap_out_of_full_collections(stack: EmbeddedStack) -> None:

@@ -26,7 +26,8 @@ READ_TIMEOUT_S = 1.0
 CAPPED_CONNECTIONS = 2
 # How long a test waits for the server to act on that timeout before calling it hung.
 PATIENCE_S = 15.0
-HEAD = b"POST /v1/tasks HTTP/1.1\r\nHost: api\r\nContent-Type: application/json\r\n"
+# The Host a client that connected to 127.0.0.1 sends (an open API answers loopback names only).
+HEAD = b"POST /v1/tasks HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
 
 
 @pytest.fixture(scope="module")
@@ -196,13 +197,56 @@ def refusals(port: int, reason: str) -> float:
     return sums.get("brimful_refusals_total", 0.0)
 
 
-def test_a_request_past_the_connection_cap_gets_503_in_json_with_retry_after(capped_api_port: int) -> None:
-    before = refusals(capped_api_port, "too_many_connections")
-    holders = [connect(capped_api_port) for _ in range(CAPPED_CONNECTIONS)]  # open, sending nothing
+def shed(port: int) -> float:
+    return read_sample_sums(f"http://127.0.0.1:{port}/metrics").get("brimful_connections_shed_total", 0.0)
+
+
+def test_idle_connections_past_the_cap_are_shed_for_a_request(capped_api_port: int) -> None:
+    before = shed(capped_api_port)
+    holders = [connect(capped_api_port) for _ in range(CAPPED_CONNECTIONS + 3)]  # open, sending nothing
     try:
         with connect(capped_api_port) as client:
             submit_over(client)
             answer = read_until_closed(client)
+        assert answer.startswith(b"HTTP/1.1 202"), answer[:300]
+        closed = 0
+        for holder in holders:  # the server closed the idle ones past the cap
+            holder.settimeout(0.5)
+            try:
+                closed += holder.recv(1) == b""
+            except TimeoutError:
+                pass
+        assert closed >= 4, closed
+    finally:
+        for holder in holders:
+            holder.close()
+    assert shed(capped_api_port) >= before + 4
+
+
+def hold_a_request(port: int) -> socket.socket:
+    """A request under way: its head sent, its body only begun."""
+    holder = connect(port)
+    holder.sendall(HEAD + b"Content-Length: 100\r\n\r\n" + b'{"inputs": ')
+    return holder
+
+
+def test_requests_under_way_at_the_cap_refuse_a_request_in_json_but_never_a_probe(capped_api_port: int) -> None:
+    before = refusals(capped_api_port, "too_many_connections")
+    holders = [hold_a_request(capped_api_port) for _ in range(CAPPED_CONNECTIONS)]
+    try:
+        def refused() -> bool:  # once the server has read both heads
+            with connect(capped_api_port) as client:
+                submit_over(client)
+                return read_until_closed(client).startswith(b"HTTP/1.1 503")
+
+        wait_until(refused, PATIENCE_S, "a request refused past the cap")
+        with connect(capped_api_port) as client:
+            submit_over(client)
+            answer = read_until_closed(client)
+        for probe in ("/healthz", "/readyz"):
+            with connect(capped_api_port) as client:
+                client.sendall(f"GET {probe} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".encode())
+                assert read_until_closed(client).startswith(b"HTTP/1.1 200"), probe
     finally:
         for holder in holders:
             holder.close()
