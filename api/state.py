@@ -51,16 +51,19 @@ class ApiState:
         self.catalogue: ModelCatalogue | None = None  # the models served, once all their metadata is read
         self.status_board = StatusBoard(self.redis, keys)
         self.dead_letters = DeadLetterAdmin(settings, self.redis, self.producer, self.store)
+        self.topics = {name: settings.requests_topic_for(name) for name in settings.served_models}  # model -> its topic
         # One committer per model: a group is one send to one topic.
         self.committers = {
             name: GroupCommitter(
-                self.store, lambda: self.producer, settings.requests_topic_for(name), settings.submit_group_max,
+                self.store, lambda: self.producer, self.topics[name], settings.submit_group_max,
                 settings.submit_waiting_max,
             )
             for name in settings.served_models
         }
         self.backlog = BacklogMonitor(
-            self.status_board, [self.stats_of(name) for name in settings.served_models], settings.requests_topic
+            self.status_board,
+            {topic: (name, self.stats_of(name)) for name, topic in self.topics.items()},
+            settings.requests_topic,
         )
         metrics.BACKLOG_LIMIT_ROWS.set(settings.max_backlog)
         self.tracing = configure_tracing(settings, "brimful-api")

@@ -134,22 +134,29 @@ def check_payload(submission: Submission, limits: TenantLimits) -> None:
 
 
 async def check_admission(state: ApiState) -> None:
-    """503 while the models' metadata, the broker or the backlog says no (the first two
-    after up to ``STARTUP_WAIT_S`` of waiting for them)."""
+    """503 while the models' metadata or the broker says no (after up to
+    ``STARTUP_WAIT_S`` of waiting for them)."""
     if not state.serving:
         await state.wait_until_serving(STARTUP_WAIT_S)
     if state.catalogue is None:
         raise ApiError(503, "model_not_ready", "the model's metadata is not loaded yet", {"Retry-After": "1"})
     if not state.producer_started:
         raise ApiError(503, "broker_unavailable", "the broker is not reachable yet", {"Retry-After": "1"})
+
+
+def check_backlog(state: ApiState, model: str) -> None:
+    """503 while the model's own backlog is past ``max_backlog``: another model's backlog
+    never refuses its tasks."""
     limit = state.settings.max_backlog
-    backlog = state.backlog.backlog
+    topic = state.topics[model]
+    backlog = state.backlog.backlog_of(topic)
     if backlog > limit:
-        retry_after = state.backlog.retry_after_s(limit)
+        retry_after = state.backlog.retry_after_s(topic, limit)
         raise ApiError(
             503,
             "overloaded",
-            f"{backlog} accepted tasks are still unfinished (limit {limit}); retry in about {retry_after} s",
+            f"{backlog} accepted tasks of model {model} are still unfinished (limit {limit}); "
+            f"retry in about {retry_after} s",
             {"Retry-After": str(retry_after)},
         )
 
@@ -212,7 +219,8 @@ async def take_tokens(state: ApiState, principal: Principal, count: int) -> None
 async def enqueue(state: ApiState, submission: Submission, task_id: str, tenant: str, max_in_flight: int) -> None:
     """Record the task as queued (429 if the tenant has too many in flight), then put it
     on the requests topic (acks=all): in a group commit with the submissions that arrive
-    alongside (``group_commit``)."""
+    alongside (``group_commit``). 503 while the model's backlog is past its limit."""
+    check_backlog(state, submission.model)
     submitted_at = now_ms()
     message = TaskRequest(
         task_id=task_id,

@@ -153,10 +153,12 @@ REFUSALS = Counter(
     ["reason"],
 )
 BACKLOG_ROWS = Gauge(
-    "brimful_backlog_rows", "Accepted tasks not yet finished, as the API sees them.", multiprocess_mode="max"
+    "brimful_backlog_rows", "A model's accepted tasks not yet finished, as the API sees them.", ["model"],
+    multiprocess_mode="max",
 )
 BACKLOG_LIMIT_ROWS = Gauge(
-    "brimful_backlog_limit_rows", "The backlog above which POST answers 503 overloaded.", multiprocess_mode="max"
+    "brimful_backlog_limit_rows", "The backlog of a model above which POST answers 503 overloaded for it.",
+    multiprocess_mode="max",
 )
 LONG_POLLS_WAITING = Gauge(
     "brimful_long_polls_waiting", "Requests held open waiting for a task to finish.", multiprocess_mode="livesum"

@@ -1,12 +1,12 @@
-"""The API's backlog: the consumer lag over every partition, kept up to date as the API
-produces and as the batchers report, read on every POST without any arithmetic over
+"""The API's backlog: each model's consumer lag over its partitions, kept up to date as the
+API produces and as the batchers report, read on every POST without any arithmetic over
 partitions. Its inputs are stood in for (the board and the counters are plain data)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from brimful.api.backlog import BacklogMonitor
+from brimful.api.backlog import RESTART_AFTER_S, BacklogMonitor
 from brimful.core.stats import StatsField
 
 
@@ -30,7 +30,7 @@ def lag_by_hand(highwater: dict[int, int], produced: dict[int, int], committed: 
 
 async def test_backlog_follows_what_is_produced_and_what_the_batchers_report() -> None:
     board = Board()
-    monitor = BacklogMonitor(board, [Stats()], "requests")  # type: ignore[list-item]
+    monitor = BacklogMonitor(board, {"requests": ("m", Stats())}, "requests")  # type: ignore[dict-item]
     assert monitor.backlog == 0
     for offset in range(10):
         monitor.produced("requests", 0, offset)
@@ -60,7 +60,7 @@ async def test_each_models_topic_has_its_own_partitions() -> None:
     # Two models' batchers both own a partition 0: one's committed offset must not be
     # read as the other's, or a model's backlog would hide behind the other's progress.
     board = Board()
-    monitor = BacklogMonitor(board, [Stats(), Stats()], "requests")  # type: ignore[list-item]
+    monitor = BacklogMonitor(board, {"requests": ("m", Stats()), "requests.small": ("small", Stats())}, "requests")  # type: ignore[dict-item]
     for offset in range(8):
         monitor.produced("requests", 0, offset)
     for offset in range(3):
@@ -73,3 +73,28 @@ async def test_each_models_topic_has_its_own_partitions() -> None:
     ]
     await monitor.refresh()
     assert monitor.backlog == (8 - 2) + 0
+    assert (monitor.backlog_of("requests"), monitor.backlog_of("requests.small")) == (8 - 2, 0)
+
+
+async def test_a_partition_whose_log_end_stays_below_its_committed_offset_starts_over() -> None:
+    # The topic deleted and created again: its batchers report a new, short log. A report
+    # like that for a moment is a stale one and moves nothing back; for RESTART_AFTER_S it
+    # is the new log, and the backlog follows it instead of staying up for ever.
+    now = [0.0]
+    board = Board()
+    monitor = BacklogMonitor(board, {"requests": ("m", Stats())}, "requests", clock=lambda: now[0])  # type: ignore[dict-item]
+    for offset in range(500):
+        monitor.produced("requests", 0, offset)
+    board.batchers = [{"member": "a", "partitions": {"0": {"highwater": 500, "committed": 100}}}]
+    await monitor.refresh()
+    assert monitor.backlog_of("requests") == 400
+    board.batchers = [{"member": "a", "partitions": {"0": {"highwater": 30, "committed": 20}}}]
+    for at in (1.0, 1.0 + RESTART_AFTER_S - 0.1):
+        now[0] = at
+        await monitor.refresh()
+        assert monitor.backlog_of("requests") == 400
+    now[0] = 1.0 + RESTART_AFTER_S
+    await monitor.refresh()
+    assert monitor.backlog_of("requests") == 30 - 20
+    monitor.produced("requests", 0, 31)  # the API's own count of the new log
+    assert monitor.backlog_of("requests") == 32 - 20
