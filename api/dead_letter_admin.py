@@ -245,7 +245,10 @@ class DeadLetterAdmin:
         """Send up to ``limit`` matching open entries back to their model's requests topic
         with their task_ids; the tasks read ``queued`` again. Returns (the page, replayed
         task ids, skipped entry ids): an entry with nothing to send, or for a model no
-        longer served, is skipped. ``dry_run`` says what would be replayed and changes nothing."""
+        longer served, is skipped, and so is one whose task is not ``failed`` (done since,
+        cancelled, or requeued by another letter of it: a task may have two, after a
+        rebalance or a retried batch), which is marked so: a replay never reopens a task.
+        ``dry_run`` says what would be replayed and changes nothing."""
         page = await self.page(replace(selection, include_resolved=False), after, limit)
         replayed, skipped, group = [], [], []
         for entry in page.entries:
@@ -255,22 +258,32 @@ class DeadLetterAdmin:
             if not request.inputs or (request.model or self._settings.default_model) not in self._served:
                 skipped.append(entry.entry_id)
                 continue
-            replayed.append(entry.letter.request.task_id)
             group.append(entry)
             if len(group) == _REPLAY_GROUP and not dry_run:
-                await self._send_again(group, actor)
+                sent, kept = await self._send_again(group, actor)
+                replayed += sent
+                skipped += kept
                 group = []
-        if not dry_run:
-            await self._send_again(group, actor)
+        if dry_run:
+            replayed = list(dict.fromkeys(entry.letter.request.task_id for entry in group))
+        else:
+            sent, kept = await self._send_again(group, actor)
+            replayed += sent
+            skipped += kept
         return page, replayed, skipped
 
-    async def _send_again(self, entries: list[DeadLetterEntry], actor: str) -> None:
+    async def _send_again(self, entries: list[DeadLetterEntry], actor: str) -> tuple[list[str], list[str]]:
         """Requeue, send and mark replayed one group: each task reads ``queued`` before the
-        batcher can see its record, and a dropped call re-sends at most one group."""
-        sends = []
+        batcher can see its record, and a dropped call re-sends at most one group. Returns
+        (the task ids sent, the entry ids left because their task is not failed)."""
+        sends, sent, kept = [], [], []
         for entry in entries:
             request = entry.letter.request
-            await self._store.requeue(request.task_id, request.submitted_at_ms, request.tenant, request.model)
+            status = await self._store.requeue(request.task_id, request.submitted_at_ms, request.tenant, request.model)
+            if status is not None:
+                kept.append((entry, status))
+                continue
+            sent.append(entry)
             sends.append(
                 await self._producer.send(
                     self._settings.requests_topic_for(request.model or self._settings.default_model),
@@ -278,7 +291,10 @@ class DeadLetterAdmin:
                 )
             )
         await asyncio.gather(*sends)
-        await self._resolve(entries, "replayed", actor)
+        await self._resolve(sent, "replayed", actor)
+        for entry, status in kept:
+            await self._resolve([entry], "not_replayed", actor, f"its task is {status}, not failed")
+        return [entry.letter.request.task_id for entry in sent], [entry.entry_id for entry, _ in kept]
 
     async def purge(self, selection: DeadLetterFilter, actor: str, after: str | None, limit: int) -> Page:
         """Mark up to ``limit`` matching open entries purged: they leave the default listing."""
@@ -305,8 +321,8 @@ class DeadLetterAdmin:
         writer.close()
         yield sink.drain()
 
-    async def _resolve(self, entries: list[DeadLetterEntry], action: str, actor: str) -> None:
+    async def _resolve(self, entries: list[DeadLetterEntry], action: str, actor: str, reason: str = "") -> None:
         if not entries:
             return
-        record = json.dumps({"action": action, "at_ms": now_ms(), "actor": actor})
+        record = json.dumps({"action": action, "at_ms": now_ms(), "actor": actor, **({"reason": reason} if reason else {})})
         await self._redis.hset(self._keys.dlq_resolved, mapping={entry.entry_id: record for entry in entries})

@@ -173,6 +173,21 @@ redis.call('EXPIRE', KEYS[1], ARGV[1])
 return 1
 """
 
+# KEYS[1]: a task's record. ARGV: ttl_s, now_ms, the queued status, the failed status,
+# submitted_at_ms, tenant, model. Puts a failed (or expired) task back to queued for a
+# replay; any other task is left as it is. Returns "" when requeued, else the status kept.
+_REQUEUE_LUA = """
+local status = redis.call('HGET', KEYS[1], 'status')
+if status and status ~= ARGV[4] then
+  return status
+end
+redis.call('HDEL', KEYS[1], 'error', 'outputs', 'cached_outputs')
+redis.call('HSET', KEYS[1], 'status', ARGV[3], 'submitted_at_ms', ARGV[5], 'updated_at_ms', ARGV[2],
+           'tenant', ARGV[6], 'model', ARGV[7])
+redis.call('EXPIRE', KEYS[1], ARGV[1])
+return ''
+"""
+
 # Why a task whose Kafka record may still be read must never run (RedisKeys.tombstone).
 TOMBSTONE_CANCELLED = "cancelled"
 TOMBSTONE_WITHDRAWN = "withdrawn"
@@ -298,6 +313,7 @@ class TaskStore:
         self._swap_if = redis.register_script(_SWAP_IF_LUA)
         self._create_group = redis.register_script(_CREATE_GROUP_LUA)
         self._recreate = redis.register_script(_RECREATE_LUA)
+        self._requeue = redis.register_script(_REQUEUE_LUA)
 
     @property
     def keys(self) -> RedisKeys:
@@ -388,27 +404,22 @@ class TaskStore:
             await self._forget_quietly(taken_back)
         return outcomes
 
-    async def requeue(self, task_id: str, submitted_at_ms: int, tenant: str = "", model: str = "") -> None:
-        """Put a failed task back to ``queued`` for a replay (recreating it if it expired).
-        Written before the request is sent again, as for a new task; it counts as in
-        flight for its tenant again (an operator's replay is never refused for it)."""
-        key = self._keys.task(task_id)
+    async def requeue(self, task_id: str, submitted_at_ms: int, tenant: str = "", model: str = "") -> str | None:
+        """Put a failed task back to ``queued`` for a replay (recreating it if it expired),
+        in one atomic step that touches nothing else: a task done, cancelled, or already
+        queued or running again (a second dead letter of it replayed) keeps its state and
+        its result. Returns None when requeued, else the status it keeps. Written before the
+        request is sent again, as for a new task; it counts as in flight for its tenant
+        again (an operator's replay is never refused for it)."""
+        kept = await self._requeue(
+            keys=[self._keys.task(task_id)],
+            args=[self._waiting_ttl_s, now_ms(), TaskStatus.QUEUED.value, TaskStatus.FAILED.value, submitted_at_ms,
+                  tenant, model],
+        )
+        if kept:
+            return str(kept.decode() if isinstance(kept, bytes) else kept)
         await self._redis.zadd(self._keys.in_flight(tenant), {task_id: now_ms()})
-        # One key, so one atomic step on a cluster too: no reader sees a half-requeued task.
-        async with self._redis.pipeline(transaction=True) as pipe:
-            pipe.hdel(key, "error", "outputs", CACHED_OUTPUTS)
-            pipe.hset(
-                key,
-                mapping={
-                    "status": TaskStatus.QUEUED.value,
-                    "submitted_at_ms": submitted_at_ms,
-                    "updated_at_ms": now_ms(),
-                    "tenant": tenant,
-                    "model": model,
-                },
-            )
-            pipe.expire(key, self._waiting_ttl_s)
-            await pipe.execute()
+        return None
 
     async def claim_idempotency_key(self, key: str, task_id: str, pending_ttl_s: int) -> IdempotencyHold | None:
         """Claim an Idempotency-Key for ``task_id`` while its submission is under way (the
