@@ -123,6 +123,26 @@ def encode_input(spec: TensorSpec, value: Any) -> InputTensor:
     return tensor
 
 
+def row_mismatch(spec: TensorSpec, row: InputTensor | None) -> str | None:
+    """Why one task's input does not fit ``spec`` (the model it will be called with), or
+    None when it does: a task checked against another version of the model (a replayed
+    dead letter, a model changed under a backlog) must fail alone, before it is stacked
+    with its neighbours into one tensor."""
+    if row is None:
+        return f"input {spec.name} is missing"
+    if row.datatype != spec.datatype:
+        return f"input {spec.name} is {row.datatype}, the model takes {spec.datatype}"
+    if tuple(row.shape) != spec.row_shape:
+        return f"input {spec.name} has row shape {list(row.shape)}, the model takes {list(spec.row_shape)}"
+    count = math.prod(spec.row_shape)
+    if spec.datatype == "BYTES":
+        if len(row.bytes_contents) != count:
+            return f"input {spec.name} holds {len(row.bytes_contents)} elements, its shape {count}"
+    elif len(row.raw_contents) != count * spec.numpy_dtype.itemsize:
+        return f"input {spec.name} holds {len(row.raw_contents)} bytes, its shape {count * spec.numpy_dtype.itemsize}"
+    return None
+
+
 def stack_rows(spec: TensorSpec, rows: Sequence[InputTensor]) -> np.ndarray:
     """Stack the rows of one input into a ``(len(rows), *row_shape)`` array."""
     shape = (len(rows), *spec.row_shape)

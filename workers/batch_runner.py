@@ -43,7 +43,7 @@ from brimful.core.clock import now_ms
 from brimful.core.model_signature import ModelSignature
 from brimful.core.stats import SharedStats, StatsField
 from brimful.core.task_store import KnownTask, TaskStore
-from brimful.core.tensor_codec import non_finite_rows, output_rows_to_json, stack_rows
+from brimful.core.tensor_codec import non_finite_rows, output_rows_to_json, row_mismatch, stack_rows
 from brimful.core.tracing import BatchTrace, TracedTask, Tracing
 from brimful.schemas import Attempt, TaskRequest
 from brimful.workers.dead_letters import DeadLetterWriter, dead_letter
@@ -212,6 +212,7 @@ class BatchRunner:
                 running.update(await self._recreate_missing(batch, running))
             items = [item for item in batch.items if item.task_id in running]
             outcome.skipped = len(batch.items) - len(items)
+            items = await self._fail_unfit(batch, items, outcome)
             computed, followers = await self._answer_identical(items, outcome) if self.cacheable else (items, [])
             if followers:
                 if not computed:
@@ -270,6 +271,29 @@ class BatchRunner:
                 log.warning("task record was gone; re-created from its Kafka record",
                             extra={"task_id": task_id, "batch_id": batch.batch_id})
         return recreated
+
+    async def _fail_unfit(self, batch: Batch, items: list[BatchItem], outcome: BatchOutcome) -> list[BatchItem]:
+        """Fail at once, each with its dead letter, the tasks whose inputs do not fit the
+        signature the model is called with (checked against another version of it: a
+        replayed dead letter, a model changed under a backlog), before any is stacked into
+        a tensor: one unfit row must not fail its neighbours. Returns the rest."""
+        fit: list[BatchItem] = []
+        unfit: dict[str, list[BatchItem]] = {}  # by reason
+        for item in items:
+            inputs = item.request.inputs
+            reason = None
+            for spec in self.signature.inputs:
+                reason = row_mismatch(spec, inputs[spec.name] if spec.name in inputs else None)
+                if reason is not None:
+                    break
+            if reason is None:
+                fit.append(item)
+            else:
+                unfit.setdefault(reason, []).append(item)
+        for reason, group in unfit.items():
+            error = ModelCallError(ErrorClass.REJECTED, f"{reason} ({self.signature.name} {self.signature.version})")
+            await self._fail(batch, group, error, _Attempts(), outcome)
+        return fit
 
     def _key(self, item: BatchItem) -> bytes | None:
         return cache_key(item.request, self.signature.name, self.signature.version, self.cache_across_tenants)

@@ -11,8 +11,10 @@ from brimful.core.tensor_codec import (
     encode_input,
     non_finite_rows,
     output_rows_to_json,
+    row_mismatch,
     stack_rows,
 )
+from brimful.schemas import InputTensor
 from brimful.workers.padding import pad_batch, pad_rows, unpad
 
 TEXT = TensorSpec("TEXT", "BYTES", (1,))
@@ -140,3 +142,15 @@ def test_rows_with_nan_or_infinite_outputs_are_found() -> None:
     }
     assert non_finite_rows(specs, outputs) == {1: "E", 2: "S", 3: "E"}
     assert non_finite_rows(specs, {**outputs, "E": np.zeros((4, 2)), "S": np.zeros((4, 1))}) == {}
+
+
+def test_a_row_that_does_not_fit_its_spec_says_why() -> None:
+    text = TensorSpec("TEXT", "BYTES", (1,))
+    vector = TensorSpec("V", "FP32", (3,))
+    assert row_mismatch(text, encode_input(text, "hello")) is None
+    assert row_mismatch(vector, encode_input(vector, [1.0, 2.0, 3.0])) is None
+    assert row_mismatch(text, None) == "input TEXT is missing"
+    assert "is FP32, the model takes BYTES" in str(row_mismatch(text, encode_input(TensorSpec("TEXT", "FP32", (1,)), 1.0)))
+    assert "row shape [2]" in str(row_mismatch(text, InputTensor(datatype="BYTES", shape=[2], bytes_contents=[b"a", b"b"])))
+    assert "holds 2 elements" in str(row_mismatch(text, InputTensor(datatype="BYTES", shape=[1], bytes_contents=[b"a", b"b"])))
+    assert "holds 8 bytes" in str(row_mismatch(vector, InputTensor(datatype="FP32", shape=[3], raw_contents=b"\0" * 8)))
