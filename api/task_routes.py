@@ -261,7 +261,8 @@ async def cancel_task(
     own = await read_own_task(state.store, task_id, principal.tenant)
     if own is None:
         raise ApiError(404, "task_not_found", f"no task {task_id} (unknown, or expired after the retention time)")
-    if await state.store.cancel(task_id):
-        return {"task_id": task_id, "model": own.model or _default_model(state), "status": TaskStatus.CANCELLED.value}
+    model = own.model or _default_model(state)
+    if await state.store.cancel(task_id, state.settings.model_scope(model)):
+        return {"task_id": task_id, "model": model, "status": TaskStatus.CANCELLED.value}
     record = await state.store.get(task_id)
     raise ApiError(409, "not_cancellable", f"task {task_id} is already {record.status.value if record else 'gone'}")

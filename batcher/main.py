@@ -223,7 +223,8 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
         )
         # Drop tasks cancelled while they wait in this batcher's accumulators.
         cancellations = asyncio.create_task(
-            follow_channel(redis, keys.cancelled_channel, lambda task_id: service.cancel(task_id.decode()), stop=stop)
+            follow_channel(redis, keys.model_cancelled_channel(scope), lambda task_id: service.cancel(task_id.decode()),
+                           stop=stop)
         )
         # Endpoint health shared: a circuit one batcher opens, every batcher opens at once,
         # instead of each learning from its own failed calls.

@@ -162,6 +162,10 @@ class BatcherService:
         self._probe: asyncio.Task[None] | None = None
         self._wakeup = asyncio.Event()
         self._commit_wanted = asyncio.Event()
+        # Rows waiting here (normal or low priority), by task id -> partition: a cancel of
+        # a task this batcher does not hold costs a lookup, not a scan.
+        self._waiting: dict[str, int] = {}
+        self._cancelled: set[str] = set()  # held here, to leave at the loop's next turn
         self.running = False  # consuming: joined the group and fetching
         self.last_fetch_at: float | None = None  # when the fetch loop last came back (liveness)
 
@@ -186,6 +190,8 @@ class BatcherService:
             metrics.forget_partition(str(state.tp.partition))
         for state in states:
             dropped = state.accumulator.drain() + state.low.drain()
+            for row in dropped:
+                self._waiting.pop(row.item.task_id, None)
             if dropped:
                 log.info("released undispatched rows", extra={"partition": state.tp.partition, "rows": len(dropped)})
         in_flight = [task for state in states for task in state.in_flight]
@@ -287,19 +293,38 @@ class BatcherService:
             self._wakeup.set()
 
     def cancel(self, task_id: str) -> bool:
-        """Drop a task cancelled while it waits here, so its slot goes to the next row.
-        (A task cancelled after its batch left is kept from the model by the store.)"""
-        for state in self._partitions.values():
-            removed = state.accumulator.remove(lambda item: item.task_id == task_id)
-            removed += state.low.remove(lambda item: item.task_id == task_id)
-            if removed:
-                if state.tracker is not None:
-                    for row in removed:
-                        state.tracker.finish(row.item.offset)
-                self._commit_wanted.set()
-                log.info("cancelled task left its batch", extra={"task_id": task_id, "partition": state.tp.partition})
-                return True
-        return False
+        """Drop a task cancelled while it waits here, so its slot goes to the next row;
+        False when it does not wait here (a lookup). The rows cancelled meanwhile leave
+        together at the loop's next turn, one pass over each queue that holds any, so a
+        flood of cancels costs a pass per turn, not a scan per cancel. (A task cancelled
+        after its batch left is kept from the model by the store.)"""
+        if task_id not in self._waiting:
+            return False
+        self._cancelled.add(task_id)
+        self._wakeup.set()
+        return True
+
+    def _drop_cancelled(self) -> None:
+        by_partition: dict[int, set[str]] = {}
+        for task_id in self._cancelled:
+            number = self._waiting.pop(task_id, None)
+            if number is not None:
+                by_partition.setdefault(number, set()).add(task_id)
+        self._cancelled.clear()
+        for number, task_ids in by_partition.items():
+            state = self._partitions.get(number)
+            if state is None:
+                continue
+            removed = state.accumulator.remove(lambda item: item.task_id in task_ids)
+            removed += state.low.remove(lambda item: item.task_id in task_ids)
+            if state.tracker is not None:
+                for row in removed:
+                    state.tracker.finish(row.item.offset)
+            for row in removed:
+                log.debug("cancelled task left its batch", extra={"task_id": row.item.task_id, "partition": number})
+            log.info("cancelled tasks left their batches", extra={"partition": number, "tasks": len(removed)})
+        if by_partition:
+            self._commit_wanted.set()
 
     # --- main loop ---------------------------------------------------------------------
 
@@ -398,6 +423,7 @@ class BatcherService:
                 stamp = record.timestamp / 1000 if record.timestamp and record.timestamp > 0 else None
                 headers = tuple(record.headers) if self._keep_trace_context and record.headers else ()
                 item = BatchItem(request, tp.partition, record.offset, headers, wall_ns)
+                self._waiting[request.task_id] = tp.partition
                 if request.submitted_at_ms:
                     self._upstream += UPSTREAM_ALPHA * (upstream_seconds(item) - self._upstream)
                 if request.low_priority:
@@ -472,6 +498,8 @@ class BatcherService:
         )
 
     def _dispatch_due(self, force_reason: FlushReason | None = None) -> None:
+        if self._cancelled:
+            self._drop_cancelled()
         now = self._clock()
         pool = self._runner.pool
         batch_size = self._params.batch_size
@@ -521,7 +549,9 @@ class BatcherService:
         metrics.FLUSHES.labels(label, reason.value).inc()
         waited_total = upstream_total = 0.0
         queue_wait = metrics.QUEUE_WAIT.labels(label)  # looked up once a batch, not once a row
+        waiting = self._waiting
         for row in rows:
+            waiting.pop(row.item.task_id, None)
             waited = now - row.arrived_at
             queue_wait.observe(waited)
             waited_total += waited

@@ -40,7 +40,8 @@ class RedisKeys:
     - ``{prefix}:inflight:{tenant}``: sorted set of the tenant's unfinished task ids,
       scored by submission time (ms).
     - ``{prefix}:finished`` (pub/sub channel): task ids, as each reaches a final state.
-    - ``{prefix}:cancelled`` (pub/sub channel): task ids cancelled while queued.
+    - ``{prefix}:cancelled`` (pub/sub channel; ``...:model:{model}`` another model's): task
+      ids cancelled while queued.
     - ``{prefix}:slots:{endpoint}``: sorted set of the leases batchers hold on a model
       endpoint's slots, scored by when each expires (ms, Redis's clock);
       ``{prefix}:slots:model:{model}:{endpoint}`` another model's.
@@ -113,6 +114,11 @@ class RedisKeys:
     @property
     def cancelled_channel(self) -> str:
         return f"{self.prefix}:cancelled"
+
+    def model_cancelled_channel(self, model: str | None) -> str:
+        """Where a task of one model cancelled while queued is announced (None: the
+        default model's): only that model's batchers hear it."""
+        return self.cancelled_channel if model is None else f"{self.cancelled_channel}:model:{model}"
 
     @property
     def endpoint_down_channel(self) -> str:

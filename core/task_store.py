@@ -569,13 +569,14 @@ class TaskStore:
         value = orjson.dumps(error)
         return len(await self._move(ids, TaskStatus.FAILED, _NOT_FINAL, "error", [value for _ in ids], publish=True))
 
-    async def cancel(self, task_id: str) -> bool:
-        """Cancel a task that is still queued; False if it already left the queue."""
+    async def cancel(self, task_id: str, model: str | None = None) -> bool:
+        """Cancel a task that is still queued; False if it already left the queue. Its
+        model's batchers (``model``: its scope, None for the default model) hear of it."""
         moved = await self._move([task_id], TaskStatus.CANCELLED, _QUEUED, "", [""], publish=True)
         if moved:
             # The tombstone outlives the record, so a redelivered record never runs it.
             await self._redis.set(self._keys.tombstone(task_id), TOMBSTONE_CANCELLED, ex=self._waiting_ttl_s)
-            await self._redis.publish(self._keys.cancelled_channel, task_id)
+            await self._redis.publish(self._keys.model_cancelled_channel(model), task_id)
         return bool(moved)
 
     async def _move(

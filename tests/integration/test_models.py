@@ -6,12 +6,16 @@ serves: the reference model at 64 rows (the default) and the same function at 16
 from __future__ import annotations
 
 import asyncio
+import uuid
 from typing import Any
 
 import aiohttp
 import tritonclient.grpc.aio as triton_aio
+from redis.asyncio import Redis
 
+from brimful.core.redis_keys import RedisKeys
 from brimful.stack import EmbeddedStack, sample_sums
+from tests.conftest import rows_seen_by_model
 from tests.integration.test_pipeline import expected_outputs
 from tests.task_client import TaskClient
 
@@ -199,3 +203,32 @@ async def test_stats_and_policy_are_per_model(stack: EmbeddedStack, client: Task
     for path in ("/v1/stats?model=nope", "/v1/admin/policy?model=nope"):
         status, body = await client.request("GET", path)
         assert status == 422 and body["error"]["code"] == "unknown_model", (path, body)
+
+
+async def test_a_cancel_is_heard_by_its_own_models_batchers_only(stack: EmbeddedStack, client: TaskClient) -> None:
+    keys = RedisKeys(stack.settings.key_prefix)
+    redis = Redis.from_url(stack.settings.redis_url)
+    pubsub = redis.pubsub()
+    await pubsub.subscribe(keys.cancelled_channel, keys.model_cancelled_channel(SMALL))
+    status, policy = await client.request("GET", f"/v1/admin/policy?model={SMALL}")
+    held = {"min_wait_ms": 4000, "max_wait_ms": 4000}  # the task waits in its batcher while it is cancelled
+    assert (await client.request("PATCH", f"/v1/admin/policy?model={SMALL}", json=held))[0] == 200
+    try:
+        text = f"cancelled in its own batcher {uuid.uuid4().hex}"
+        status, body = await client.request("POST", "/v1/tasks", json={"inputs": {"TEXT": text}, "model": SMALL})
+        assert status == 202, body
+        status, cancelled = await client.request("DELETE", f"/v1/tasks/{body['task_id']}")
+        assert status == 200 and cancelled["status"] == "cancelled", cancelled
+        heard = []
+        deadline = asyncio.get_running_loop().time() + 2.0  # what either channel carries meanwhile
+        while (left := deadline - asyncio.get_running_loop().time()) > 0:
+            message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=left)
+            if message is not None:
+                heard.append((message["channel"].decode(), message["data"].decode()))
+        assert heard == [(keys.model_cancelled_channel(SMALL), body["task_id"])]
+    finally:
+        restore = {name: policy["params"][name] for name in held}
+        assert (await client.request("PATCH", f"/v1/admin/policy?model={SMALL}", json=restore))[0] == 200
+        await pubsub.aclose()
+        await redis.aclose()
+    assert text not in rows_seen_by_model(stack)
