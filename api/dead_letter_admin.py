@@ -2,9 +2,13 @@
 
 The DLQ is an append-only Kafka topic, so what on-call did to an entry (replayed it,
 purged it) is kept beside it in Redis, keyed by the entry's place in the topic
-(``partition-offset``). Every operation streams the topic a fetch at a time and works in
-pages that resume from a cursor (the id of the next entry to read), so a DLQ of a hundred
-thousand letters is listed, exported and replayed in bounded memory.
+(``partition-offset``). Entries named by id (their place, or a task id, found through
+``core/dead_letter_index.py``) are read at their places. Other operations stream the topic
+a fetch at a time and work in pages that resume from a cursor (the id of the next entry to
+read), and one call reads at most ``read_max`` letters, so a DLQ of a hundred thousand
+letters is listed, exported and replayed in bounded memory and bounded time per call. At
+most ``SCANS_AT_ONCE`` calls read the topic at once in an API process (429 past a short
+wait); the routes also take a token per call from the tenant's DLQ bucket.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import asyncio
 import json
 from collections import Counter
 from collections.abc import AsyncIterator
-from contextlib import aclosing
+from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -22,8 +26,10 @@ import pyarrow.parquet as pq
 from aiokafka import AIOKafkaProducer
 from google.protobuf.json_format import MessageToDict
 
+from brimful.api.errors import ApiError
 from brimful.core.clock import now_ms
-from brimful.core.kafka import stream_topic
+from brimful.core.dead_letter_index import DeadLetterIndex, entry_id
+from brimful.core.kafka import read_at, stream_topic
 from brimful.core.redis_client import RedisClient
 from brimful.core.redis_keys import RedisKeys
 from brimful.core.settings import Settings
@@ -39,6 +45,9 @@ PAGE_LIMIT_DEFAULT = 1_000
 EXPORT_ROW_GROUP = 1_000
 # Replayed entries sent, acknowledged and marked together.
 _REPLAY_GROUP = 500
+# Calls reading the topic at once in one API process, and how long another waits for a turn.
+SCANS_AT_ONCE = 2
+SCAN_TURN_WAIT_S = 5.0
 
 
 def parse_cursor(text: str) -> tuple[int, int]:
@@ -181,13 +190,44 @@ class _ChunkSink:
 class DeadLetterAdmin:
     """The operations behind ``brimful dlq`` and the ``/v1/admin/dlq`` endpoints."""
 
-    def __init__(self, settings: Settings, redis: RedisClient, producer: AIOKafkaProducer, store: TaskStore) -> None:
+    def __init__(
+        self, settings: Settings, redis: RedisClient, producer: AIOKafkaProducer, store: TaskStore,
+        read_max: int = 20_000,
+    ) -> None:
+        """``read_max``: the most letters one call reads from the topic."""
         self._settings = settings
         self._served = frozenset(settings.served_models)
         self._redis = redis
         self._producer = producer
         self._store = store
         self._keys = RedisKeys(settings.key_prefix)
+        self._index = DeadLetterIndex(redis, self._keys, settings.task_wait_ttl_s)
+        self.read_max = read_max
+        self._turns = asyncio.Semaphore(SCANS_AT_ONCE)
+
+    @asynccontextmanager
+    async def _turn(self) -> AsyncIterator[None]:
+        """One of the SCANS_AT_ONCE turns to read the topic; 429 after SCAN_TURN_WAIT_S."""
+        try:
+            await asyncio.wait_for(self._turns.acquire(), SCAN_TURN_WAIT_S)
+        except asyncio.TimeoutError:
+            raise ApiError(429, "dlq_busy", f"{SCANS_AT_ONCE} DLQ calls are reading the topic; retry shortly",
+                           {"Retry-After": "1"}) from None
+        try:
+            yield
+        finally:
+            self._turns.release()
+
+    async def _entries(self, chunk: list[tuple[int, int, bytes]]) -> list[DeadLetterEntry]:
+        """The letters of a chunk of records, with what on-call did to each (one round trip)."""
+        if not chunk:
+            return []
+        ids = [entry_id(partition, offset) for partition, offset, _ in chunk]
+        done = await self._redis.hmget(self._keys.dlq_resolved, ids)
+        return [
+            DeadLetterEntry(place, DeadLetter.FromString(value), json.loads(resolution) if resolution else None)
+            for place, (_, _, value), resolution in zip(ids, chunk, done)
+        ]
 
     async def scan(self, selection: DeadLetterFilter, after: str | None = None) -> AsyncIterator[tuple[DeadLetterEntry | None, str]]:
         """Every letter from ``after`` (an entry id; None: the start) in topic order, as
@@ -196,50 +236,83 @@ class DeadLetterAdmin:
         start = parse_cursor(after) if after else None
         async with aclosing(stream_topic(self._settings, self._settings.dlq_topic, start)) as chunks:
             async for chunk in chunks:
-                ids = [f"{partition}-{offset}" for partition, offset, _ in chunk]
-                done = await self._redis.hmget(self._keys.dlq_resolved, ids)
-                for entry_id, (_, _, value), resolution in zip(ids, chunk, done):
-                    entry = DeadLetterEntry(entry_id, DeadLetter.FromString(value), json.loads(resolution) if resolution else None)
-                    yield (entry if selection.matches(entry) else None), entry_id
+                for entry in await self._entries(chunk):
+                    yield (entry if selection.matches(entry) else None), entry.entry_id
+
+    async def _at_places(self, selection: DeadLetterFilter) -> list[DeadLetterEntry] | None:
+        """The entries ``selection.ids`` names, read at their places (entry ids as they
+        are, task ids through the index), in topic order; None when a task id has no
+        recorded place (its letters are found by a scan)."""
+        places: list[str] = []
+        task_ids: list[str] = []
+        for named in selection.ids:
+            try:
+                parse_cursor(named)
+                places.append(named)
+            except ValueError:
+                task_ids.append(named)
+        indexed = await self._index.places(task_ids)
+        if len(indexed) < len(task_ids):
+            return None
+        places += [place for found in indexed.values() for place in found]
+        ordered = sorted({parse_cursor(place) for place in places})
+        records = await read_at(self._settings, self._settings.dlq_topic, ordered)
+        return [entry for entry in await self._entries(records) if selection.matches(entry)]
 
     async def page(self, selection: DeadLetterFilter, after: str | None, limit: int) -> Page:
-        """Up to ``limit`` matching entries from ``after``, in topic order."""
-        taken: list[DeadLetterEntry] = []
+        """Up to ``limit`` matching entries from ``after``, in topic order. Reads at most
+        ``read_max`` letters: past them, the page ends early and says where to go on."""
+        async with self._turn():
+            if selection.ids:
+                named = await self._at_places(selection)
+                if named is not None:
+                    start = parse_cursor(after) if after else (-1, -1)
+                    later = [entry for entry in named if parse_cursor(entry.entry_id) >= start]
+                    following = later[limit].entry_id if len(later) > limit else None
+                    return Page(later[:limit], following, len(named))
+            taken: list[DeadLetterEntry] = []
+            read = 0
+            async with aclosing(self.scan(selection, after)) as letters:
+                async for entry, place in letters:
+                    if len(taken) == limit or read == self.read_max:  # the next page starts here
+                        return Page(taken, place, read)
+                    read += 1
+                    if entry is not None:
+                        taken.append(entry)
+            return Page(taken, None, read)
+
+    async def count(self, selection: DeadLetterFilter) -> tuple[Counter[str], bool]:
+        """How many entries match, by error class, among the first ``read_max`` letters
+        (one streamed pass), and whether that was every letter."""
+        counts: Counter[str] = Counter()
         read = 0
-        async with aclosing(self.scan(selection, after)) as letters:
-            async for entry, entry_id in letters:
-                if len(taken) == limit:  # one more letter exists: the next page starts here
-                    return Page(taken, entry_id, read)
+        async with self._turn(), aclosing(self.scan(selection)) as letters:
+            async for entry, _ in letters:
+                if read == self.read_max:
+                    return counts, False
                 read += 1
                 if entry is not None:
-                    taken.append(entry)
-        return Page(taken, None, read)
-
-    async def count(self, selection: DeadLetterFilter) -> Counter[str]:
-        """How many entries match, by error class (one streamed pass)."""
-        counts: Counter[str] = Counter()
-        async with aclosing(self.scan(selection)) as letters:
-            async for entry, _ in letters:
-                if entry is not None:
                     counts[entry.letter.error_class] += 1
-        return counts
+        return counts, True
 
     async def find(self, entry_or_task: str, tenant: str | None) -> DeadLetterEntry | None:
-        """One entry by its id (read at its place) or the latest for a task id (a scan)."""
+        """One entry by its id, or the latest for a task id, read at its place; a task
+        whose letters' places were not recorded is looked for in a bounded scan."""
         selection = DeadLetterFilter(ids=(entry_or_task,), include_resolved=True, tenant=tenant)
-        place: str | None = entry_or_task
-        try:
-            parse_cursor(entry_or_task)
-        except ValueError:
-            place = None  # a task id: its letters may sit anywhere
-        found = None
-        async with aclosing(self.scan(selection, place)) as letters:
-            async for entry, entry_id in letters:
-                if entry is not None:
-                    found = entry
-                if place is not None and entry_id == place:
-                    break
-        return found
+        async with self._turn():
+            named = await self._at_places(selection)
+            if named is not None:
+                return named[-1] if named else None
+            found = None
+            read = 0
+            async with aclosing(self.scan(selection)) as letters:
+                async for entry, _ in letters:
+                    read += 1
+                    if entry is not None:
+                        found = entry
+                    if read == self.read_max:
+                        break
+            return found
 
     async def replay(self, selection: DeadLetterFilter, actor: str, after: str | None, limit: int, dry_run: bool = False) -> tuple[Page, list[str], list[str]]:
         """Send up to ``limit`` matching open entries back to their model's requests topic
@@ -303,11 +376,12 @@ class DeadLetterAdmin:
         return page
 
     async def export(self, selection: DeadLetterFilter) -> AsyncIterator[bytes]:
-        """Every matching entry as a Parquet file, streamed a row group at a time."""
+        """Every matching entry as a Parquet file, streamed a row group at a time (the one
+        call that reads the whole topic: it holds a turn while it does)."""
         sink = _ChunkSink()
         writer = pq.ParquetWriter(pa.PythonFile(sink, mode="w"), EXPORT_SCHEMA)
         rows: list[dict[str, Any]] = []
-        async with aclosing(self.scan(selection)) as letters:
+        async with self._turn(), aclosing(self.scan(selection)) as letters:
             async for entry, _ in letters:
                 if entry is None:
                     continue

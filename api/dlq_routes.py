@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
@@ -73,6 +74,13 @@ def _admin(request: Request) -> DeadLetterAdmin:
     return request.app.state.brimful.dead_letters  # type: ignore[no-any-return]
 
 
+async def _limited(request: Request, principal: Principal) -> DeadLetterAdmin:
+    """The DLQ's operations, once the caller's tenant has a token for the call (429 with
+    Retry-After past ``dlq_rate_limit_per_s``): each may read the topic."""
+    await api_state(request).dlq_limiter.admit(principal.tenant)
+    return _admin(request)
+
+
 def parse_filter(values: dict[str, Any], principal: Principal) -> DeadLetterFilter:
     """A filter from query parameters or a JSON body; 422 naming a bad field."""
     unknown = sorted(set(values) - set(FILTER_FIELDS))
@@ -129,12 +137,15 @@ async def list_dead_letters(request: Request, principal: Principal = ADMIN) -> d
     values = dict(request.query_params)
     after, limit = parse_page(values)
     selection = parse_filter(values, principal)
-    admin = _admin(request)
+    admin = await _limited(request, principal)
     page = await admin.page(selection, after, limit)
     listing: dict[str, Any] = {"entries": [entry.summary() for entry in page.entries], "next": page.next_cursor}
-    if after is None:
-        counts = await admin.count(selection)
-        listing.update(count=sum(counts.values()), by_error_class=dict(counts.most_common()))
+    if after is None and not selection.ids:
+        counts, complete = await admin.count(selection)
+        listing.update(count=sum(counts.values()), by_error_class=dict(counts.most_common()), count_complete=complete)
+    elif after is None:  # entries named by id: the page is all of them
+        counts = Counter(entry.letter.error_class for entry in page.entries)
+        listing.update(count=len(page.entries), by_error_class=dict(counts.most_common()), count_complete=page.next_cursor is None)
     return listing
 
 
@@ -142,13 +153,14 @@ async def list_dead_letters(request: Request, principal: Principal = ADMIN) -> d
 async def export_dead_letters(request: Request, principal: Principal = ADMIN) -> StreamingResponse:
     """Every matching entry as a Parquet file, streamed a row group at a time."""
     selection = parse_filter(dict(request.query_params), principal)
-    return StreamingResponse(_admin(request).export(selection), media_type="application/vnd.apache.parquet")
+    admin = await _limited(request, principal)
+    return StreamingResponse(admin.export(selection), media_type="application/vnd.apache.parquet")
 
 
 @router.get("/{entry}")
 async def show_dead_letter(entry: str, request: Request, principal: Principal = ADMIN) -> dict[str, Any]:
     """One entry in full, by entry id (``partition-offset``) or task id."""
-    found = await _admin(request).find(entry, principal.tenants_seen)
+    found = await (await _limited(request, principal)).find(entry, principal.tenants_seen)
     if found is None:
         raise ApiError(404, "dead_letter_not_found", f"no dead letter {entry[:64]!r}")
     return found.details()
@@ -158,7 +170,8 @@ async def show_dead_letter(entry: str, request: Request, principal: Principal = 
 async def replay_dead_letters(request: Request, principal: Principal = ADMIN) -> dict[str, Any]:
     """Send a page of matching open entries back to the requests topic under their task ids."""
     selection, after, limit, dry_run = await _body_job(request, principal, dry_run=True)
-    page, replayed, skipped = await _admin(request).replay(selection, principal.actor(request), after, limit, dry_run)
+    admin = await _limited(request, principal)
+    page, replayed, skipped = await admin.replay(selection, principal.actor(request), after, limit, dry_run)
     return {"replayed": len(replayed), "task_ids": replayed, "skipped": skipped, "dry_run": dry_run,
             "next": page.next_cursor, "read": page.read}
 
@@ -167,6 +180,7 @@ async def replay_dead_letters(request: Request, principal: Principal = ADMIN) ->
 async def purge_dead_letters(request: Request, principal: Principal = ADMIN) -> dict[str, Any]:
     """Mark a page of matching open entries purged (kept in the topic until its retention ends)."""
     selection, after, limit, _ = await _body_job(request, principal)
-    page = await _admin(request).purge(selection, principal.actor(request), after, limit)
+    admin = await _limited(request, principal)
+    page = await admin.purge(selection, principal.actor(request), after, limit)
     return {"purged": len(page.entries), "ids": [entry.entry_id for entry in page.entries],
             "next": page.next_cursor, "read": page.read}

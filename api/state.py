@@ -50,7 +50,9 @@ class ApiState:
         self.models = [ModelMetadata.from_settings(settings, name) for name in settings.served_models]
         self.catalogue: ModelCatalogue | None = None  # the models served, once all their metadata is read
         self.status_board = StatusBoard(self.redis, keys)
-        self.dead_letters = DeadLetterAdmin(settings, self.redis, self.producer, self.store)
+        self.dead_letters = DeadLetterAdmin(
+            settings, self.redis, self.producer, self.store, read_max=settings.dlq_read_max_letters
+        )
         self.topics = {name: settings.requests_topic_for(name) for name in settings.served_models}  # model -> its topic
         # One committer per model: a group is one send to one topic.
         self.committers = {
@@ -74,6 +76,9 @@ class ApiState:
         self.rate_limiter = RateLimiter(self.redis, keys.rate_bucket, settings.rate_limit_per_s, settings.rate_limit_burst, "tasks")
         self.read_limiter = RateLimiter(
             self.redis, keys.read_bucket, settings.read_rate_limit_per_s, settings.read_rate_limit_burst, "reads"
+        )
+        self.dlq_limiter = RateLimiter(
+            self.redis, keys.dlq_bucket, settings.dlq_rate_limit_per_s, settings.dlq_rate_limit_burst, "DLQ calls"
         )
         self.tenant_limits = TenantLimitStore(
             self.redis, keys, TenantLimits(settings.tenant_max_payload_bytes, settings.tenant_max_in_flight)

@@ -15,6 +15,7 @@ from brimful.batcher.health_server import HealthServer, Probes
 from brimful.batcher.service import BatcherLimits, BatcherService
 from brimful.batcher.traces import ArrivalRecorder
 from brimful.core.channel_follower import follow_channel
+from brimful.core.dead_letter_index import DeadLetterIndex
 from brimful.core.fetch_pacer import FetchPacer
 from brimful.core.heap import freeze_startup_heap
 from brimful.core.kafka import ensure_topics, make_consumer, make_producer
@@ -155,7 +156,10 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
         pool.batch_size = signature.batch_size  # the model's configuration says it, not a setting
         scope = settings.model_scope(settings.model_name)  # this model's own counters and policy
         await producer.start()
-        dead_letters = DeadLetterWriter(producer, settings.dlq_topic, settings.kafka_max_message_bytes)
+        dead_letters = DeadLetterWriter(
+            producer, settings.dlq_topic, settings.kafka_max_message_bytes,
+            DeadLetterIndex(redis, keys, settings.task_wait_ttl_s),
+        )
         runner = BatchRunner(
             pool=pool,
             signature=signature,

@@ -7,7 +7,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Sequence
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -161,6 +161,46 @@ async def stream_topic(
         # (no partition to read), aiokafka awaits that task cancelled before it ran and raises.
         await asyncio.sleep(0)
         await consumer.stop()
+
+
+async def read_at(
+    settings: Settings, topic: str, places: Sequence[tuple[int, int]], timeout_s: float = 10.0
+) -> list[tuple[int, int, bytes]]:
+    """The records at these (partition, offset) places of ``topic``, as (partition,
+    offset, value), in the order asked; a place past the end or no longer kept is left
+    out. One consumer; each place costs one fetch, whatever the topic's size."""
+    if not places:
+        return []
+    fetch_bytes = settings.kafka_max_message_bytes + 64 * 1024
+    consumer = AIOKafkaConsumer(
+        **connection_options(settings),
+        enable_auto_commit=False,
+        max_partition_fetch_bytes=fetch_bytes,
+        fetch_max_bytes=fetch_bytes,
+        request_timeout_ms=settings.kafka_request_timeout_ms,
+    )
+    await consumer.start()
+    found: list[tuple[int, int, bytes]] = []
+    try:
+        deadline = time.monotonic() + timeout_s
+        for partition, offset in places:
+            tp = TopicPartition(topic, partition)
+            consumer.assign([tp])
+            consumer.seek(tp, offset)
+            while time.monotonic() < deadline:
+                fetched = await consumer.getmany(tp, timeout_ms=200, max_records=1)
+                records = fetched.get(tp, [])
+                if records:
+                    if records[0].offset == offset:
+                        found.append((partition, offset, records[0].value))
+                    break
+                end = consumer.highwater(tp)
+                if end is not None and offset >= end:
+                    break
+    finally:
+        await asyncio.sleep(0)  # as in stream_topic: let the consumer's task begin before it stops
+        await consumer.stop()
+    return found
 
 
 async def read_whole_topic(settings: Settings, topic: str, timeout_s: float = 30.0) -> list[tuple[int, int, bytes]]:

@@ -29,6 +29,9 @@ class RedisKeys:
       them without scanning the keyspace (a member whose status expired is dropped by
       the next reader).
     - ``{prefix}:dlq:resolved``: hash of DLQ entry id -> what on-call did to it (JSON).
+    - ``{prefix}:dlq:task:{task_id}``: set of the DLQ entry ids (places) of a task's dead
+      letters (``core/dead_letter_index.py``).
+    - ``{prefix}:dlqlimit:{tenant}``: the tenant's token bucket for DLQ calls.
     - ``{prefix}:tombstone:{task_id}``: why a task must never run, though its Kafka record
       may be read (again): ``cancelled``, or ``withdrawn`` (its client was told it was not
       accepted). Kept as long as an unfinished task's record.
@@ -133,6 +136,12 @@ class RedisKeys:
     @property
     def dlq_resolved(self) -> str:
         return f"{self.prefix}:dlq:resolved"
+
+    def dead_letter_places(self, task_id: str) -> str:
+        return f"{self.prefix}:dlq:task:{task_id}"
+
+    def dlq_bucket(self, tenant: str) -> str:
+        return f"{self.prefix}:dlqlimit:{tenant}"
 
     def idempotency(self, key: str) -> str:
         return f"{self.prefix}:idempotency:{key}"

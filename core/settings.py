@@ -357,6 +357,18 @@ class Settings(BaseSettings):
         5000.0, ge=0, description="Reads (GET, long-poll, DELETE of a task) per second each tenant may make; 0: no limit."
     )
     read_rate_limit_burst: int = Field(10_000, ge=1, description="How many reads a tenant may make at once, above the rate.")
+    dlq_rate_limit_per_s: float = Field(
+        5.0, ge=0, description="DLQ admin calls (list, show, replay, purge, export) per second each tenant may make; "
+        "0: no limit. A call that reads the topic costs a broker consumer."
+    )
+    dlq_rate_limit_burst: int = Field(50, ge=1, description="How many DLQ admin calls a tenant may make at once, above the rate.")
+    dlq_read_max_letters: int = Field(
+        20_000,
+        ge=1,
+        description="Most dead letters one DLQ call reads from the topic: a page past it ends early and answers "
+        "where the next one starts, and the first page's count says it is partial. Entries named by id are read at "
+        "their places and do not count.",
+    )
     tenant_max_long_polls: int = Field(
         1000,
         ge=0,

@@ -8,6 +8,7 @@ from typing import Sequence
 from aiokafka import AIOKafkaProducer
 
 from brimful.core import metrics
+from brimful.core.dead_letter_index import DeadLetterIndex
 from brimful.core.model_signature import ModelSignature
 from brimful.schemas import Attempt, DeadLetter, TaskRequest
 
@@ -72,12 +73,15 @@ def fit_to_broker(letter: DeadLetter, max_bytes: int) -> DeadLetter:
 
 class DeadLetterWriter:
     """Appends DeadLetter messages to the DLQ topic, keyed by task_id, acks=all, each
-    made to fit the broker's message limit."""
+    made to fit the broker's message limit, and records where each landed (``index``)."""
 
-    def __init__(self, producer: AIOKafkaProducer, topic: str, max_message_bytes: int) -> None:
+    def __init__(
+        self, producer: AIOKafkaProducer, topic: str, max_message_bytes: int, index: DeadLetterIndex | None = None
+    ) -> None:
         self._producer = producer
         self._topic = topic
         self._max_message_bytes = max_message_bytes
+        self._index = index
 
     async def write(self, letters: Sequence[DeadLetter]) -> None:
         """Return once every letter is acknowledged by the broker; raise otherwise."""
@@ -89,6 +93,12 @@ class DeadLetterWriter:
             )
             for letter in letters
         ]
-        await asyncio.gather(*sends)
+        landed = await asyncio.gather(*sends)
+        if self._index is not None:
+            # Written again with the letter if this fails (the batch is retried): an
+            # unindexed letter is still found by a bounded scan.
+            await self._index.add(
+                (letter.request.task_id, sent.partition, sent.offset) for letter, sent in zip(letters, landed)
+            )
         for letter in letters:  # counted once acknowledged: a letter that failed to land is retried, not counted
             metrics.DEAD_LETTERS.labels(letter.request.model or "unknown", letter.error_class or "unknown").inc()

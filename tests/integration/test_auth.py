@@ -363,3 +363,15 @@ async def test_a_cached_result_never_crosses_tenants(auth_stack: EmbeddedStack) 
     # Each tenant's first asking is computed; its second is its own earlier result.
     assert [body["cached"] for body in answers] == [False, True, False, True]
     assert all(body["outputs"] == answers[0]["outputs"] for body in answers)
+
+
+async def test_dlq_calls_are_rate_limited_per_tenant_and_never_a_5xx(auth_stack: EmbeddedStack) -> None:
+    greedy, other = new_key(auth_stack, "dlq-greedy", "admin"), new_key(auth_stack, "dlq-other", "admin")
+    burst = auth_stack.settings.dlq_rate_limit_burst
+    answers = await asyncio.gather(*(call(auth_stack, "GET", "/v1/admin/dlq", greedy) for _ in range(burst + 20)))
+    statuses = [status for status, _ in answers]
+    assert set(statuses) <= {200, 429} and statuses.count(429) >= 10, statuses
+    refused = [body for status, body in answers if status == 429]
+    assert {body["error"]["code"] for body in refused} <= {"rate_limited", "dlq_busy"}
+    assert any(body["error"]["code"] == "rate_limited" for body in refused)
+    assert (await call(auth_stack, "GET", "/v1/admin/dlq", other))[0] == 200  # a bucket of its own

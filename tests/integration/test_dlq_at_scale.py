@@ -16,6 +16,7 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from brimful.api.dead_letter_admin import DeadLetterAdmin, DeadLetterFilter
+from brimful.core.dead_letter_index import DeadLetterIndex
 from brimful.core.kafka import connection_options, make_producer
 from brimful.core.redis_client import make_redis
 from brimful.core.redis_keys import RedisKeys
@@ -81,8 +82,8 @@ async def test_every_letter_is_listed_once_page_by_page_across_partitions(scale:
     assert len(seen) == LETTERS and set(seen.values()) == {1}
     assert pages == -(-LETTERS // 3_000)
 
-    counts = await admin.count(DeadLetterFilter(tenant="t2"))
-    assert sum(counts.values()) == LETTERS // 4
+    counts, complete = await admin.count(DeadLetterFilter(tenant="t2"))
+    assert complete and sum(counts.values()) == LETTERS // 4
     assert counts == Counter(_letter(i).error_class for i in range(0, LETTERS, 4))
 
 
@@ -131,7 +132,41 @@ async def test_replay_dry_run_changes_nothing_and_purge_works_in_pages(scale: tu
         if after is None:
             break
     assert purged == LETTERS // 4
-    assert sum((await admin.count(t2)).values()) == 0  # purged entries leave the default listing
-    assert sum((await admin.count(DeadLetterFilter(tenant="t1"))).values()) == LETTERS - LETTERS // 4
+    assert sum((await admin.count(t2))[0].values()) == 0  # purged entries leave the default listing
+    assert sum((await admin.count(DeadLetterFilter(tenant="t1")))[0].values()) == LETTERS - LETTERS // 4
     found = await admin.find("scale-000004", "t2")
     assert found is not None and found.resolution is not None and found.resolution["action"] == "purged"
+
+
+async def test_one_call_reads_at_most_its_bound_and_says_where_to_go_on(scale: tuple[DeadLetterAdmin, Settings]) -> None:
+    admin, _ = scale
+    bound, admin.read_max = admin.read_max, 1_000
+    try:
+        t2 = DeadLetterFilter(tenant="t2", include_resolved=True)
+        page = await admin.page(t2, None, 3_000)
+        # The first 1,000 letters read are partition 0's (even indexes): half of them are t2's.
+        assert page.read == 1_000 and len(page.entries) == 500 and page.next_cursor is not None
+        rest = await admin.page(t2, page.next_cursor, 3_000)
+        assert rest.read == 1_000 and {e.entry_id for e in rest.entries}.isdisjoint(e.entry_id for e in page.entries)
+        counts, complete = await admin.count(t2)
+        assert not complete and sum(counts.values()) == 500
+    finally:
+        admin.read_max = bound
+
+
+async def test_a_task_whose_letters_are_indexed_is_read_at_their_places(scale: tuple[DeadLetterAdmin, Settings]) -> None:
+    admin, settings = scale
+    # The last letter of partition 1, indexed as a batcher indexes what it writes: a scan
+    # bounded to one letter would never reach it.
+    last = LETTERS - 1
+    index = DeadLetterIndex(admin._redis, RedisKeys(settings.key_prefix), 60)
+    await index.add([(_letter(last).request.task_id, 1, last // 2)])
+    bound, admin.read_max = admin.read_max, 1
+    try:
+        found = await admin.find(_letter(last).request.task_id, None)
+        assert found is not None and found.entry_id == f"1-{last // 2}"
+        assert found.letter.request.task_id == _letter(last).request.task_id
+        page = await admin.page(DeadLetterFilter(ids=(_letter(last).request.task_id,), include_resolved=True), None, 10)
+        assert [entry.entry_id for entry in page.entries] == [f"1-{last // 2}"] and page.next_cursor is None
+    finally:
+        admin.read_max = bound

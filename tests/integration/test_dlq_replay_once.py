@@ -6,22 +6,32 @@ from __future__ import annotations
 
 import uuid
 
+from redis.asyncio import Redis
+
+from brimful.core.dead_letter_index import DeadLetterIndex
 from brimful.core.kafka import make_producer
+from brimful.core.redis_keys import RedisKeys
 from brimful.schemas import DeadLetter
 from brimful.stack import EmbeddedStack
+from brimful.workers.dead_letters import DeadLetterWriter
 from tests.conftest import fault_file, rows_seen_by_model
 from tests.integration.test_pipeline import expected_outputs, read_dead_letters
 from tests.task_client import TaskClient
 
 
 async def letter_again(stack: EmbeddedStack, letter: DeadLetter) -> None:
-    """A second copy of ``letter`` on the DLQ topic, as a batch run twice writes it."""
-    producer = make_producer(stack.settings)
+    """A second copy of ``letter`` on the DLQ topic, written (and indexed) as a batcher that
+    runs a batch twice writes it."""
+    settings = stack.settings
+    producer = make_producer(settings)
+    redis = Redis.from_url(settings.redis_url)
     await producer.start()
     try:
-        await producer.send_and_wait(stack.settings.dlq_topic, letter.SerializeToString(), key=letter.request.task_id.encode())
+        index = DeadLetterIndex(redis, RedisKeys(settings.key_prefix), settings.task_wait_ttl_s)
+        await DeadLetterWriter(producer, settings.dlq_topic, settings.kafka_max_message_bytes, index).write([letter])
     finally:
         await producer.stop()
+        await redis.aclose()
 
 
 async def replay(client: TaskClient, task_id: str) -> dict:
