@@ -89,6 +89,9 @@ class GroupCommitter:
         self._acks: set[asyncio.Task[None]] = set()
         self._closed = False
         self._groups = 0  # groups sent: each goes to the next partition in turn
+        # Recorded in Redis, not yet acknowledged or refused (task id -> tenant): what a stop
+        # cut short withdraws, rather than leave them queued for the waiting TTL.
+        self._unconfirmed: dict[str, str] = {}
 
     async def submit(
         self, task: NewTask, record: bytes, headers: list[tuple[str, bytes]] | None = None
@@ -110,9 +113,11 @@ class GroupCommitter:
         # Shielded: a caller that goes away leaves its submission to finish with its group.
         return await asyncio.shield(outcome)
 
-    async def close(self, drain_s: float) -> None:
+    async def close(self, drain_s: float, withdraw_s: float = 2.0) -> None:
         """Stop taking submissions and let those under way finish, up to ``drain_s``; one
-        still unwritten then is answered with GroupCommitterStopped, never left hanging."""
+        still unwritten then is answered with GroupCommitterStopped, never left hanging,
+        and one recorded but not acknowledged is withdrawn (within ``withdraw_s``): its
+        caller heard it was not accepted, so it must neither run nor count in flight."""
         self._closed = True
         loop = asyncio.get_running_loop()
         deadline = loop.time() + drain_s
@@ -127,6 +132,14 @@ class GroupCommitter:
             await asyncio.wait(under_way, timeout=left_s)
         while self._waiting:
             self._waiting.popleft().settle(error=GroupCommitterStopped("the API is stopping"))
+        if self._unconfirmed:
+            cut_short = list(self._unconfirmed.items())
+            try:
+                await asyncio.wait_for(self._store.withdraw_many(cut_short), withdraw_s)
+                self._unconfirmed.clear()
+            except (RedisError, asyncio.TimeoutError) as error:
+                log.error("could not withdraw tasks a stop cut short; they stay queued until their records expire",
+                          extra={"tasks": len(cut_short), "error": str(error)})
 
     async def _run(self) -> None:
         while self._waiting:
@@ -161,6 +174,7 @@ class GroupCommitter:
             if outcome is not None:
                 submission.settle(error=InFlightLimitReached(outcome))
                 continue
+            self._unconfirmed[submission.task.task_id] = submission.task.tenant
             try:
                 # Queues the record and returns at once (or once the producer has room).
                 ack = await producer.send(
@@ -214,6 +228,8 @@ class GroupCommitter:
                 await self._store.withdraw_many([(s.task.task_id, s.task.tenant) for s, _ in refused])
             except RedisError as error:
                 log.error("could not take back tasks the broker refused; they expire", extra={"error": str(error)})
+        for submission, _ in [*accepted, *refused]:
+            self._unconfirmed.pop(submission.task.task_id, None)
         for submission, error in refused:
             submission.settle(error=error)
         for submission, metadata in accepted:

@@ -25,6 +25,7 @@ from brimful.core import metrics
 from brimful.core.clock import now_ms
 from brimful.core.model_catalogue import ModelCatalogue, UnknownModelError
 from brimful.core.model_signature import ModelSignature
+from brimful.core.task_status import TaskStatus
 from brimful.core.task_store import NewTask
 from brimful.core.tenant_limits import TenantLimits
 from brimful.core.tensor_codec import InputValidationError, encode_input
@@ -169,21 +170,42 @@ def _too_large_for_broker(size: int, limit: int) -> ApiError:
     )
 
 
-async def claim_idempotency_key(state: ApiState, key: str, task_id: str) -> str | None:
+async def claim_idempotency_key(state: ApiState, key: str, task_id: str, submission: Submission) -> str | None:
     """Claim ``key`` for this submission; None when claimed. When an earlier submission
     holds it: its task id once that one was accepted, waiting up to IDEMPOTENCY_WAIT_S
     while it is still under way (it may yet fail and free the key for this one); 409 with
-    Retry-After if it is still under way then. Never the id of a task never accepted."""
+    Retry-After if it is still under way then. Never the id of a task never accepted.
+
+    A claim still pending past the longest a submission can take belongs to one that
+    stopped without a word (its API killed, or stopped past its grace, between recording
+    its task and binding the key): its task, if recorded, is the client's, so it is
+    answered, after its request is sent again under its id should the broker never have
+    had it (a batcher runs a task once whatever copies it reads); a task never recorded
+    (or withdrawn) leaves the key to this submission."""
     settings = state.settings
     # Longer than any submission can take: the broker's timeout and Redis's pool wait, twice.
-    pending_ttl_s = int(2 * (settings.kafka_request_timeout_ms / 1000 + settings.redis_pool_timeout_s)) + 5
+    stale_after_ms = 1000 * (2 * (settings.kafka_request_timeout_ms / 1000 + settings.redis_pool_timeout_s) + 5)
     deadline = time.monotonic() + IDEMPOTENCY_WAIT_S
     while True:
-        held = await state.store.claim_idempotency_key(key, task_id, pending_ttl_s)
+        held = await state.store.claim_idempotency_key(key, task_id)
         if held is None:
             return None
         if not held.pending:
             return held.task_id
+        if now_ms() - held.claimed_at_ms > stale_after_ms:
+            record = await state.store.get(held.task_id)
+            if record is None:
+                if await state.store.take_over_idempotency_key(key, held, task_id):
+                    return None
+                continue
+            if await state.store.take_over_idempotency_key(key, held, held.task_id):
+                if record.status is TaskStatus.QUEUED:
+                    await resend(state, submission, held.task_id, record.tenant, record.submitted_at_ms)
+                await commit_idempotency_key(state, key, held.task_id)
+                log.warning("Idempotency-Key of a submission that stopped midway answered with its task",
+                            extra={"task_id": held.task_id})
+                return held.task_id
+            continue
         if time.monotonic() >= deadline:
             raise ApiError(
                 409, "idempotency_key_in_use",
@@ -216,12 +238,8 @@ async def take_tokens(state: ApiState, principal: Principal, count: int) -> None
     await state.rate_limiter.admit(principal.tenant, count)
 
 
-async def enqueue(state: ApiState, submission: Submission, task_id: str, tenant: str, max_in_flight: int) -> None:
-    """Record the task as queued (429 if the tenant has too many in flight), then put it
-    on the requests topic (acks=all): in a group commit with the submissions that arrive
-    alongside (``group_commit``). 503 while the model's backlog is past its limit."""
-    check_backlog(state, submission.model)
-    submitted_at = now_ms()
+def task_record(state: ApiState, submission: Submission, task_id: str, tenant: str, submitted_at: int) -> bytes:
+    """The task's record on its model's requests topic (413 past the broker's limit)."""
     message = TaskRequest(
         task_id=task_id,
         model=submission.model,
@@ -237,10 +255,34 @@ async def enqueue(state: ApiState, submission: Submission, task_id: str, tenant:
     limit = state.settings.kafka_max_message_bytes - RECORD_OVERHEAD_BYTES
     if len(record) > limit:
         raise _too_large_for_broker(len(record), limit)
+    return record
+
+
+async def resend(state: ApiState, submission: Submission, task_id: str, tenant: str, submitted_at: int) -> None:
+    """Put a task already recorded back on the requests topic under its id (its first send
+    may never have reached the broker); 503 if the broker does not take it."""
+    record = task_record(state, submission, task_id, tenant, submitted_at)
+    try:
+        await state.producer.send_and_wait(state.topics[submission.model], record, key=task_id.encode())
+    except KafkaError as error:
+        raise ApiError(503, "broker_unavailable", "the broker did not accept the task", {"Retry-After": "1"}) from error
+
+
+async def enqueue(
+    state: ApiState, submission: Submission, task_id: str, tenant: str, max_in_flight: int, idempotency_key: str = ""
+) -> None:
+    """Record the task as queued (429 if the tenant has too many in flight), then put it
+    on the requests topic (acks=all): in a group commit with the submissions that arrive
+    alongside (``group_commit``). 503 while the model's backlog is past its limit.
+    ``idempotency_key``: the key it was submitted with, which then lives as long as it."""
+    check_backlog(state, submission.model)
+    submitted_at = now_ms()
+    record = task_record(state, submission, task_id, tenant, submitted_at)
+    limit = state.settings.kafka_max_message_bytes - RECORD_OVERHEAD_BYTES
     try:
         # Redis first, with the submissions that arrive alongside: a fast batcher must
         # never find the task missing.
-        new_task = NewTask(task_id, submitted_at, tenant, max_in_flight, submission.model)
+        new_task = NewTask(task_id, submitted_at, tenant, max_in_flight, submission.model, idempotency_key)
         if state.tracing is None:
             sent = await state.committers[submission.model].submit(new_task, record)
         else:

@@ -134,7 +134,7 @@ async def _submit(request: Request, principal: Principal, state: ApiState) -> Js
                 f"Idempotency-Key must be 1-{IDEMPOTENCY_KEY_MAX_LENGTH} visible ASCII characters",
             )
         key = f"{principal.tenant}/{key}"  # one tenant's keys never meet another's
-        original = await claim_idempotency_key(state, key, task_id)
+        original = await claim_idempotency_key(state, key, task_id, submission)
         if original is not None:
             record = await state.store.get(original)
             answer = (
@@ -176,7 +176,7 @@ async def _accept(state: ApiState, principal: Principal, submission: Submission,
         limits = await state.tenant_limits.get(principal.tenant)
         check_payload(submission, limits)
         await take_tokens(state, principal, 1)
-        await enqueue(state, submission, task_id, principal.tenant, limits.max_in_flight)
+        await enqueue(state, submission, task_id, principal.tenant, limits.max_in_flight, key or "")
     except BaseException:  # whatever stopped it (a refusal, Redis, a cancelled request)
         if key is not None:
             await release_idempotency_key(state, key, task_id)

@@ -29,7 +29,9 @@ from brimful.core.task_status import TaskStatus
 # hash is the last key, the counter that gains the number of tasks moved ("" for none),
 # the number n of (counter, amount) pairs to add, those 2n values, then one field value
 # per task ("" writes no field). Returns the 1-based position of each task that moved,
-# followed by its tenant.
+# followed by its tenant and the Redis key of its Idempotency-Key ("" for none). When the
+# task becomes final and its in-flight set is left here (one Redis), that key is kept
+# only ttl_s from now, as the task's result is (on a cluster the store does it after).
 _TRANSITION_LUA = """
 local ttl, now, new_status, allowed, field, channel = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local in_flight_prefix = ARGV[7]
@@ -45,7 +47,7 @@ local finished = {}
 for i = 1, tasks do
   local key = KEYS[i]
   -- One read and one write a task: what it is now, and what it becomes.
-  local kept = redis.call('HMGET', key, 'status', 'tenant', 'submitted_at_ms', 'model')
+  local kept = redis.call('HMGET', key, 'status', 'tenant', 'submitted_at_ms', 'model', 'idem')
   local current = kept[1]
   if current and string.find(',' .. allowed .. ',', ',' .. current .. ',', 1, true) then
     local value = ARGV[first_value + i]
@@ -57,14 +59,19 @@ for i = 1, tasks do
     redis.call('EXPIRE', key, ttl)
     local task_id = string.match(key, '[^:]+$')
     local tenant, submitted, model = kept[2] or '', kept[3] or '0', kept[4] or ''
+    local idem = kept[5] or ''
     if in_flight_prefix ~= '' then
       redis.call('ZREM', in_flight_prefix .. tenant, task_id)
+      if idem ~= '' then
+        redis.call('EXPIRE', idem, ttl)
+      end
     end
     if channel ~= '' then
       finished[#finished + 1] = table.concat({task_id, new_status, submitted, now, tenant, model, field, value}, '\\n')
     end
     moved[#moved + 1] = i
     moved[#moved + 1] = tenant
+    moved[#moved + 1] = idem
   end
 end
 if #finished > 0 then
@@ -75,7 +82,7 @@ if counted then
     redis.call('HINCRBY', KEYS[#KEYS], ARGV[11 + 2 * p], ARGV[12 + 2 * p])
   end
   if moved_counter ~= '' and #moved > 0 then
-    redis.call('HINCRBY', KEYS[#KEYS], moved_counter, #moved / 2)
+    redis.call('HINCRBY', KEYS[#KEYS], moved_counter, #moved / 3)
   end
 end
 return moved
@@ -101,7 +108,7 @@ return -1
 # slots; it takes the pipeline of _ADMIT_LUA and HSETs instead). KEYS: per task, its record
 # then its tenant's in-flight set. ARGV: the record's TTL, the queued status, then per task
 # its submitted_at_ms, the tenant's limit (0: none), the oldest score still counted, its
-# id, its tenant and its model. Each task is admitted as _ADMIT_LUA admits one, then recorded; a
+# id, its tenant, its model and the Redis key of its Idempotency-Key ("": none). Each task is admitted as _ADMIT_LUA admits one, then recorded; a
 # command that fails (a key of the wrong type) fails only its task, whose in-flight entry
 # is taken back. Returns per task: -1 recorded, the tenant's count when refused (nothing
 # written), or the error's text.
@@ -114,9 +121,9 @@ end
 local trimmed = {}
 for i = 1, #KEYS / 2 do
   local record, in_flight = KEYS[2 * i - 1], KEYS[2 * i]
-  local at = 2 + 6 * (i - 1)
+  local at = 2 + 7 * (i - 1)
   local submitted, limit, oldest, task_id, tenant = ARGV[at + 1], tonumber(ARGV[at + 2]), ARGV[at + 3], ARGV[at + 4], ARGV[at + 5]
-  local model = ARGV[at + 6]
+  local model, idem = ARGV[at + 6], ARGV[at + 7]
   local outcome = -1
   -- A tenant's stale entries are dropped once a group, not once a task, by the cutoff of
   -- its first task there: the others' differ by the few ms the group spans, against a
@@ -133,7 +140,11 @@ for i = 1, #KEYS / 2 do
     outcome = redis.call('ZCARD', in_flight)
   else
     redis.call('ZADD', in_flight, submitted, task_id)
-    reply = redis.pcall('HSET', record, 'status', queued, 'submitted_at_ms', submitted, 'updated_at_ms', submitted, 'tenant', tenant, 'model', model)
+    if idem ~= '' then
+      reply = redis.pcall('HSET', record, 'status', queued, 'submitted_at_ms', submitted, 'updated_at_ms', submitted, 'tenant', tenant, 'model', model, 'idem', idem)
+    else
+      reply = redis.pcall('HSET', record, 'status', queued, 'submitted_at_ms', submitted, 'updated_at_ms', submitted, 'tenant', tenant, 'model', model)
+    end
     if failed(reply) then
       redis.call('ZREM', in_flight, task_id)
       outcome = reply.err
@@ -215,22 +226,27 @@ class KnownTask(NamedTuple):
 
 class NewTask(NamedTuple):
     """A task to record as queued: its id, when it was submitted, its tenant, the
-    tenant's limit of tasks in flight (0: none), and the model it is for."""
+    tenant's limit of tasks in flight (0: none), the model it is for, and the
+    Idempotency-Key it was submitted with ("": none; its lifetime then follows the task's)."""
 
     task_id: str
     submitted_at_ms: int
     tenant: str = ""
     max_in_flight: int = 0
     model: str = ""
+    idempotency_key: str = ""
 
 
 @dataclass(frozen=True)
 class IdempotencyHold:
-    """What an Idempotency-Key is bound to: the task it was first used for, and whether
-    that first submission is still under way (its task may never be accepted)."""
+    """What an Idempotency-Key is bound to: the task it was first used for, whether that
+    first submission is still under way (its task may never be accepted), and, while it
+    is, since when (ms; 0 for a claim of an older release). ``raw``: the value held."""
 
     task_id: str
     pending: bool
+    claimed_at_ms: int = 0
+    raw: str = ""
 
 
 @dataclass(frozen=True)
@@ -351,7 +367,8 @@ class TaskStore:
             for task in tasks:
                 keys += [self._keys.task(task.task_id), self._keys.in_flight(task.tenant)]
                 args += [task.submitted_at_ms, task.max_in_flight, task.submitted_at_ms - self._waiting_ttl_s * 1000,
-                         task.task_id, task.tenant, task.model]
+                         task.task_id, task.tenant, task.model,
+                         self._keys.idempotency(task.idempotency_key) if task.idempotency_key else ""]
             replies = await self._create_group(keys=keys, args=args)
         except RedisError:
             await self._forget_quietly([(task.task_id, task.tenant) for task in tasks])
@@ -377,6 +394,7 @@ class TaskStore:
                         "updated_at_ms": task.submitted_at_ms,
                         "tenant": task.tenant,
                         "model": task.model,
+                        **({"idem": self._keys.idempotency(task.idempotency_key)} if task.idempotency_key else {}),
                     },
                 )
                 pipe.expire(key, self._waiting_ttl_s)
@@ -421,31 +439,51 @@ class TaskStore:
         await self._redis.zadd(self._keys.in_flight(tenant), {task_id: now_ms()})
         return None
 
-    async def claim_idempotency_key(self, key: str, task_id: str, pending_ttl_s: int) -> IdempotencyHold | None:
-        """Claim an Idempotency-Key for ``task_id`` while its submission is under way (the
-        claim lapses after ``pending_ttl_s`` unless committed); None when claimed. Otherwise
-        what the key holds: the task it was first used for, and whether that submission is
-        still under way."""
+    async def claim_idempotency_key(self, key: str, task_id: str) -> IdempotencyHold | None:
+        """Claim an Idempotency-Key for ``task_id`` while its submission is under way; None
+        when claimed. Otherwise what the key holds: the task it was first used for, and
+        whether that submission is still under way. A claim lives as long as a task may
+        wait (an API killed between the broker's acknowledgement and the commit leaves
+        it: a later claimant may take it over, ``take_over_idempotency_key``)."""
         redis_key = self._keys.idempotency(key)
         for _ in range(3):  # a claim that lapses between the two reads: claim again
-            if await self._redis.set(redis_key, _PENDING + task_id, nx=True, ex=pending_ttl_s):
+            if await self._redis.set(redis_key, f"{_PENDING}{task_id}:{now_ms()}", nx=True, ex=self._waiting_ttl_s):
                 return None
             held = await self._redis.get(redis_key)
             if held is not None:
                 value = held.decode()
-                return IdempotencyHold(value.removeprefix(_PENDING), pending=value.startswith(_PENDING))
+                if not value.startswith(_PENDING):
+                    return IdempotencyHold(value, pending=False, raw=value)
+                claimed, _, at = value.removeprefix(_PENDING).partition(":")
+                return IdempotencyHold(claimed, pending=True, claimed_at_ms=int(at) if at.isdigit() else 0, raw=value)
         raise RedisError(f"Idempotency-Key {key!r} kept lapsing while being claimed")
 
+    async def take_over_idempotency_key(self, key: str, held: IdempotencyHold, task_id: str) -> bool:
+        """Make a pending claim whose submission stopped without a word (its API killed or
+        stopped past its grace) this submission's, for ``task_id`` (the stopped one's, or
+        a new one when that was never recorded); False if the key changed meanwhile
+        (another claimant took it, or its submission ended)."""
+        value = f"{_PENDING}{task_id}:{now_ms()}"
+        return bool(await self._swap_if(keys=[self._keys.idempotency(key)], args=[held.raw, value, self._waiting_ttl_s]))
+
     async def commit_idempotency_key(self, key: str, task_id: str) -> bool:
-        """Bind the key to ``task_id`` for the retention time, now that the task is accepted;
-        False if the claim had lapsed meanwhile."""
-        return bool(await self._swap_if(keys=[self._keys.idempotency(key)], args=[_PENDING + task_id, task_id, self._ttl_s]))
+        """Bind the key to ``task_id`` now that the task is accepted, for as long as the
+        task may wait (its final move shortens that to the retention time of its result);
+        False if the claim is no longer this submission's."""
+        redis_key = self._keys.idempotency(key)
+        held = await self._redis.get(redis_key)
+        if held is None or not held.decode().startswith(f"{_PENDING}{task_id}"):
+            return False
+        return bool(await self._swap_if(keys=[redis_key], args=[held.decode(), task_id, self._waiting_ttl_s]))
 
     async def release_idempotency_key(self, key: str, task_id: str) -> None:
         """Free a key whose task was never accepted, so the client's retry can use it
         (only if it still holds this submission's claim). Raises on a Redis error: the
-        claim then lapses by itself."""
-        await self._swap_if(keys=[self._keys.idempotency(key)], args=[_PENDING + task_id, "", 0])
+        claim then stays until a retry takes it over."""
+        redis_key = self._keys.idempotency(key)
+        held = await self._redis.get(redis_key)
+        if held is not None and held.decode().startswith(f"{_PENDING}{task_id}"):
+            await self._swap_if(keys=[redis_key], args=[held.decode(), "", 0])
 
     async def forget(self, task_id: str, tenant: str = "") -> None:
         """Remove a task that was never accepted (its enqueue failed), and its slot in flight."""
@@ -618,23 +656,25 @@ class TaskStore:
                 for group in groups:
                     pipe.eval(_TRANSITION_LUA, len(group), *(keys[i] for i in group), *args, *(values[i] for i in group))
                 replies = await pipe.execute()
-        moved: list[tuple[str, str]] = []  # (task id, tenant)
+        moved: list[tuple[str, str, bytes]] = []  # (task id, tenant, its Idempotency-Key's Redis key)
         for group, reply in zip(groups, replies):
-            for position, tenant in zip(reply[::2], reply[1::2]):
-                moved.append((task_ids[group[int(position) - 1]], tenant.decode()))
+            for position, tenant, idem in zip(reply[::3], reply[1::3], reply[2::3]):
+                moved.append((task_ids[group[int(position) - 1]], tenant.decode(), idem))
         if self._cluster and ((status.is_final and moved) or counters or (moved_counter and moved)):
             # A crash before this leaves an in-flight entry that ages out with the waiting
             # TTL (the task itself is final either way), and the counters short.
             async with self._redis.pipeline(transaction=False) as pipe:
                 if status.is_final:
-                    for task_id, tenant in moved:
+                    for task_id, tenant, idem in moved:
                         pipe.zrem(self._keys.in_flight(tenant), task_id)
+                        if idem:
+                            pipe.expire(idem, ttl)
                 for name, amount in counters.items():
                     pipe.hincrby(self._stats_key, name, amount)
                 if moved_counter and moved:
                     pipe.hincrby(self._stats_key, moved_counter, len(moved))
                 await pipe.execute()
-        return [task_id for task_id, _ in moved]
+        return [task_id for task_id, _, _ in moved]
 
 
 def _by_slot(keys: list[str]) -> list[list[int]]:

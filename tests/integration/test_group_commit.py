@@ -24,6 +24,7 @@ from brimful.core.redis_keys import RedisKeys
 from brimful.core.task_store import NewTask, TaskStore
 from brimful.stack import EmbeddedStack
 from tests.conftest import stack_settings
+from tests.polling import wait_for
 
 
 @pytest.fixture(scope="module")
@@ -202,3 +203,30 @@ async def test_closing_lets_the_submissions_under_way_finish_and_refuses_new_one
     with pytest.raises(GroupCommitterStopped):
         await group_commit.submit(late, b"late")
     assert await store.get(late.task_id) is None
+
+
+async def test_a_stop_that_cuts_submissions_short_withdraws_what_it_recorded(
+    broker_and_redis: EmbeddedStack, committer: tuple[GroupCommitter, TaskStore]
+) -> None:
+    group_commit, store = committer
+    broker_pid = broker_and_redis.processes["broker"].pid
+    assert broker_pid is not None
+    tasks = new_tasks(10, tenant="stopped")
+    os.kill(broker_pid, signal.SIGSTOP)  # the sends hang: recorded, never acknowledged
+    try:
+        under_way = asyncio.gather(*(group_commit.submit(t, t.task_id.encode()) for t in tasks), return_exceptions=True)
+
+        async def recorded() -> bool:
+            return all([await store.get(t.task_id) is not None for t in tasks])
+
+        await wait_for(recorded, 10, "the group to be recorded")
+        await group_commit.close(drain_s=0.5)
+        answers = await under_way
+    finally:
+        os.kill(broker_pid, signal.SIGCONT)
+    assert all(isinstance(answer, GroupCommitterStopped) for answer in answers), answers[:3]
+    redis = store._redis
+    for task in tasks:  # told "not accepted": neither queued for days nor run if the record landed
+        assert await store.get(task.task_id) is None
+        assert await redis.get(store.keys.tombstone(task.task_id)) == b"withdrawn"
+    assert await redis.zcard(store.keys.in_flight("stopped")) == 0

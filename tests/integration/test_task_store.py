@@ -213,17 +213,37 @@ async def test_requests_that_find_a_tenants_limits_stale_share_one_read(
 
 async def test_an_idempotency_key_names_a_task_only_once_it_was_accepted(store: TaskStore) -> None:
     first, second = uuid.uuid4().hex, uuid.uuid4().hex
-    assert await store.claim_idempotency_key("k", first, pending_ttl_s=30) is None
-    held = await store.claim_idempotency_key("k", second, pending_ttl_s=30)
+    assert await store.claim_idempotency_key("k", first) is None
+    held = await store.claim_idempotency_key("k", second)
     assert held is not None and held.task_id == first and held.pending  # under way: not yet a task to name
     await store.release_idempotency_key("k", second)  # another submission's release frees nothing
-    assert (await store.claim_idempotency_key("k", second, pending_ttl_s=30)).pending  # type: ignore[union-attr]
+    assert (await store.claim_idempotency_key("k", second)).pending  # type: ignore[union-attr]
     await store.release_idempotency_key("k", first)  # the first was refused: the key is free again
-    assert await store.claim_idempotency_key("k", second, pending_ttl_s=30) is None
+    assert await store.claim_idempotency_key("k", second) is None
     assert await store.commit_idempotency_key("k", second)
-    held = await store.claim_idempotency_key("k", first, pending_ttl_s=30)
+    held = await store.claim_idempotency_key("k", first)
     assert held is not None and held.task_id == second and not held.pending
     assert not await store.commit_idempotency_key("k", first)  # only the claim's owner binds it
+
+
+async def test_an_idempotency_key_lives_as_long_as_its_task_waits_then_as_its_result(stack: EmbeddedStack) -> None:
+    redis = Redis.from_url(stack.settings.redis_url)
+    store = TaskStore(redis, RedisKeys(f"idem-test-{uuid.uuid4().hex[:8]}"), ttl_s=60, waiting_ttl_s=600)
+    try:
+        task_id = uuid.uuid4().hex
+        assert await store.claim_idempotency_key("t1/order-7", task_id) is None
+        assert 60 < await redis.ttl(store.keys.idempotency("t1/order-7")) <= 600  # a claim outlives a stop too
+        (outcome,) = await store.create_queued_many([NewTask(task_id, now_ms(), "t1", 0, "m", "t1/order-7")])
+        assert outcome is None and await store.commit_idempotency_key("t1/order-7", task_id)
+        # Accepted, and waiting in a backlog maybe past the result retention: the key waits with it.
+        assert 60 < await redis.ttl(store.keys.idempotency("t1/order-7")) <= 600
+        await store.mark_running([task_id])
+        assert await store.mark_done({task_id: {"Y": 1}}) == 1
+        assert 0 < await redis.ttl(store.keys.idempotency("t1/order-7")) <= 60  # final: as long as its result
+        held = await store.claim_idempotency_key("t1/order-7", uuid.uuid4().hex)
+        assert held is not None and held.task_id == task_id and not held.pending
+    finally:
+        await redis.aclose()
 
 
 async def test_an_unfinished_task_outlives_the_result_retention_and_a_cancelled_one_is_never_recreated(
