@@ -194,6 +194,7 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
                 max_low_pending_per_partition=settings.max_low_pending_per_partition,
                 commit_timeout_s=settings.kafka_commit_timeout_s,
                 commit_every_s=settings.kafka_commit_every_ms / 1000,
+                commit_after_stored_s=settings.kafka_commit_after_stored_ms / 1000,
             ),
             on_arrival=recorder.record if recorder else None,
             fetch_pacer=FetchPacer(

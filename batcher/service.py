@@ -62,6 +62,10 @@ class BatcherLimits:
     max_low_pending_per_partition: int = 20000
     commit_timeout_s: float = 5.0
     commit_every_s: float = 0.1  # commits of batches finishing within this go as one
+    # How long after a batch's results are stored its offsets may be committed: a Redis
+    # that syncs its log every second can lose that much to a kill, and the records of
+    # what it lost must be read again (their tasks are re-created and computed).
+    commit_after_stored_s: float = 0.0
     revoke_wait_s: float = 2.0
     shutdown_wait_s: float = 30.0
     store_retry_s: float = 0.5
@@ -641,14 +645,24 @@ class BatcherService:
         while True:
             await self._commit_wanted.wait()
             self._commit_wanted.clear()
-            await self._commit(list(self._partitions.values()))
+            states = list(self._partitions.values())
+            finished = {state.tp: state.tracker.safe_to_commit for state in states if state.tracker is not None}
+            if self._limits.commit_after_stored_s > 0:
+                # What finished by now is durable in Redis once this passes; what finishes
+                # meanwhile waits for the next round.
+                await asyncio.sleep(self._limits.commit_after_stored_s)
+            assigned = [state for state in states if self._partitions.get(state.tp.partition) is state]
+            await self._commit(assigned, finished)
             await asyncio.sleep(self._limits.commit_every_s)  # the commits of batches finishing meanwhile go as one
 
-    async def _commit(self, states: list[PartitionState]) -> None:
+    async def _commit(self, states: list[PartitionState], upto: dict[TopicPartition, int] | None = None) -> None:
+        """Commit each partition's finished offsets (``upto``: no further than these)."""
         offsets = {
-            state.tp: OffsetAndMetadata(state.tracker.safe_to_commit, "")
+            state.tp: OffsetAndMetadata(safe, "")
             for state in states
-            if state.tracker is not None and state.tracker.safe_to_commit > state.committed
+            if state.tracker is not None
+            and (safe := min(state.tracker.safe_to_commit, (upto or {}).get(state.tp, state.tracker.safe_to_commit)))
+            > state.committed
         }
         if not offsets:
             return

@@ -98,6 +98,7 @@ class EmbeddedStack:
     startup_timeout_s: float = 60.0
     model_host_args: tuple[str, ...] = ()  # extra model-host flags: --call-ms, --fault-file, ...
     redis_append_only: bool = False  # AOF on, so Redis keeps what it had across a restart
+    redis_fsync: str = "always"  # with AOF: "everysec" loses up to its last second to a kill, as compose runs it
     broker_storage: str = "memory://tansu/"  # or s3://BUCKET/ with AWS_* in broker_env
     broker_env: dict[str, str] = field(default_factory=dict)
     processes: dict[str, ManagedProcess] = field(default_factory=dict)
@@ -192,7 +193,7 @@ class EmbeddedStack:
         process = self._launch(
             name,
             [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "yes" if self.redis_append_only else "no", "--appendfsync", "always",
+             "--appendonly", "yes" if self.redis_append_only else "no", "--appendfsync", self.redis_fsync,
              "--dir", str(data), *(extra_args or [])],
         )
         wait_until(lambda: redis_answers(port), self.startup_timeout_s, name, process)
