@@ -318,14 +318,17 @@ class EmbeddedStack:
 
         def assigned() -> bool:
             client_class = redis.RedisCluster if self.settings.redis_cluster else redis.Redis
-            with client_class.from_url(self.settings.redis_url, socket_timeout=2) as client:
-                owned: set[tuple[str, str]] = set()
-                for member in client.smembers(keys.batcher_members):
-                    raw = client.get(keys.batcher_status(member.decode()))
-                    if raw:
-                        status = json.loads(raw)
-                        topic = status.get("topic", self.settings.requests_topic)
-                        owned.update((topic, number) for number in status.get("partitions", {}))
+            owned: set[tuple[str, str]] = set()
+            try:
+                with client_class.from_url(self.settings.redis_url, socket_timeout=2) as client:
+                    for member in client.smembers(keys.batcher_members):
+                        raw = client.get(keys.batcher_status(member.decode()))
+                        if raw:
+                            status = json.loads(raw)
+                            topic = status.get("topic", self.settings.requests_topic)
+                            owned.update((topic, number) for number in status.get("partitions", {}))
+            except redis.RedisError:  # Redis restarting, paused or slow: not known yet, ask again
+                return False
             return all(
                 sum(1 for t, _ in owned if t == topic) >= self.settings.topic_partitions for topic in topics
             )
