@@ -1,9 +1,12 @@
 # Two commands do all the set-up on a fresh machine:
 #   make up    install what is missing, then run the embedded stack (Ctrl-C stops it)
 #   make test  install what is missing, then run the whole test suite
-# and `make bench` runs the throughput benchmark (bench/throughput.py) into bench/results/;
-# `make soak` runs the chaos soak for SOAK_S seconds (default 600) into docs/reliability.md.
-.PHONY: up test bench soak bootstrap schemas
+# and, once set up:
+#   make test-unit  the unit tests alone: pure logic, no server, under a minute
+#   make check      ruff (lint and format) and mypy
+#   make bench      the throughput benchmark (bench/throughput.py) into bench/results/
+#   make soak       the chaos soak for SOAK_S seconds (default 600) into docs/reliability.md
+.PHONY: up test test-unit check bench soak bootstrap schemas
 
 SOAK_S ?= 600
 
@@ -15,6 +18,12 @@ up: bootstrap
 
 test: bootstrap
 	.venv/bin/python -m pytest $(PYTEST_ARGS)
+
+test-unit: bootstrap
+	.venv/bin/python -m pytest -q -m unit $(PYTEST_ARGS)
+
+check: bootstrap
+	@scripts/check
 
 soak: bootstrap
 	BRIMFUL_SOAK_S=$(SOAK_S) BRIMFUL_SOAK_REPORT=docs/reliability.md .venv/bin/python -m pytest -q -s tests/faults/test_chaos_soak.py

@@ -13,7 +13,7 @@ Unknown keys are not remembered, so a new key works from its first request.
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from brimful.core.api_keys import ApiKeys, KeyRecord, digest
 from brimful.core.channel_follower import follow_channel

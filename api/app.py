@@ -3,8 +3,8 @@ and the state the API holds while it runs."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import AsyncIterator
 
 from fastapi import FastAPI
 from starlette.middleware.cors import CORSMiddleware
@@ -61,7 +61,9 @@ def create_app(settings: Settings) -> ASGIApp:
     origins = [origin.strip().rstrip("/") for origin in settings.api_cors_origins.split(",") if origin.strip()]
     if origins:
         served = CORSMiddleware(
-            served, allow_origins=origins, allow_methods=["GET", "POST", "PATCH", "DELETE"],
+            served,
+            allow_origins=origins,
+            allow_methods=["GET", "POST", "PATCH", "DELETE"],
             allow_headers=["Authorization", "Content-Type", "Idempotency-Key", "X-Brimful-Actor"],
         )
     return ResponseCounter(served)

@@ -7,8 +7,8 @@ caller is the open principal: tenant "", every scope.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Awaitable, Callable
 
 from fastapi import Request
 

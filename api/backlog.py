@@ -19,7 +19,7 @@ import asyncio
 import logging
 import math
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from brimful.core import metrics
 from brimful.core.stats import SharedStats, StatsField
@@ -123,8 +123,10 @@ class BacklogMonitor:
                 since = self._below_committed_since.setdefault(partition, now)
                 if now - since < RESTART_AFTER_S:
                     continue  # a stale report, most likely: it moves nothing back
-                log.warning("a requests partition starts over (its topic was created again)",
-                            extra={"topic": partition[0], "partition": partition[1]})
+                log.warning(
+                    "a requests partition starts over (its topic was created again)",
+                    extra={"topic": partition[0], "partition": partition[1]},
+                )
                 for known in (self._highwater, self._committed, self._produced, self._below_committed_since):
                     known.pop(partition, None)
             else:

@@ -37,7 +37,8 @@ async def stats(request: Request) -> dict[str, Any]:
     answer["mean_rows_per_batch"] = round(counters["rows_dispatched"] / batches, 2) if batches else 0.0
     # A batcher of a release before models were named reports none: the default model's.
     answer["batchers"] = [
-        status for status in await state.status_board.read_all()
+        status
+        for status in await state.status_board.read_all()
         if status.get("model", state.settings.default_model) == model
     ]
     return answer
@@ -50,7 +51,9 @@ async def get_policy(request: Request) -> dict[str, Any]:
     model = _model_param(request)
     tuning = api_state(request).tuning_of(model)
     return {
-        "model": model, "params": await tuning.values(), "defaults": tuning.defaults,
+        "model": model,
+        "params": await tuning.values(),
+        "defaults": tuning.defaults,
         "history": await tuning.history(),
     }
 

@@ -76,7 +76,8 @@ class BrowserGuard:
                 content_type = value.decode("latin-1")
         if self._check_host and host_name(host or "") not in self._hosts:
             return _refuse(
-                403, "forbidden_host",
+                403,
+                "forbidden_host",
                 f"Host {host!r} is not served: an open (unauthenticated) Brimful answers loopback names only; "
                 "name it in BRIMFUL_API_ALLOWED_HOSTS, or turn auth on",
             )
@@ -86,13 +87,15 @@ class BrowserGuard:
             own = f"{scope.get('scheme', 'http')}://{(host or '').lower()}"
             if origin.lower().rstrip("/") != own:
                 return _refuse(
-                    403, "cross_origin",
+                    403,
+                    "cross_origin",
                     f"a write from origin {origin!r} is refused: this API serves pages of no other origin "
                     "unless BRIMFUL_API_CORS_ORIGINS names it",
                 )
         if content_type is not None and is_page_type(content_type):
             return _refuse(
-                415, "unsupported_media_type",
+                415,
+                "unsupported_media_type",
                 f"body of type {content_type.split(';', 1)[0].strip()!r} is not read here: send JSON with "
                 "Content-Type: application/json",
             )

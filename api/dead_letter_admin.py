@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass, replace
 from typing import Any
@@ -35,7 +35,6 @@ from brimful.core.redis_keys import RedisKeys
 from brimful.core.settings import Settings
 from brimful.core.task_store import TaskStore
 from brimful.schemas import DeadLetter
-
 
 # The most entries one page answers, replays or purges; the default page. A bigger job is
 # several calls, each resuming at the cursor the last one returned (``brimful dlq`` loops).
@@ -72,7 +71,7 @@ class DeadLetterFilter:
     include_resolved: bool = False
     tenant: str | None = None  # only this tenant's entries; None: every tenant's
 
-    def matches(self, entry: "DeadLetterEntry") -> bool:
+    def matches(self, entry: DeadLetterEntry) -> bool:
         letter = entry.letter
         if self.tenant is not None and letter.request.tenant != self.tenant:
             return False
@@ -191,7 +190,11 @@ class DeadLetterAdmin:
     """The operations behind ``brimful dlq`` and the ``/v1/admin/dlq`` endpoints."""
 
     def __init__(
-        self, settings: Settings, redis: RedisClient, producer: AIOKafkaProducer, store: TaskStore,
+        self,
+        settings: Settings,
+        redis: RedisClient,
+        producer: AIOKafkaProducer,
+        store: TaskStore,
         read_max: int = 20_000,
     ) -> None:
         """``read_max``: the most letters one call reads from the topic."""
@@ -210,9 +213,10 @@ class DeadLetterAdmin:
         """One of the SCANS_AT_ONCE turns to read the topic; 429 after SCAN_TURN_WAIT_S."""
         try:
             await asyncio.wait_for(self._turns.acquire(), SCAN_TURN_WAIT_S)
-        except asyncio.TimeoutError:
-            raise ApiError(429, "dlq_busy", f"{SCANS_AT_ONCE} DLQ calls are reading the topic; retry shortly",
-                           {"Retry-After": "1"}) from None
+        except TimeoutError:
+            raise ApiError(
+                429, "dlq_busy", f"{SCANS_AT_ONCE} DLQ calls are reading the topic; retry shortly", {"Retry-After": "1"}
+            ) from None
         try:
             yield
         finally:
@@ -229,7 +233,9 @@ class DeadLetterAdmin:
             for place, (_, _, value), resolution in zip(ids, chunk, done)
         ]
 
-    async def scan(self, selection: DeadLetterFilter, after: str | None = None) -> AsyncIterator[tuple[DeadLetterEntry | None, str]]:
+    async def scan(
+        self, selection: DeadLetterFilter, after: str | None = None
+    ) -> AsyncGenerator[tuple[DeadLetterEntry | None, str], None]:
         """Every letter from ``after`` (an entry id; None: the start) in topic order, as
         (the entry if it matches else None, its id); what on-call did to each is read per
         fetch, so memory stays at one fetch."""
@@ -314,7 +320,9 @@ class DeadLetterAdmin:
                         break
             return found
 
-    async def replay(self, selection: DeadLetterFilter, actor: str, after: str | None, limit: int, dry_run: bool = False) -> tuple[Page, list[str], list[str]]:
+    async def replay(
+        self, selection: DeadLetterFilter, actor: str, after: str | None, limit: int, dry_run: bool = False
+    ) -> tuple[Page, list[str], list[str]]:
         """Send up to ``limit`` matching open entries back to their model's requests topic
         with their task_ids; the tasks read ``queued`` again. Returns (the page, replayed
         task ids, skipped entry ids): an entry with nothing to send, or for a model no
@@ -360,7 +368,8 @@ class DeadLetterAdmin:
             sends.append(
                 await self._producer.send(
                     self._settings.requests_topic_for(request.model or self._settings.default_model),
-                    request.SerializeToString(), key=request.task_id.encode(),
+                    request.SerializeToString(),
+                    key=request.task_id.encode(),
                 )
             )
         await asyncio.gather(*sends)
@@ -375,7 +384,7 @@ class DeadLetterAdmin:
         await self._resolve(page.entries, "purged", actor)
         return page
 
-    async def export(self, selection: DeadLetterFilter) -> AsyncIterator[bytes]:
+    async def export(self, selection: DeadLetterFilter) -> AsyncGenerator[bytes, None]:
         """Every matching entry as a Parquet file, streamed a row group at a time (the one
         call that reads the whole topic: it holds a turn while it does)."""
         sink = _ChunkSink()
@@ -398,5 +407,7 @@ class DeadLetterAdmin:
     async def _resolve(self, entries: list[DeadLetterEntry], action: str, actor: str, reason: str = "") -> None:
         if not entries:
             return
-        record = json.dumps({"action": action, "at_ms": now_ms(), "actor": actor, **({"reason": reason} if reason else {})})
+        record = json.dumps(
+            {"action": action, "at_ms": now_ms(), "actor": actor, **({"reason": reason} if reason else {})}
+        )
         await self._redis.hset(self._keys.dlq_resolved, mapping={entry.entry_id: record for entry in entries})

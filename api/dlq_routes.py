@@ -37,8 +37,12 @@ FILTER_FIELDS: dict[str, dict[str, Any]] = {
 }
 # Where a page starts and how much it takes: list, replay and purge work a page at a time.
 PAGE_FIELDS: dict[str, dict[str, Any]] = {
-    "after": {"type": "string", "maxLength": 40, "pattern": "^[0-9]+-[0-9]+$",
-              "description": "the entry id the page starts at: the `next` of the page before"},
+    "after": {
+        "type": "string",
+        "maxLength": 40,
+        "pattern": "^[0-9]+-[0-9]+$",
+        "description": "the entry id the page starts at: the `next` of the page before",
+    },
     "limit": {"type": "integer", "minimum": 0, "maximum": PAGE_LIMIT_MAX, "default": PAGE_LIMIT_DEFAULT},
 }
 DRY_RUN_FIELD: dict[str, dict[str, Any]] = {
@@ -71,7 +75,7 @@ def parse_page(values: dict[str, Any]) -> tuple[str | None, int]:
 
 
 def _admin(request: Request) -> DeadLetterAdmin:
-    return request.app.state.brimful.dead_letters  # type: ignore[no-any-return]
+    return request.app.state.brimful.dead_letters
 
 
 async def _limited(request: Request, principal: Principal) -> DeadLetterAdmin:
@@ -85,7 +89,9 @@ def parse_filter(values: dict[str, Any], principal: Principal) -> DeadLetterFilt
     """A filter from query parameters or a JSON body; 422 naming a bad field."""
     unknown = sorted(set(values) - set(FILTER_FIELDS))
     if unknown:
-        raise ApiError(422, "invalid_request", f"unknown filter(s): {', '.join(unknown)}; allowed: {', '.join(FILTER_FIELDS)}")
+        raise ApiError(
+            422, "invalid_request", f"unknown filter(s): {', '.join(unknown)}; allowed: {', '.join(FILTER_FIELDS)}"
+        )
 
     def whole(name: str) -> int | None:
         value = values.get(name)
@@ -115,7 +121,9 @@ def parse_filter(values: dict[str, Any], principal: Principal) -> DeadLetterFilt
     )
 
 
-async def _body_job(request: Request, principal: Principal, dry_run: bool = False) -> tuple[DeadLetterFilter, str | None, int, bool]:
+async def _body_job(
+    request: Request, principal: Principal, dry_run: bool = False
+) -> tuple[DeadLetterFilter, str | None, int, bool]:
     """(filter, cursor, limit, dry run) from a replay or purge body."""
     settings = api_state(request).settings
     body = await read_body(request, settings.max_body_bytes, settings.api_read_timeout_s)
@@ -126,7 +134,9 @@ async def _body_job(request: Request, principal: Principal, dry_run: bool = Fals
     dry = _true(document.pop("dry_run", False)) if dry_run else False
     selection = parse_filter(document, principal)
     if not (selection.ids or selection.since_ms or selection.until_ms or selection.error_class or selection.model):
-        raise ApiError(422, "invalid_request", "say which entries: ids, or a since_ms/until_ms/error_class/model filter")
+        raise ApiError(
+            422, "invalid_request", "say which entries: ids, or a since_ms/until_ms/error_class/model filter"
+        )
     return selection, after, limit, dry
 
 
@@ -145,7 +155,9 @@ async def list_dead_letters(request: Request, principal: Principal = ADMIN) -> d
         listing.update(count=sum(counts.values()), by_error_class=dict(counts.most_common()), count_complete=complete)
     elif after is None:  # entries named by id: the page is all of them
         counts = Counter(entry.letter.error_class for entry in page.entries)
-        listing.update(count=len(page.entries), by_error_class=dict(counts.most_common()), count_complete=page.next_cursor is None)
+        listing.update(
+            count=len(page.entries), by_error_class=dict(counts.most_common()), count_complete=page.next_cursor is None
+        )
     return listing
 
 
@@ -172,8 +184,14 @@ async def replay_dead_letters(request: Request, principal: Principal = ADMIN) ->
     selection, after, limit, dry_run = await _body_job(request, principal, dry_run=True)
     admin = await _limited(request, principal)
     page, replayed, skipped = await admin.replay(selection, principal.actor(request), after, limit, dry_run)
-    return {"replayed": len(replayed), "task_ids": replayed, "skipped": skipped, "dry_run": dry_run,
-            "next": page.next_cursor, "read": page.read}
+    return {
+        "replayed": len(replayed),
+        "task_ids": replayed,
+        "skipped": skipped,
+        "dry_run": dry_run,
+        "next": page.next_cursor,
+        "read": page.read,
+    }
 
 
 @router.post("/purge")
@@ -182,5 +200,9 @@ async def purge_dead_letters(request: Request, principal: Principal = ADMIN) -> 
     selection, after, limit, _ = await _body_job(request, principal)
     admin = await _limited(request, principal)
     page = await admin.purge(selection, principal.actor(request), after, limit)
-    return {"purged": len(page.entries), "ids": [entry.entry_id for entry in page.entries],
-            "next": page.next_cursor, "read": page.read}
+    return {
+        "purged": len(page.entries),
+        "ids": [entry.entry_id for entry in page.entries],
+        "next": page.next_cursor,
+        "read": page.read,
+    }

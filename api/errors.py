@@ -49,7 +49,9 @@ async def dependency_error_handler(request: Request, error: Exception) -> JsonAn
     """Redis or the broker failed mid-request: the client may retry, nothing was lost."""
     metrics.REFUSALS.labels("dependency_unavailable").inc()
     return JsonAnswer(
-        error_body("dependency_unavailable", f"a backing service is unreachable ({type(error).__name__}); retry shortly"),
+        error_body(
+            "dependency_unavailable", f"a backing service is unreachable ({type(error).__name__}); retry shortly"
+        ),
         status_code=503,
         headers={"Retry-After": "1"},
     )

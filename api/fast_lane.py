@@ -48,11 +48,11 @@ def _route(scope: Scope) -> tuple[Callable[[Request], Awaitable[Response]], dict
     path: str = scope["path"]
     root = scope.get("root_path", "")
     if root and path.startswith(root):  # as Starlette matches routes: below the mount point
-        path = path[len(root):]
+        path = path[len(root) :]
     if scope["method"] == "POST" and path == TASKS_PATH:
         return _submit, {}
     if scope["method"] == "GET" and path.startswith(_TASK_PREFIX):
-        task_id = path[len(_TASK_PREFIX):]
+        task_id = path[len(_TASK_PREFIX) :]
         if task_id and "/" not in task_id:  # FastAPI's {task_id}: one non-empty segment
             return _read, {"task_id": task_id}
     return None
@@ -75,7 +75,7 @@ class FastLane:
         request = Request(scope, receive)
         try:
             response = await handler(request)
-        except Exception as error:  # noqa: BLE001 - answered as FastAPI's handlers answer it
+        except Exception as error:
             answer = handler_for(error)
             if answer is None:
                 log.exception("unhandled error", extra={"path": scope["path"]})

@@ -20,8 +20,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
@@ -63,7 +63,7 @@ class _Submission:
         if error is not None:
             self.outcome.set_exception(error)
         else:
-            self.outcome.set_result(result)  # type: ignore[arg-type]
+            self.outcome.set_result(result)
 
 
 def _consume_error(outcome: asyncio.Future[RecordMetadata]) -> None:
@@ -137,9 +137,11 @@ class GroupCommitter:
             try:
                 await asyncio.wait_for(self._store.withdraw_many(cut_short), withdraw_s)
                 self._unconfirmed.clear()
-            except (RedisError, asyncio.TimeoutError) as error:
-                log.error("could not withdraw tasks a stop cut short; they stay queued until their records expire",
-                          extra={"tasks": len(cut_short), "error": str(error)})
+            except (TimeoutError, RedisError) as error:
+                log.error(
+                    "could not withdraw tasks a stop cut short; they stay queued until their records expire",
+                    extra={"tasks": len(cut_short), "error": str(error)},
+                )
 
     async def _run(self) -> None:
         while self._waiting:
@@ -178,7 +180,10 @@ class GroupCommitter:
             try:
                 # Queues the record and returns at once (or once the producer has room).
                 ack = await producer.send(
-                    self._topic, value=submission.record, key=submission.task.task_id.encode(), partition=partition,
+                    self._topic,
+                    value=submission.record,
+                    key=submission.task.task_id.encode(),
+                    partition=partition,
                     headers=submission.headers,
                 )
             except KafkaError as error:
@@ -205,7 +210,9 @@ class GroupCommitter:
         return sorted(partitions)[self._groups % len(partitions)]
 
     async def _settle(
-        self, sent: list[tuple[_Submission, asyncio.Future[RecordMetadata]]], refused: list[tuple[_Submission, KafkaError]]
+        self,
+        sent: list[tuple[_Submission, asyncio.Future[RecordMetadata]]],
+        refused: list[tuple[_Submission, KafkaError]],
     ) -> None:
         """Answer each submission from its own acknowledgement."""
         try:
@@ -230,7 +237,7 @@ class GroupCommitter:
                 log.error("could not take back tasks the broker refused; they expire", extra={"error": str(error)})
         for submission, _ in [*accepted, *refused]:
             self._unconfirmed.pop(submission.task.task_id, None)
-        for submission, error in refused:
-            submission.settle(error=error)
+        for submission, refusal in refused:
+            submission.settle(error=refusal)
         for submission, metadata in accepted:
             submission.settle(result=metadata)

@@ -39,7 +39,6 @@ from brimful.api.json_answer import JsonAnswer
 from brimful.core import metrics
 from brimful.core.settings import get_settings
 
-
 # Far above any real client's head (API keys, trace context and an Idempotency-Key fit in
 # a few hundred bytes); common servers refuse past 8-16 KiB.
 MAX_HEAD_BYTES = 64 * 1024
@@ -59,10 +58,14 @@ def _closing_answer(status_line: bytes, code: str, message: str) -> bytes:
 
 
 def _too_many_connections(limit: int) -> bytes:
-    return bytes(JsonAnswer(error_body(
-        "too_many_connections",
-        f"this API worker holds its limit of {limit} connections or requests at once; retry shortly",
-    )).body)
+    return bytes(
+        JsonAnswer(
+            error_body(
+                "too_many_connections",
+                f"this API worker holds its limit of {limit} connections or requests at once; retry shortly",
+            )
+        ).body
+    )
 
 
 class BoundedHttpProtocol(HttpToolsProtocol):
@@ -96,8 +99,11 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         """Open with no request under way and none begun (a keep-alive between requests,
         or a socket that never sent anything)."""
         return (
-            not self._head_started and not self._in_body and not self._refused
-            and (self.cycle is None or self.cycle.response_complete) and not self.transport.is_closing()
+            not self._head_started
+            and not self._in_body
+            and not self._refused
+            and (self.cycle is None or self.cycle.response_complete)
+            and not self.transport.is_closing()
         )
 
     def _shed_longest_idle(self) -> None:
@@ -122,7 +128,8 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         super().data_received(data)
         if self._head_started and self._head_bytes > MAX_HEAD_BYTES:
             self._refuse(
-                b"HTTP/1.1 431 Request Header Fields Too Large", "headers_too_large",
+                b"HTTP/1.1 431 Request Header Fields Too Large",
+                "headers_too_large",
                 f"the request line and headers exceed {MAX_HEAD_BYTES} bytes",
             )
 
@@ -155,10 +162,18 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         """The ASGI app a request past the limit gets: 503, and the connection closed."""
         metrics.REFUSALS.labels("too_many_connections").inc()
         body = _too_many_connections(self.max_connections)
-        await send({"type": "http.response.start", "status": 503, "headers": [
-            (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode("ascii")),
-            (b"retry-after", b"1"), (b"connection", b"close"),
-        ]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 503,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode("ascii")),
+                    (b"retry-after", b"1"),
+                    (b"connection", b"close"),
+                ],
+            }
+        )
         await send({"type": "http.response.body", "body": body})
 
     def on_message_complete(self) -> None:
@@ -193,7 +208,8 @@ class BoundedHttpProtocol(HttpToolsProtocol):
             self.transport.close()  # nothing sent: nothing to answer
             return
         self._refuse(
-            b"HTTP/1.1 408 Request Timeout", "request_timeout",
+            b"HTTP/1.1 408 Request Timeout",
+            "request_timeout",
             f"the request's headers did not arrive within {self.read_timeout_s:g} s",
         )
 

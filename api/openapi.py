@@ -8,8 +8,9 @@ the models actually served.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from copy import deepcopy
-from typing import Any, Callable
+from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
@@ -45,13 +46,13 @@ _WHY = {
     404: "No such task or entry for this tenant (unknown, another tenant's, or expired).",
     408: "The request's headers or body did not all arrive within the read timeout (api_read_timeout_s).",
     409: "The task already left the queue; or a request with this Idempotency-Key is still being accepted "
-         "(retry after Retry-After).",
+    "(retry after Retry-After).",
     413: "The body, a task's payload (this tenant's limit) or the number of tasks is over the limit.",
     422: "The body is JSON but does not fit: unknown, missing or invalid fields or inputs, or a model not "
-         "served here (unknown_model).",
+    "served here (unknown_model).",
     429: "The tenant is over its rate limit or its limit of tasks in flight; see Retry-After.",
     503: "Overloaded (the backlog, the submissions waiting in this API process, or its connections: "
-         "api_max_connections), or the broker, Redis or the model is unavailable; see Retry-After.",
+    "api_max_connections), or the broker, Redis or the model is unavailable; see Retry-After.",
 }
 _RETRY_AFTER = {"Retry-After": {"description": "seconds to wait before retrying", "schema": {"type": "string"}}}
 
@@ -65,8 +66,11 @@ _TASK_STATE = {
         "submitted_at_ms": {"type": "integer"},
         "updated_at_ms": {"type": "integer"},
         "outputs": {"type": "object", "description": "the model's outputs for this row, when done"},
-        "cached": {"type": "boolean", "description": "when done: true if an identical task's result answered it "
-                                                     "(from the cache, or computed beside it), with no model call of its own"},
+        "cached": {
+            "type": "boolean",
+            "description": "when done: true if an identical task's result answered it "
+            "(from the cache, or computed beside it), with no model call of its own",
+        },
         "error": {"type": "object", "description": "class, message, attempts, batch_id, when failed"},
     },
 }
@@ -79,27 +83,34 @@ _ACCEPTED = {
 _TENSOR = {
     "type": "object",
     "required": ["name", "datatype", "shape"],
-    "properties": {"name": {"type": "string"}, "datatype": {"type": "string", "description": "Triton's, e.g. BYTES, FP32"},
-                   "shape": {"type": "array", "items": {"type": "integer"}, "description": "one row's, without the batch"}},
+    "properties": {
+        "name": {"type": "string"},
+        "datatype": {"type": "string", "description": "Triton's, e.g. BYTES, FP32"},
+        "shape": {"type": "array", "items": {"type": "integer"}, "description": "one row's, without the batch"},
+    },
 }
 _MODELS = {
     "type": "object",
     "required": ["models"],
-    "properties": {"models": {"type": "array", "items": {
-        "type": "object",
-        "required": ["name", "version", "batch_size", "inputs", "outputs", "default"],
-        "properties": {
-            "name": {"type": "string"},
-            "version": {"type": "string"},
-            "batch_size": {"type": "integer", "description": "rows in every call to the model"},
-            "inputs": {"type": "array", "items": _TENSOR},
-            "outputs": {"type": "array", "items": _TENSOR},
-            "default": {"type": "boolean", "description": "serves the tasks that name no model"},
-        },
-    }}},
+    "properties": {
+        "models": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["name", "version", "batch_size", "inputs", "outputs", "default"],
+                "properties": {
+                    "name": {"type": "string"},
+                    "version": {"type": "string"},
+                    "batch_size": {"type": "integer", "description": "rows in every call to the model"},
+                    "inputs": {"type": "array", "items": _TENSOR},
+                    "outputs": {"type": "array", "items": _TENSOR},
+                    "default": {"type": "boolean", "description": "serves the tasks that name no model"},
+                },
+            },
+        }
+    },
 }
 _OBJECT = {"type": "object"}
-
 
 
 def _json(schema: dict[str, Any]) -> dict[str, Any]:
@@ -152,25 +163,43 @@ def inputs_schema(signature: ModelSignature) -> dict[str, Any]:
 
 def submit_schema(catalogue: ModelCatalogue | None) -> dict[str, Any]:
     inputs: dict[str, Any] = {"type": "object", "description": "one value per model input"}
-    model: dict[str, Any] = {"type": "string", "description": "the model to run (GET /v1/models); default: the "
-                                                             "default model"}
+    model: dict[str, Any] = {
+        "type": "string",
+        "description": "the model to run (GET /v1/models); default: the default model",
+    }
     if catalogue is not None:
         signatures = list(catalogue.models.values())
-        inputs = inputs_schema(signatures[0]) if len(signatures) == 1 else {
-            # anyOf, not oneOf: two models may share a signature (the reference model at 64 and 16 rows).
-            "description": "one value per input of the named model", "anyOf": [inputs_schema(s) for s in signatures]
-        }
+        inputs = (
+            inputs_schema(signatures[0])
+            if len(signatures) == 1
+            else {
+                # anyOf, not oneOf: two models may share a signature (the reference model at 64 and 16 rows).
+                "description": "one value per input of the named model",
+                "anyOf": [inputs_schema(s) for s in signatures],
+            }
+        )
         model.update(enum=list(catalogue.names), default=catalogue.default)
     fields: dict[str, Any] = {
         "inputs": inputs,
         "model": model,
-        "deadline_ms": {"type": "integer", "minimum": 1, "maximum": MAX_DEADLINE_MS,
-                        "description": "finish within this many ms if possible"},
-        "cache": {"type": "boolean", "default": True,
-                  "description": "false: this task gets its own model call, never an identical task's result"},
-        "priority": {"type": "string", "enum": list(PRIORITIES), "default": "normal",
-                     "description": "low: bulk work that fills slots normal tasks leave empty; waits at most the "
-                                    "policy's low_max_wait_ms, then queues as normal"},
+        "deadline_ms": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": MAX_DEADLINE_MS,
+            "description": "finish within this many ms if possible",
+        },
+        "cache": {
+            "type": "boolean",
+            "default": True,
+            "description": "false: this task gets its own model call, never an identical task's result",
+        },
+        "priority": {
+            "type": "string",
+            "enum": list(PRIORITIES),
+            "default": "normal",
+            "description": "low: bulk work that fills slots normal tasks leave empty; waits at most the "
+            "policy's low_max_wait_ms, then queues as normal",
+        },
     }
     return {
         "type": "object",
@@ -184,38 +213,67 @@ def submit_schema(catalogue: ModelCatalogue | None) -> dict[str, Any]:
 def operations(catalogue: ModelCatalogue | None, settings: Settings) -> dict[tuple[str, str], dict[str, Any]]:
     """(path, method) -> the parts of the operation FastAPI cannot infer."""
     submit = submit_schema(catalogue)
-    wait = _query("wait", {"type": "number", "minimum": 0, "maximum": settings.long_poll_max_s},
-                  "hold the answer up to this many seconds for the task to finish")
-    bulk = {"type": "object", "required": ["tasks"], "additionalProperties": False,
-            "properties": {"tasks": {"type": "array", "minItems": 1, "maxItems": settings.max_bulk_tasks, "items": submit}}}
-    policy_change = {"type": "object", "minProperties": 1, "additionalProperties": False,
-                     "properties": {name: {"type": "number", "exclusiveMinimum": 0, "maximum": UPPER_BOUNDS[name]}
-                                    for name in TUNABLE},
-                     "example": {"max_wait_ms": 150}}
-    selection = {"type": "object",
-                 "properties": {**FILTER_FIELDS, **PAGE_FIELDS, "ids": {"type": "array", "items": {"type": "string"}}},
-                 "additionalProperties": False}
+    wait = _query(
+        "wait",
+        {"type": "number", "minimum": 0, "maximum": settings.long_poll_max_s},
+        "hold the answer up to this many seconds for the task to finish",
+    )
+    bulk = {
+        "type": "object",
+        "required": ["tasks"],
+        "additionalProperties": False,
+        "properties": {"tasks": {"type": "array", "minItems": 1, "maxItems": settings.max_bulk_tasks, "items": submit}},
+    }
+    policy_change = {
+        "type": "object",
+        "minProperties": 1,
+        "additionalProperties": False,
+        "properties": {
+            name: {"type": "number", "exclusiveMinimum": 0, "maximum": UPPER_BOUNDS[name]} for name in TUNABLE
+        },
+        "example": {"max_wait_ms": 150},
+    }
+    selection: dict[str, Any] = {
+        "type": "object",
+        "properties": {**FILTER_FIELDS, **PAGE_FIELDS, "ids": {"type": "array", "items": {"type": "string"}}},
+        "additionalProperties": False,
+    }
     replay_selection = {**selection, "properties": {**selection["properties"], **DRY_RUN_FIELD}}
-    model_param = _query("model", {"type": "string", "enum": list(settings.served_models),
-                                   "default": settings.default_model},
-                         "the model whose batching this is (GET /v1/models); unknown: 422 unknown_model")
+    model_param = _query(
+        "model",
+        {"type": "string", "enum": list(settings.served_models), "default": settings.default_model},
+        "the model whose batching this is (GET /v1/models); unknown: 422 unknown_model",
+    )
     filters = [_query(name, schema) for name, schema in FILTER_FIELDS.items()]
     paged = filters + [_query(name, schema) for name, schema in PAGE_FIELDS.items()]
     return {
         ("/v1/tasks", "post"): {
             "requestBody": {"required": True, **_json(submit)},
-            "parameters": [wait, {"name": "Idempotency-Key", "in": "header", "required": False,
-                                  "schema": {"type": "string", "minLength": 1,
-                                             "maxLength": IDEMPOTENCY_KEY_MAX_LENGTH}}],
+            "parameters": [
+                wait,
+                {
+                    "name": "Idempotency-Key",
+                    "in": "header",
+                    "required": False,
+                    "schema": {"type": "string", "minLength": 1, "maxLength": IDEMPOTENCY_KEY_MAX_LENGTH},
+                },
+            ],
             "responses": _responses(
-                {202: ("Accepted and durably queued.", _ACCEPTED),
-                 200: ("Finished within ?wait, or the earlier task of this Idempotency-Key.",
-                       {**_TASK_STATE, "required": ["task_id", "status"]})},
-                (400, 401, 403, 408, 409, 413, 422, 429, 503)),
+                {
+                    202: ("Accepted and durably queued.", _ACCEPTED),
+                    200: (
+                        "Finished within ?wait, or the earlier task of this Idempotency-Key.",
+                        {**_TASK_STATE, "required": ["task_id", "status"]},
+                    ),
+                },
+                (400, 401, 403, 408, 409, 413, 422, 429, 503),
+            ),
         },
         ("/v1/tasks:batch", "post"): {
             "requestBody": {"required": True, **_json(bulk)},
-            "responses": _responses({200: ("Ids in order; per-item errors.", _OBJECT)}, (400, 401, 403, 408, 413, 422, 429, 503)),
+            "responses": _responses(
+                {200: ("Ids in order; per-item errors.", _OBJECT)}, (400, 401, 403, 408, 413, 422, 429, 503)
+            ),
         },
         ("/v1/tasks/{task_id}", "get"): {
             "parameters": [wait],
@@ -242,14 +300,23 @@ def operations(catalogue: ModelCatalogue | None, settings: Settings) -> dict[tup
         ("/readyz", "get"): {"responses": _responses({200: ("Ready.", _OBJECT), 503: ("Not ready.", _OBJECT)}, ())},
         ("/v1/admin/dlq", "get"): {
             "parameters": paged,
-            "responses": _responses({200: ("A page of entries and the next cursor; the first page counts "
-                                           "every match by error class.", _OBJECT)}, (401, 403, 422, 503)),
+            "responses": _responses(
+                {
+                    200: (
+                        "A page of entries and the next cursor; the first page counts every match by error class.",
+                        _OBJECT,
+                    )
+                },
+                (401, 403, 422, 503),
+            ),
         },
         ("/v1/admin/dlq/export", "get"): {
             "parameters": filters,
             "responses": {
-                "200": {"description": "A Parquet file.",
-                        "content": {"application/vnd.apache.parquet": {"schema": {"type": "string", "format": "binary"}}}},
+                "200": {
+                    "description": "A Parquet file.",
+                    "content": {"application/vnd.apache.parquet": {"schema": {"type": "string", "format": "binary"}}},
+                },
                 **_responses({}, (401, 403, 422, 503)),
             },
         },
@@ -258,13 +325,15 @@ def operations(catalogue: ModelCatalogue | None, settings: Settings) -> dict[tup
         },
         ("/v1/admin/dlq/replay", "post"): {
             "requestBody": {"required": True, **_json(replay_selection)},
-            "responses": _responses({200: ("A page's replayed task ids and the next cursor.", _OBJECT)},
-                                    (400, 401, 403, 408, 413, 422, 503)),
+            "responses": _responses(
+                {200: ("A page's replayed task ids and the next cursor.", _OBJECT)}, (400, 401, 403, 408, 413, 422, 503)
+            ),
         },
         ("/v1/admin/dlq/purge", "post"): {
             "requestBody": {"required": True, **_json(selection)},
-            "responses": _responses({200: ("A page's purged entry ids and the next cursor.", _OBJECT)},
-                                    (400, 401, 403, 408, 413, 422, 503)),
+            "responses": _responses(
+                {200: ("A page's purged entry ids and the next cursor.", _OBJECT)}, (400, 401, 403, 408, 413, 422, 503)
+            ),
         },
     }
 
@@ -276,7 +345,7 @@ def install(app: FastAPI, settings: Settings, catalogue: Callable[[], ModelCatal
     def document() -> dict[str, Any]:
         current = catalogue()
         if cache.get("catalogue") is current and "document" in cache:
-            return cache["document"]  # type: ignore[no-any-return]
+            return cache["document"]
         base = get_openapi(title=app.title, version=app.version, summary=app.summary, routes=app.routes)
         base.setdefault("components", {}).setdefault("schemas", {})["Error"] = _ERROR
         base["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}

@@ -50,7 +50,9 @@ class RateLimiter:
     429 with Retry-After instead. ``bucket`` names a tenant's bucket key; ``unit`` is what
     is counted, for the message ("tasks", "reads")."""
 
-    def __init__(self, redis: RedisClient, bucket: Callable[[str], str], rate_per_s: float, burst: int, unit: str) -> None:
+    def __init__(
+        self, redis: RedisClient, bucket: Callable[[str], str], rate_per_s: float, burst: int, unit: str
+    ) -> None:
         self._bucket = bucket
         self.rate_per_s = rate_per_s
         self.burst = burst

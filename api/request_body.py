@@ -31,7 +31,9 @@ async def read_body(request: Request, limit: int, timeout_s: float) -> bytes:
             408, "request_timeout", f"the body did not arrive within {timeout_s:g} s ({len(body)} bytes came)"
         ) from error
     except ClientDisconnect as error:
-        raise ApiError(499, "client_closed_request", "the client closed the connection before sending the body") from error
+        raise ApiError(
+            499, "client_closed_request", "the client closed the connection before sending the body"
+        ) from error
     return bytes(body)
 
 

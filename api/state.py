@@ -26,11 +26,11 @@ from brimful.core.redis_client import make_redis
 from brimful.core.redis_keys import RedisKeys
 from brimful.core.settings import Settings
 from brimful.core.shutdown_step import CLOSE_S, bounded_step
-from brimful.core.tracing import configure_tracing
 from brimful.core.stats import SharedStats
 from brimful.core.status_board import StatusBoard
 from brimful.core.task_store import TaskStore
 from brimful.core.tenant_limits import TenantLimits, TenantLimitStore
+from brimful.core.tracing import configure_tracing
 
 log = logging.getLogger("brimful.api")
 
@@ -57,7 +57,10 @@ class ApiState:
         # One committer per model: a group is one send to one topic.
         self.committers = {
             name: GroupCommitter(
-                self.store, lambda: self.producer, self.topics[name], settings.submit_group_max,
+                self.store,
+                lambda: self.producer,
+                self.topics[name],
+                settings.submit_group_max,
                 settings.submit_waiting_max,
             )
             for name in settings.served_models
@@ -73,7 +76,9 @@ class ApiState:
         self.api_keys = ApiKeyCache(
             ApiKeys(self.redis, keys), self.redis, keys.revoked_keys_channel, settings.api_key_cache_s
         )
-        self.rate_limiter = RateLimiter(self.redis, keys.rate_bucket, settings.rate_limit_per_s, settings.rate_limit_burst, "tasks")
+        self.rate_limiter = RateLimiter(
+            self.redis, keys.rate_bucket, settings.rate_limit_per_s, settings.rate_limit_burst, "tasks"
+        )
         self.read_limiter = RateLimiter(
             self.redis, keys.read_bucket, settings.read_rate_limit_per_s, settings.read_rate_limit_burst, "reads"
         )
@@ -97,7 +102,7 @@ class ApiState:
         if not self._serving.is_set():
             try:
                 await asyncio.wait_for(self._serving.wait(), timeout=timeout_s)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
         return self._serving.is_set()
 
@@ -184,4 +189,4 @@ class ApiState:
 
 def api_state(request: Request) -> ApiState:
     """The running API's state, from any route."""
-    return request.app.state.brimful  # type: ignore[no-any-return]
+    return request.app.state.brimful

@@ -73,7 +73,9 @@ def parse_submission(document: Any, catalogue: ModelCatalogue) -> Submission:
     unknown_fields = sorted(set(document) - set(ALLOWED_FIELDS))
     if unknown_fields:
         raise ApiError(
-            422, "invalid_request", f"unknown field(s): {', '.join(unknown_fields)}; allowed: {', '.join(ALLOWED_FIELDS)}"
+            422,
+            "invalid_request",
+            f"unknown field(s): {', '.join(unknown_fields)}; allowed: {', '.join(ALLOWED_FIELDS)}",
         )
     signature = model_named(document.get("model"), catalogue)
     inputs = document.get("inputs")
@@ -84,7 +86,9 @@ def parse_submission(document: Any, catalogue: ModelCatalogue) -> Submission:
     unknown = sorted(name for name in inputs if name not in expected)
     if unknown:
         raise ApiError(
-            422, "unknown_input", f"unknown input(s): {', '.join(unknown)}; model {signature.name} takes: {', '.join(expected)}"
+            422,
+            "unknown_input",
+            f"unknown input(s): {', '.join(unknown)}; model {signature.name} takes: {', '.join(expected)}",
         )
     if missing:
         raise ApiError(422, "missing_input", f"missing input(s): {', '.join(missing)}")
@@ -165,7 +169,8 @@ def check_backlog(state: ApiState, model: str) -> None:
 def _too_large_for_broker(size: int, limit: int) -> ApiError:
     # 413, not 503: the same task will never fit, so a client must not retry it.
     return ApiError(
-        413, "payload_too_large",
+        413,
+        "payload_too_large",
         f"the task's record takes {size} bytes; the broker accepts at most {limit} bytes per task",
     )
 
@@ -202,14 +207,18 @@ async def claim_idempotency_key(state: ApiState, key: str, task_id: str, submiss
                 if record.status is TaskStatus.QUEUED:
                     await resend(state, submission, held.task_id, record.tenant, record.submitted_at_ms)
                 await commit_idempotency_key(state, key, held.task_id)
-                log.warning("Idempotency-Key of a submission that stopped midway answered with its task",
-                            extra={"task_id": held.task_id})
+                log.warning(
+                    "Idempotency-Key of a submission that stopped midway answered with its task",
+                    extra={"task_id": held.task_id},
+                )
                 return held.task_id
             continue
         if time.monotonic() >= deadline:
             raise ApiError(
-                409, "idempotency_key_in_use",
-                "a request with this Idempotency-Key is still being accepted; retry shortly", {"Retry-After": "1"},
+                409,
+                "idempotency_key_in_use",
+                "a request with this Idempotency-Key is still being accepted; retry shortly",
+                {"Retry-After": "1"},
             )
         await asyncio.sleep(IDEMPOTENCY_POLL_S)
 
@@ -230,7 +239,9 @@ async def release_idempotency_key(state: ApiState, key: str, task_id: str) -> No
     try:
         await state.store.release_idempotency_key(key, task_id)
     except RedisError as error:
-        log.warning("could not free an Idempotency-Key; it lapses by itself", extra={"task_id": task_id, "error": str(error)})
+        log.warning(
+            "could not free an Idempotency-Key; it lapses by itself", extra={"task_id": task_id, "error": str(error)}
+        )
 
 
 async def take_tokens(state: ApiState, principal: Principal, count: int) -> None:

@@ -130,7 +130,8 @@ async def _submit(request: Request, principal: Principal, state: ApiState) -> Js
     if key is not None:
         if not IDEMPOTENCY_KEY_PATTERN.match(key):
             raise ApiError(
-                400, "invalid_idempotency_key",
+                400,
+                "invalid_idempotency_key",
                 f"Idempotency-Key must be 1-{IDEMPOTENCY_KEY_MAX_LENGTH} visible ASCII characters",
             )
         key = f"{principal.tenant}/{key}"  # one tenant's keys never meet another's
@@ -138,7 +139,8 @@ async def _submit(request: Request, principal: Principal, state: ApiState) -> Js
         if original is not None:
             record = await state.store.get(original)
             answer = (
-                task_answer(original, record, _default_model(state)) if record
+                task_answer(original, record, _default_model(state))
+                if record
                 else {"task_id": original, "model": submission.model, "status": TaskStatus.QUEUED.value}
             )
             return JsonAnswer(answer, status_code=200, headers={"Idempotent-Replayed": "true"})
@@ -194,9 +196,13 @@ async def submit_tasks(request: Request, principal: Principal = Depends(requires
     document = parse_json(await read_body(request, settings.max_body_bytes * 4, settings.api_read_timeout_s))
     tasks = document.get("tasks") if isinstance(document, dict) else None
     if not isinstance(tasks, list) or not tasks:
-        raise ApiError(422, "invalid_request", 'body must be {"tasks": [{"inputs": {...}}, ...]} with at least one task')
+        raise ApiError(
+            422, "invalid_request", 'body must be {"tasks": [{"inputs": {...}}, ...]} with at least one task'
+        )
     if len(tasks) > settings.max_bulk_tasks:
-        raise ApiError(413, "too_many_tasks", f"{len(tasks)} tasks exceed the limit of {settings.max_bulk_tasks} per call")
+        raise ApiError(
+            413, "too_many_tasks", f"{len(tasks)} tasks exceed the limit of {settings.max_bulk_tasks} per call"
+        )
     await check_admission(state)
     limits = await state.tenant_limits.get(principal.tenant)
     # Every item takes a token, valid or not: checking it is work too, and a rate limit

@@ -136,7 +136,7 @@ def _resolve(future: asyncio.Future[TaskRecord | None], record: TaskRecord | Non
 class _Held:
     """One request of a tenant held waiting, for the length of a ``with`` block."""
 
-    __slots__ = ("_waiters", "_tenant")
+    __slots__ = ("_tenant", "_waiters")
 
     def __init__(self, waiters: TaskWaiters, tenant: str) -> None:
         self._waiters, self._tenant = waiters, tenant
@@ -144,14 +144,16 @@ class _Held:
     def __enter__(self) -> None:
         self._waiters._hold(self._tenant)
 
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
         self._waiters._release(self._tenant)
 
 
 class _Watch:
     """A future registered for a task's final record, for the length of a ``with`` block."""
 
-    __slots__ = ("_waiting", "_task_id", "_future")
+    __slots__ = ("_future", "_task_id", "_waiting")
 
     def __init__(self, waiting: dict[str, set[asyncio.Future[TaskRecord | None]]], task_id: str) -> None:
         self._waiting, self._task_id = waiting, task_id
@@ -163,7 +165,9 @@ class _Watch:
         metrics.LONG_POLLS_WAITING.inc()
         return self._future
 
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
         metrics.LONG_POLLS_WAITING.dec()
         waiters = self._waiting.get(self._task_id)
         if waiters is not None and self._future is not None:

@@ -7,8 +7,9 @@ live batcher and the simulator drive the same object.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from brimful.batcher.policy import ArrivalRate, FlushPlan, FlushReason, WaitOrFullPolicy
 from brimful.core.policy_params import PolicyParams

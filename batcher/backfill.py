@@ -17,7 +17,8 @@ here, apart from its normal rows, and leave three ways:
 from __future__ import annotations
 
 from collections import deque
-from typing import Callable, Generic, TypeVar
+from collections.abc import Callable
+from typing import Generic, TypeVar
 
 from brimful.batcher.accumulator import Pending, split_matching
 

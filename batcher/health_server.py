@@ -20,8 +20,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -121,7 +121,7 @@ class HealthServer:
             self._waiting[writer] = asyncio.get_running_loop().time()
             try:
                 head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=HEAD_TIMEOUT_S)
-            except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, asyncio.TimeoutError, ConnectionError):
+            except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
                 return
             finally:
                 self._waiting.pop(writer, None)
@@ -139,7 +139,7 @@ class HealthServer:
             ).encode()
             writer.write(header if method == "HEAD" else header + reply.body)
             await asyncio.wait_for(writer.drain(), timeout=HEAD_TIMEOUT_S)  # a reader that never reads
-        except (ConnectionError, asyncio.TimeoutError):
+        except (TimeoutError, ConnectionError):
             pass
         finally:
             self._open -= 1

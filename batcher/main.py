@@ -8,8 +8,8 @@ import os
 import signal
 import socket
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Awaitable, Callable
 
 from brimful.batcher.health_server import HealthServer, Probes
 from brimful.batcher.service import BatcherLimits, BatcherService
@@ -73,7 +73,7 @@ async def supervise(
             await flush_trace(recorder)
         try:
             await asyncio.wait_for(stop.wait(), timeout=interval_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
     if recorder is not None:
         await flush_trace(recorder)
@@ -120,8 +120,11 @@ def model_pool(settings: Settings, redis: RedisClient, keys: RedisKeys, resolve:
         0,  # rows a call: the model's own, set once its signature is read
         # A lease outlives the longest call (and its client-side grace) it covers.
         leases=(
-            EndpointLeases(redis, keys, ttl_s=settings.infer_timeout_s + 5, model=settings.model_scope(settings.model_name))
-            if settings.endpoint_leases else None
+            EndpointLeases(
+                redis, keys, ttl_s=settings.infer_timeout_s + 5, model=settings.model_scope(settings.model_name)
+            )
+            if settings.endpoint_leases
+            else None
         ),
         resolve=resolve if settings.triton_resolve_dns else None,
         resolve_every_s=settings.endpoint_resolve_s,
@@ -146,7 +149,7 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
         while not pool.pool.endpoints and not stop.is_set():  # names that resolve to nothing yet
             try:
                 await asyncio.wait_for(stop.wait(), timeout=settings.endpoint_resolve_s)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 await pool.refresh()
         if stop.is_set():
             return
@@ -157,7 +160,9 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
         scope = settings.model_scope(settings.model_name)  # this model's own counters and policy
         await producer.start()
         dead_letters = DeadLetterWriter(
-            producer, settings.dlq_topic, settings.kafka_max_message_bytes,
+            producer,
+            settings.dlq_topic,
+            settings.kafka_max_message_bytes,
             DeadLetterIndex(redis, keys, settings.task_wait_ttl_s),
         )
         runner = BatchRunner(
@@ -218,18 +223,33 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
             await health.start()
             closers.append(("health server", health.close))
         await consumer.start()
-        log.info("batcher started", extra={"topic": settings.requests_topic_for(settings.model_name),
-                                           "model": signature.name, "batch_size": signature.batch_size,
-                                           "member": member})
+        log.info(
+            "batcher started",
+            extra={
+                "topic": settings.requests_topic_for(settings.model_name),
+                "model": signature.name,
+                "batch_size": signature.batch_size,
+                "member": member,
+            },
+        )
         freeze_startup_heap()
         supervisor = asyncio.create_task(
-            supervise(settings.model_name, service, tuning, StatusBoard(redis, keys), recorder, member,
-                      settings.tuning_poll_ms / 1000, stop)
+            supervise(
+                settings.model_name,
+                service,
+                tuning,
+                StatusBoard(redis, keys),
+                recorder,
+                member,
+                settings.tuning_poll_ms / 1000,
+                stop,
+            )
         )
         # Drop tasks cancelled while they wait in this batcher's accumulators.
         cancellations = asyncio.create_task(
-            follow_channel(redis, keys.model_cancelled_channel(scope), lambda task_id: service.cancel(task_id.decode()),
-                           stop=stop)
+            follow_channel(
+                redis, keys.model_cancelled_channel(scope), lambda task_id: service.cancel(task_id.decode()), stop=stop
+            )
         )
         # Endpoint health shared: a circuit one batcher opens, every batcher opens at once,
         # instead of each learning from its own failed calls.

@@ -16,8 +16,8 @@ import functools
 import logging
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
-from typing import Awaitable, Callable
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.structs import ConsumerRecord, OffsetAndMetadata
@@ -116,7 +116,7 @@ class PartitionState:
 
 
 class _Rebalance(ConsumerRebalanceListener):
-    def __init__(self, service: "BatcherService") -> None:
+    def __init__(self, service: BatcherService) -> None:
         self._service = service
 
     async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
@@ -256,8 +256,12 @@ class BatcherService:
             "in_flight": self._in_flight_total,
             "service_estimate_s": round(self._service_estimate, 4),
             "upstream_estimate_s": round(self._upstream, 4),
-            "pool": {"free_slots": capacity.free_slots, "next_free_in_s": round(capacity.next_free_in, 4),
-                     "call_s": round(capacity.call_time, 4), "around_call_s": round(capacity.around_call, 4)},
+            "pool": {
+                "free_slots": capacity.free_slots,
+                "next_free_in_s": round(capacity.next_free_in, 4),
+                "call_s": round(capacity.call_time, 4),
+                "around_call_s": round(capacity.around_call, 4),
+            },
             "endpoints": self._runner.pool.summary(),
         }
 
@@ -319,8 +323,8 @@ class BatcherService:
             state = self._partitions.get(number)
             if state is None:
                 continue
-            removed = state.accumulator.remove(lambda item: item.task_id in task_ids)
-            removed += state.low.remove(lambda item: item.task_id in task_ids)
+            removed = state.accumulator.remove(lambda item: item.task_id in task_ids)  # noqa: B023 (called here)
+            removed += state.low.remove(lambda item: item.task_id in task_ids)  # noqa: B023 (called here)
             if state.tracker is not None:
                 for row in removed:
                     state.tracker.finish(row.item.offset)
@@ -419,7 +423,7 @@ class BatcherService:
                 except (DecodeError, TypeError) as error:  # TypeError: a record with no value
                     task = asyncio.create_task(self._dead_letter_undecodable(state, record, error))
                     state.in_flight.add(task)
-                    task.add_done_callback(lambda done, state=state: self._letter_written(state, done))
+                    task.add_done_callback(functools.partial(self._letter_written, state))
                     continue
                 flush_by = None
                 if request.deadline_at_ms:
@@ -532,7 +536,9 @@ class BatcherService:
         if force_reason is None:
             for state in self._partitions.values():
                 while self._has_slot(state) and backfill_due(
-                    len(state.accumulator), state.accumulator.effective_rate(now), self._params.latency_target,
+                    len(state.accumulator),
+                    state.accumulator.effective_rate(now),
+                    self._params.latency_target,
                     len(state.low),
                 ):
                     slot = pool.reserve(min(len(state.low), batch_size))
@@ -630,12 +636,20 @@ class BatcherService:
     async def _dead_letter_undecodable(self, state: PartitionState, record: ConsumerRecord, error: Exception) -> None:
         task_id = record.key.decode(errors="replace") if record.key else ""
         letter = dead_letter(
-            TaskRequest(task_id=task_id), "undecodable", f"request is not a valid TaskRequest: {error}",
-            record.partition, record.offset, now_ms(), raw_request=record.value or b"",
+            TaskRequest(task_id=task_id),
+            "undecodable",
+            f"request is not a valid TaskRequest: {error}",
+            record.partition,
+            record.offset,
+            now_ms(),
+            raw_request=record.value or b"",
         )
         # Its offset is finished only once the letter is written: retried through outages.
-        await self._until_done(f"undecodable-{record.offset}", lambda: self._dead_letters.write([letter]),
-                               lambda e: self._dead_letters.write([letter]))
+        await self._until_done(
+            f"undecodable-{record.offset}",
+            lambda: self._dead_letters.write([letter]),
+            lambda e: self._dead_letters.write([letter]),
+        )
         log.error("undecodable request sent to the DLQ", extra={"task_id": task_id, "offset": record.offset})
         self._finish_offsets(state, [record.offset])
 
@@ -690,6 +704,8 @@ class BatcherService:
                 if left:
                     log.warning("rows left undispatched at shutdown", extra={"rows": left})
                 break
-            await asyncio.wait(in_flight, timeout=max(0.0, deadline - self._clock()), return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(
+                in_flight, timeout=max(0.0, deadline - self._clock()), return_when=asyncio.FIRST_COMPLETED
+            )
         await self._commit(list(self._partitions.values()))
         log.info("batcher stopped")

@@ -104,9 +104,7 @@ class SimulationResult:
         }
 
 
-def simulate(
-    trace: Trace, params: PolicyParams, pool: PoolModel = PoolModel(), aware: bool = True
-) -> SimulationResult:
+def simulate(trace: Trace, params: PolicyParams, pool: PoolModel = PoolModel(), aware: bool = True) -> SimulationResult:
     """Replay every partition of ``trace`` through the policy with ``params``, all of them
     sharing ``pool``; ``aware``: the policy plans with the pool's capacity."""
     rng = random.Random(pool.seed)

@@ -11,8 +11,8 @@ import math
 import random
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -96,8 +96,9 @@ def poisson(rate: float, duration: float, partitions: int = 1, seed: int = 0) ->
     return trace
 
 
-def bursty(rate_on: float, rate_off: float, period: float, duty: float, duration: float,
-           partitions: int = 1, seed: int = 0) -> Trace:
+def bursty(
+    rate_on: float, rate_off: float, period: float, duty: float, duration: float, partitions: int = 1, seed: int = 0
+) -> Trace:
     """Alternating phases: ``rate_on`` for ``duty`` of each ``period``, ``rate_off`` the rest."""
     rng = random.Random(seed)
     trace: Trace = {p: [] for p in range(partitions)}

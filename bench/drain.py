@@ -34,15 +34,15 @@ from redis.asyncio import Redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.saved_report import SavedReport, add_report_arguments, machine_description, out_dir_flag  # noqa: E402
-from brimful.core.clock import now_ms  # noqa: E402
-from brimful.core.kafka import ensure_topics, read_whole_topic  # noqa: E402
-from brimful.core.model_signature import TensorSpec  # noqa: E402
-from brimful.core.redis_keys import RedisKeys  # noqa: E402
-from brimful.core.task_store import TaskStore  # noqa: E402
-from brimful.core.tensor_codec import encode_input  # noqa: E402
-from brimful.schemas import TaskRequest  # noqa: E402
-from brimful.stack import EmbeddedStack, free_port, settings_on_free_ports  # noqa: E402
+from bench.saved_report import SavedReport, add_report_arguments, machine_description, out_dir_flag
+from brimful.core.clock import now_ms
+from brimful.core.kafka import ensure_topics, read_whole_topic
+from brimful.core.model_signature import TensorSpec
+from brimful.core.redis_keys import RedisKeys
+from brimful.core.task_store import TaskStore
+from brimful.core.tensor_codec import encode_input
+from brimful.schemas import TaskRequest
+from brimful.stack import EmbeddedStack, free_port, settings_on_free_ports
 
 ROWS = 64
 TEXT = TensorSpec("TEXT", "BYTES", (1,))
@@ -71,14 +71,16 @@ async def fill(stack: EmbeddedStack, tasks: int) -> list[str]:
             chunk = range(start, min(tasks, start + 500))
             submitted = now_ms()
             for part in range(chunk.start, chunk.stop, 100):
-                await asyncio.gather(*(store.create_queued(task_ids[i], submitted)
-                                       for i in range(part, min(chunk.stop, part + 100))))
+                await asyncio.gather(
+                    *(store.create_queued(task_ids[i], submitted) for i in range(part, min(chunk.stop, part + 100)))
+                )
             sends = []
             for i in chunk:
                 request = TaskRequest(task_id=task_ids[i], model=settings.model_name, submitted_at_ms=submitted)
                 request.inputs["TEXT"].CopyFrom(encode_input(TEXT, text_of(i)))
-                sends.append(await producer.send(settings.requests_topic, request.SerializeToString(),
-                                                 key=task_ids[i].encode()))
+                sends.append(
+                    await producer.send(settings.requests_topic, request.SerializeToString(), key=task_ids[i].encode())
+                )
             await asyncio.gather(*sends)
     finally:
         await producer.stop()
@@ -158,8 +160,7 @@ async def drain(stack: EmbeddedStack, tasks: int, kill: str | None = None) -> di
             await asyncio.sleep(0.02)
         assert first_done_at is not None
         elapsed = samples[-1][0] - first_done_at
-        figures.update(seconds=round(elapsed, 3), rows_per_s=round(tasks / elapsed, 1),
-                       failed=failed, done=done)
+        figures.update(seconds=round(elapsed, 3), rows_per_s=round(tasks / elapsed, 1), failed=failed, done=done)
         if kill:
             figures["traffic_off_after_s"] = None if off_after is None else round(off_after, 3)
             store = TaskStore(redis, keys, settings.result_ttl_s, settings.task_wait_ttl_s)
@@ -171,18 +172,23 @@ async def drain(stack: EmbeddedStack, tasks: int, kill: str | None = None) -> di
             figures["wrong_or_missing"] = wrong
             figures["dead_letters"] = len(await read_whole_topic(settings, settings.dlq_topic))
         stats = {k.decode(): int(v) for k, v in (await redis.hgetall(keys.stats)).items()}
-        figures["rows_per_call"] = round(stats.get("rows_dispatched", 0) / max(1, stats.get("batches_dispatched", 1)), 2)
+        figures["rows_per_call"] = round(
+            stats.get("rows_dispatched", 0) / max(1, stats.get("batches_dispatched", 1)), 2
+        )
     finally:
         await redis.aclose()
     return figures
 
 
-def run_step(name: str, endpoints: int, call_ms: float, tasks: int, kill: bool, results: dict[str, Any],
-             save: Any) -> None:
+def run_step(
+    name: str, endpoints: int, call_ms: float, tasks: int, kill: bool, results: dict[str, Any], save: Any
+) -> None:
     ceiling = endpoints * ROWS / (call_ms / 1000)
     entry: dict[str, Any] = {"endpoints": endpoints, "call_ms": call_ms, "tasks": tasks, "ceiling_rows_per_s": ceiling}
-    print(f"{name}: {endpoints} endpoint(s), {call_ms:g} ms a call, {tasks} tasks (ceiling {ceiling:.0f} rows/s)",
-          flush=True)
+    print(
+        f"{name}: {endpoints} endpoint(s), {call_ms:g} ms a call, {tasks} tasks (ceiling {ceiling:.0f} rows/s)",
+        flush=True,
+    )
     workdir = Path(tempfile.mkdtemp(prefix="brimful-drain-"))
     settings = settings_on_free_ports(
         triton_url=",".join(f"127.0.0.1:{free_port()}" for _ in range(endpoints)),
@@ -201,9 +207,12 @@ def run_step(name: str, endpoints: int, call_ms: float, tasks: int, kill: bool, 
         entry.update(asyncio.run(drain(stack, tasks, kill=stack.model_host_names[-1] if kill else None)))
         entry["of_ceiling"] = round(entry["rows_per_s"] / ceiling, 3)
         entry["of_measured_ceiling"] = round(entry["rows_per_s"] / entry["measured_ceiling_rows_per_s"], 3)
-        print(f"  {entry['rows_per_s']:.0f} rows/s = {entry['of_ceiling']:.2f}x the nominal ceiling, "
-              f"{entry['of_measured_ceiling']:.2f}x the measured one ({entry['measured_ceiling_rows_per_s']:.0f}); "
-              f"{entry['rows_per_call']} rows per call", flush=True)
+        print(
+            f"  {entry['rows_per_s']:.0f} rows/s = {entry['of_ceiling']:.2f}x the nominal ceiling, "
+            f"{entry['of_measured_ceiling']:.2f}x the measured one ({entry['measured_ceiling_rows_per_s']:.0f}); "
+            f"{entry['rows_per_call']} rows per call",
+            flush=True,
+        )
     except Exception as error:  # recorded, and the run goes on
         entry["error"] = f"{type(error).__name__}: {error}"[:500]
         print(f"  failed: {entry['error']}", flush=True)
@@ -234,28 +243,36 @@ def render(results: dict[str, Any]) -> str:
     ]
     for name, s in steps.items():
         if "error" in s:
-            lines.append(f"| {name} | {s['endpoints']} | {s['call_ms']:g} | {s['tasks']} | failed: {s['error']} "
-                         "| | | | | |")
+            lines.append(
+                f"| {name} | {s['endpoints']} | {s['call_ms']:g} | {s['tasks']} | failed: {s['error']} | | | | | |"
+            )
             continue
-        lines.append(f"| {name} | {s['endpoints']} | {s['call_ms']:g} | {s['tasks']} | {s['rows_per_s']:.0f} | "
-                     f"{s['ceiling_rows_per_s']:.0f} | {s['of_ceiling']:.2f}x | {s['measured_ceiling_rows_per_s']:.0f} "
-                     f"| {s['of_measured_ceiling']:.2f}x | {s['rows_per_call']} |")
+        lines.append(
+            f"| {name} | {s['endpoints']} | {s['call_ms']:g} | {s['tasks']} | {s['rows_per_s']:.0f} | "
+            f"{s['ceiling_rows_per_s']:.0f} | {s['of_ceiling']:.2f}x | {s['measured_ceiling_rows_per_s']:.0f} "
+            f"| {s['of_measured_ceiling']:.2f}x | {s['rows_per_call']} |"
+        )
     lines.append("")
     one, four = steps.get("one-slow", {}), steps.get("four-slow", {})
     if "rows_per_s" in one and "rows_per_s" in four:
-        lines.append(f"- Four endpoints drain **{four['rows_per_s'] / one['rows_per_s']:.2f}x** the rows/s of one "
-                     "(same model, same run).")
+        lines.append(
+            f"- Four endpoints drain **{four['rows_per_s'] / one['rows_per_s']:.2f}x** the rows/s of one "
+            "(same model, same run)."
+        )
     fast = steps.get("one-fast", {})
     if "of_ceiling" in fast:
-        lines.append(f"- One endpoint at 20 ms a call: **{fast['of_measured_ceiling']:.2f}x** its measured ceiling "
-                     f"({fast['of_ceiling']:.2f}x the nominal one).")
+        lines.append(
+            f"- One endpoint at 20 ms a call: **{fast['of_measured_ceiling']:.2f}x** its measured ceiling "
+            f"({fast['of_ceiling']:.2f}x the nominal one)."
+        )
     killed = steps.get("four-kill-one", {})
     if "rows_per_s" in killed:
         lines.append(
             f"- One of four endpoints killed a third of the way in: {killed['done']} of {killed['tasks']} tasks done, "
             f"{killed['wrong_or_missing']} wrong or missing, {killed['failed']} failed, {killed['dead_letters']} "
             f"dead letters; every batcher had stopped sending it calls (its circuit open) "
-            f"{killed['traffic_off_after_s']} s after the kill; the drain went on at {killed['rows_per_s']:.0f} rows/s.")
+            f"{killed['traffic_off_after_s']} s after the kill; the drain went on at {killed['rows_per_s']:.0f} rows/s."
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -271,7 +288,9 @@ def main() -> None:
         return
     tasks = 2_000 if args.quick else args.tasks
     results: dict[str, Any] = {
-        "command": "python bench/drain.py" + (" --quick" if args.quick else f" --tasks {tasks}") + out_dir_flag(args.out_dir),
+        "command": "python bench/drain.py"
+        + (" --quick" if args.quick else f" --tasks {tasks}")
+        + out_dir_flag(args.out_dir),
         "machine": machine_description(),
         "steps": {},
     }

@@ -8,11 +8,11 @@ FastAPI route that reads the body and answers a JSONResponse: the framework's co
 Both run uvicorn with the API's own options (uvloop, httptools, no access log).
 """
 
-
 import argparse
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 import uvicorn
 
@@ -33,8 +33,13 @@ async def asgi_app(scope: dict[str, Any], receive: Receive, send: Send) -> None:
     while more:
         more = (await receive()).get("more_body", False)
     body = b'{"task_id":"%s","status":"queued"}' % uuid.uuid4().hex.encode()
-    await send({"type": "http.response.start", "status": 202 if scope["method"] == "POST" else 200,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 202 if scope["method"] == "POST" else 200,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 
@@ -65,8 +70,14 @@ def main() -> None:
     args = parser.parse_args()
     target = "floor_server:asgi_app" if args.app == "asgi" else "floor_server:fastapi_app"
     uvicorn.run(
-        target, factory=args.app == "fastapi", workers=args.workers, host="127.0.0.1", port=args.port,
-        app_dir=str(Path(__file__).resolve().parent), log_config=None, access_log=False,
+        target,
+        factory=args.app == "fastapi",
+        workers=args.workers,
+        host="127.0.0.1",
+        port=args.port,
+        app_dir=str(Path(__file__).resolve().parent),
+        log_config=None,
+        access_log=False,
     )
 
 

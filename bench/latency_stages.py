@@ -31,10 +31,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.saved_report import SavedReport, add_report_arguments, machine_description, out_dir_flag  # noqa: E402
-from bench.throughput import loadgen  # noqa: E402
-from bench.throughput_plan import GPU_LIKE_CALL_MS  # noqa: E402
-from brimful.stack import EmbeddedStack, sample_sums, settings_on_free_ports  # noqa: E402
+from bench.saved_report import SavedReport, add_report_arguments, machine_description, out_dir_flag
+from bench.throughput import loadgen
+from bench.throughput_plan import GPU_LIKE_CALL_MS
+from brimful.stack import EmbeddedStack, sample_sums, settings_on_free_ports
 
 NOMINAL_CEILING = 64 / (GPU_LIKE_CALL_MS / 1000)  # rows/s of one endpoint sent only full batches
 

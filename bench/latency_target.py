@@ -28,12 +28,17 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.saved_report import (  # noqa: E402
-    SavedReport, add_report_arguments, errors_footer, machine_description, out_dir_flag, value_range,
+from bench.saved_report import (
+    SavedReport,
+    add_report_arguments,
+    errors_footer,
+    machine_description,
+    out_dir_flag,
+    value_range,
 )
-from bench.throughput import brimful_open_loop, dynamic_open_loop, tune  # noqa: E402
-from bench.throughput_plan import API_WORKERS, MODELS  # noqa: E402
-from brimful.stack import EmbeddedStack, settings_on_free_ports  # noqa: E402
+from bench.throughput import brimful_open_loop, dynamic_open_loop, tune
+from bench.throughput_plan import API_WORKERS, MODELS
+from brimful.stack import EmbeddedStack, settings_on_free_ports
 
 DEFAULT_RATES = "90,450,900"
 DEFAULT_TARGETS = "50:4,105,130"
@@ -44,11 +49,16 @@ def run_dynamic(stack: EmbeddedStack, rate: float, seconds: float) -> dict[str, 
     return {"path": "dynamic", **_figures(summary), "rows_per_call": rows_per_call}
 
 
-def run_brimful(stack: EmbeddedStack, rate: float, target_ms: float, worthwhile: float, seconds: float) -> dict[str, Any]:
+def run_brimful(
+    stack: EmbeddedStack, rate: float, target_ms: float, worthwhile: float, seconds: float
+) -> dict[str, Any]:
     tune(stack, latency_target_ms=target_ms, min_worthwhile_rows=worthwhile)
     summary, rows_per_call = brimful_open_loop(stack, rate, seconds)
     return {
-        "path": "brimful", "target_ms": target_ms, "min_worthwhile_rows": worthwhile, **_figures(summary),
+        "path": "brimful",
+        "target_ms": target_ms,
+        "min_worthwhile_rows": worthwhile,
+        **_figures(summary),
         "rows_per_call": rows_per_call,
     }
 
@@ -108,8 +118,12 @@ def main() -> int:
         report.render_again()
         return 0
     command = "python bench/latency_target.py"
-    for flag, value, default in (("--rates", args.rates, DEFAULT_RATES), ("--targets", args.targets, DEFAULT_TARGETS),
-                                 ("--reps", args.reps, 2), ("--seconds", args.seconds, 10.0)):
+    for flag, value, default in (
+        ("--rates", args.rates, DEFAULT_RATES),
+        ("--targets", args.targets, DEFAULT_TARGETS),
+        ("--reps", args.reps, 2),
+        ("--seconds", args.seconds, 10.0),
+    ):
         command += "" if value == default else f" {flag} {value}"
     command += out_dir_flag(args.out_dir)
     results: dict[str, Any] = {
@@ -119,8 +133,14 @@ def main() -> int:
     }
     model = MODELS["gpu-like"]
     settings = settings_on_free_ports(
-        rate_limit_per_s=0, tenant_max_in_flight=0, max_backlog=10_000_000, result_ttl_s=600, api_workers=API_WORKERS,
-        model_name=model.model_name, endpoint_instances=1, endpoint_capacity=2,
+        rate_limit_per_s=0,
+        tenant_max_in_flight=0,
+        max_backlog=10_000_000,
+        result_ttl_s=600,
+        api_workers=API_WORKERS,
+        model_name=model.model_name,
+        endpoint_instances=1,
+        endpoint_capacity=2,
     )
     targets = parse_targets(args.targets, settings.min_worthwhile_rows)
 
@@ -144,14 +164,22 @@ def main() -> int:
                                 run = run_brimful(stack, rate, target, worthwhile, args.seconds)
                         except Exception as error:  # recorded; the next run still goes
                             run = {
-                                "path": path, "target_ms": target, "min_worthwhile_rows": worthwhile,
+                                "path": path,
+                                "target_ms": target,
+                                "min_worthwhile_rows": worthwhile,
                                 "error": f"{type(error).__name__}: {error}"[:300],
                             }
                         run["rate"], run["rep"] = rate, rep
                         record(run)
-                        print(f"  {rate:.0f}/s {path} {target:g}:{worthwhile:g}: " + ", ".join(
-                            f"{k} {v:.1f}" for k, v in run.items() if k.endswith(("_ms", "_call")) and isinstance(v, float)
-                        ), flush=True)
+                        print(
+                            f"  {rate:.0f}/s {path} {target:g}:{worthwhile:g}: "
+                            + ", ".join(
+                                f"{k} {v:.1f}"
+                                for k, v in run.items()
+                                if k.endswith(("_ms", "_call")) and isinstance(v, float)
+                            ),
+                            flush=True,
+                        )
             tune(stack, latency_target_ms=settings.latency_target_ms, min_worthwhile_rows=settings.min_worthwhile_rows)
         finally:
             stack.stop()

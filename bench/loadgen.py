@@ -35,17 +35,17 @@ import random
 import sys
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Awaitable, Callable
 
 import aiohttp
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.raw_http import HttpPool  # noqa: E402
-from brimful.workers.padding import pad_rows  # noqa: E402
+from bench.raw_http import HttpPool
+from brimful.workers.padding import pad_rows
 
 BATCH = 64
 DRAIN_S = 20.0  # how long requests still out at the end may take before they count as lost
@@ -187,7 +187,7 @@ async def run_open(send: Send, rate: float, duration: float, warmup: float, seed
     async def one(i: int, arrival: float) -> None:
         try:
             record.answered(arrival, await send(i))
-        except Exception as error:  # noqa: BLE001 - every failure is counted, the first one shown
+        except Exception as error:
             record.failed(arrival, error)
 
     arrival, i = start, 0
@@ -216,7 +216,7 @@ async def run_closed(send: Send, concurrency: int, duration: float, warmup: floa
             sent = time.perf_counter()
             try:
                 record.answered(sent, await send(i))
-            except Exception as error:  # noqa: BLE001 - every failure is counted, the first one shown
+            except Exception as error:
                 record.failed(sent, error)
             i += concurrency
 
@@ -279,7 +279,9 @@ async def main_async(args: argparse.Namespace) -> dict[str, object]:
             closers.append(pool.close)
             post = raw_post(pool)
         else:
-            session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=4000), timeout=aiohttp.ClientTimeout(total=60))
+            session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=4000), timeout=aiohttp.ClientTimeout(total=60)
+            )
             closers.append(session.close)
             post = aiohttp_post(session, args.url.rstrip("/"))
         if args.path == "brimful":
@@ -318,7 +320,9 @@ def main() -> int:
     parser.add_argument("--warmup", type=float, default=2.0)
     parser.add_argument("--seed", type=int, default=20261122)
     parser.add_argument(
-        "--repeat-share", type=float, default=0.0,
+        "--repeat-share",
+        type=float,
+        default=0.0,
         help="brimful: this share of requests repeats an earlier text of the run (results checked)",
     )
     args = parser.parse_args()

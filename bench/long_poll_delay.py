@@ -34,10 +34,10 @@ from redis.asyncio import Redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from brimful.core.clock import now_ms  # noqa: E402
-from brimful.core.redis_keys import RedisKeys  # noqa: E402
-from brimful.core.task_store import TaskStore  # noqa: E402
-from brimful.stack import EmbeddedStack, settings_on_free_ports  # noqa: E402
+from brimful.core.clock import now_ms
+from brimful.core.redis_keys import RedisKeys
+from brimful.core.task_store import TaskStore
+from brimful.stack import EmbeddedStack, settings_on_free_ports
 
 REGISTER_S = 0.03  # time given to a held GET to register its waiter before the result lands
 
@@ -63,7 +63,9 @@ async def held_get(session: aiohttp.ClientSession, url: str) -> float:
     return received
 
 
-async def one_at_a_time(session: aiohttp.ClientSession, api: str, store: TaskStore, samples: int) -> tuple[list[float], list[float]]:
+async def one_at_a_time(
+    session: aiohttp.ClientSession, api: str, store: TaskStore, samples: int
+) -> tuple[list[float], list[float]]:
     after, before = [], []
     for _ in range(samples):
         task_id = uuid.uuid4().hex
@@ -93,7 +95,9 @@ async def many_at_once(session: aiohttp.ClientSession, api: str, store: TaskStor
 async def end_to_end(session: aiohttp.ClientSession, api: str, samples: int) -> list[float]:
     delays = []
     for i in range(samples):
-        async with session.post(f"{api}/v1/tasks", params={"wait": "10"}, json={"inputs": {"TEXT": f"lp {i}"}}) as response:
+        async with session.post(
+            f"{api}/v1/tasks", params={"wait": "10"}, json={"inputs": {"TEXT": f"lp {i}"}}
+        ) as response:
             body = await response.json()
             received_ms = time.time() * 1000
         if body.get("status") != "done":
@@ -115,23 +119,25 @@ async def measure(stack: EmbeddedStack, samples: int) -> str:
             e2e = await end_to_end(session, stack.api_url, min(samples, 200))
     finally:
         await redis.aclose()
-    return "\n".join([
-        "# Long-poll delay: result stored to answer received",
-        "",
-        "Command: `.venv/bin/python bench/long_poll_delay.py`, on the embedded stack (one API process).",
-        "Target (issue: front door): median under 5 ms.",
-        "",
-        "| Measure | samples | median ms | p90 ms | p99 ms | max ms |",
-        "|---|---|---|---|---|---|",
-        f"| one waiter, from `mark_done` returned | {len(after)} | {describe(after)} |",
-        f"| one waiter, from `mark_done` called (upper bound) | {len(before)} | {describe(before)} |",
-        f"| 64 waiters (one batch) finished by one store | {len(fan_out)} | {describe(fan_out)} |",
-        f"| end to end through the model, from the worker's `updated_at_ms` (1 ms resolution) | {len(e2e)} | {describe(e2e)} |",
-        "",
-        f"Median (one waiter): **{statistics.median(after):.2f} ms**; "
-        f"{'meets' if statistics.median(after) < 5 else 'misses'} the 5 ms target.",
-        "",
-    ])
+    return "\n".join(
+        [
+            "# Long-poll delay: result stored to answer received",
+            "",
+            "Command: `.venv/bin/python bench/long_poll_delay.py`, on the embedded stack (one API process).",
+            "Target (issue: front door): median under 5 ms.",
+            "",
+            "| Measure | samples | median ms | p90 ms | p99 ms | max ms |",
+            "|---|---|---|---|---|---|",
+            f"| one waiter, from `mark_done` returned | {len(after)} | {describe(after)} |",
+            f"| one waiter, from `mark_done` called (upper bound) | {len(before)} | {describe(before)} |",
+            f"| 64 waiters (one batch) finished by one store | {len(fan_out)} | {describe(fan_out)} |",
+            f"| end to end through the model, from the worker's `updated_at_ms` (1 ms resolution) | {len(e2e)} | {describe(e2e)} |",
+            "",
+            f"Median (one waiter): **{statistics.median(after):.2f} ms**; "
+            f"{'meets' if statistics.median(after) < 5 else 'misses'} the 5 ms target.",
+            "",
+        ]
+    )
 
 
 def main() -> int:

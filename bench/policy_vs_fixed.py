@@ -21,9 +21,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from brimful.batcher import traces  # noqa: E402
-from brimful.batcher.simulator import PoolModel, SimulationResult, simulate  # noqa: E402
-from brimful.core.policy_params import PolicyParams  # noqa: E402
+from brimful.batcher import traces
+from brimful.batcher.simulator import PoolModel, SimulationResult, simulate
+from brimful.core.policy_params import PolicyParams
 
 DURATION_S = 60.0
 SERVICE_S = 0.005
@@ -101,8 +101,11 @@ def main() -> None:
         eligible = [ms for ms, r in candidates.items() if r.wait_quantile(0.99) <= ewma.wait_quantile(0.99) * 1.01]
         best_ms = max(eligible, key=lambda ms: candidates[ms].mean_rows_per_batch) if eligible else SWEEP_MS[0]
         lines.append(row(name, "EWMA", ewma, ""))
-        for label, result in (("fixed 50 ms", candidates[50]), ("fixed 100 ms", candidates[100]),
-                              (f"best fixed ({best_ms:g} ms)", candidates[best_ms])):
+        for label, result in (
+            ("fixed 50 ms", candidates[50]),
+            ("fixed 100 ms", candidates[100]),
+            (f"best fixed ({best_ms:g} ms)", candidates[best_ms]),
+        ):
             lines.append(row(name, label, result, verdict(ewma, result)))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines) + "\n")

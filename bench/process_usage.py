@@ -11,13 +11,13 @@ _TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 
 @dataclass(frozen=True)
 class Usage:
-    cpu_s: float      # user + system time so far
+    cpu_s: float  # user + system time so far
     peak_rss_mb: float  # VmHWM: the most resident memory the process ever had
 
 
 def _stat_fields(pid: int) -> list[str]:
     raw = Path(f"/proc/{pid}/stat").read_text()
-    return raw[raw.rindex(")") + 2:].split()  # the name may hold spaces; fields follow its ")"
+    return raw[raw.rindex(")") + 2 :].split()  # the name may hold spaces; fields follow its ")"
 
 
 def group_members(pgid: int) -> list[int]:

@@ -16,7 +16,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from typing import Callable, cast
+from collections.abc import Callable
+from typing import cast
 from urllib.parse import urlsplit
 
 _HEADER_END = b"\r\n\r\n"
@@ -88,7 +89,7 @@ class _Connection(asyncio.Protocol):
         """The whole body and where it ends in the buffer, or (None, 0) while it is not all in."""
         if self._body_length >= 0:
             end = self._body_at + self._body_length
-            return (bytes(self._buffer[self._body_at:end]), end) if len(self._buffer) >= end else (None, 0)
+            return (bytes(self._buffer[self._body_at : end]), end) if len(self._buffer) >= end else (None, 0)
         body, at = bytearray(), self._body_at
         while True:  # chunks: a hex size line, the data, CRLF; a zero size, then trailers and CRLF
             line_end = self._buffer.find(b"\r\n", at)
@@ -107,7 +108,7 @@ class _Connection(asyncio.Protocol):
             data_at = line_end + 2
             if len(self._buffer) < data_at + size + 2:
                 return None, 0
-            body += self._buffer[data_at:data_at + size]
+            body += self._buffer[data_at : data_at + size]
             at = data_at + size + 2
 
     def _read_head(self) -> bool:
@@ -147,7 +148,10 @@ class HttpPool:
     at most ``limit`` at once (a request past the limit waits for a free one)."""
 
     def __init__(
-        self, base_url: str, limit: int = 4000, max_idle_s: float = MAX_IDLE_S,
+        self,
+        base_url: str,
+        limit: int = 4000,
+        max_idle_s: float = MAX_IDLE_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         parts = urlsplit(base_url)
@@ -162,7 +166,11 @@ class HttpPool:
         self._open: set[_Connection] = set()
 
     async def request(
-        self, method: str, target: str, body: bytes = b"", content_type: bytes = b"application/json",
+        self,
+        method: str,
+        target: str,
+        body: bytes = b"",
+        content_type: bytes = b"application/json",
         timeout_s: float = 60.0,
     ) -> tuple[int, bytes]:
         """Send one request and return (status, body)."""

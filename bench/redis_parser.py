@@ -32,10 +32,10 @@ from redis.asyncio import ConnectionPool, Redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from brimful.core.clock import now_ms  # noqa: E402
-from brimful.core.redis_keys import RedisKeys  # noqa: E402
-from brimful.core.task_store import TaskStore  # noqa: E402
-from brimful.stack import EmbeddedStack, settings_on_free_ports  # noqa: E402
+from brimful.core.clock import now_ms
+from brimful.core.redis_keys import RedisKeys
+from brimful.core.task_store import TaskStore
+from brimful.stack import EmbeddedStack, settings_on_free_ports
 
 PARSERS = {"python": _AsyncRESP2Parser, "hiredis": _AsyncHiredisParser}
 BATCH = 64
@@ -48,7 +48,7 @@ async def one_batch(store: TaskStore) -> None:
     await asyncio.gather(*(store.create_queued(task_id, submitted, "bench") for task_id in ids))
     await asyncio.gather(*(store.get(task_id) for task_id in ids))
     await store.mark_running(ids)
-    await store.mark_done({task_id: OUTPUTS for task_id in ids})
+    await store.mark_done(dict.fromkeys(ids, OUTPUTS))
     await asyncio.gather(*(store.get(task_id) for task_id in ids))
 
 
@@ -103,7 +103,8 @@ def main() -> int:
     args.out_dir.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {
         "command": "python bench/redis_parser.py"
-        + (f" --tasks {args.tasks}" if args.tasks != 20_000 else "") + (f" --rounds {args.rounds}" if args.rounds != 3 else ""),
+        + (f" --tasks {args.tasks}" if args.tasks != 20_000 else "")
+        + (f" --rounds {args.rounds}" if args.rounds != 3 else ""),
         "machine": f"{platform.machine()}, Python {platform.python_version()}",
         "rounds": [],
     }

@@ -36,12 +36,17 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.saved_report import (  # noqa: E402
-    SavedReport, add_report_arguments, errors_footer, machine_description, out_dir_flag, value_range,
+from bench.saved_report import (
+    SavedReport,
+    add_report_arguments,
+    errors_footer,
+    machine_description,
+    out_dir_flag,
+    value_range,
 )
-from bench.throughput import loadgen, settle, stats  # noqa: E402
-from bench.throughput_plan import API_WORKERS, MODELS  # noqa: E402
-from brimful.stack import EmbeddedStack, settings_on_free_ports  # noqa: E402
+from bench.throughput import loadgen, settle, stats
+from bench.throughput_plan import API_WORKERS, MODELS
+from brimful.stack import EmbeddedStack, settings_on_free_ports
 
 DEFAULTS = {"rate": 75.0, "repeat_share": 0.3, "backlog": 10_000, "seconds": 20.0, "reps": 2}
 BULK = 1000  # tasks a bulk call carries (the API's max_bulk_tasks)
@@ -60,9 +65,14 @@ def run_repeats(stack: EmbeddedStack, rate: float, share: float, seconds: float)
     after = stats(stack)
     requests = summary["finished"]
     return {
-        "kind": "repeats", "share": share, "requests": requests, "repeated": summary["repeated"],
+        "kind": "repeats",
+        "share": share,
+        "requests": requests,
+        "repeated": summary["repeated"],
         "model_rows_per_request": _delta(before, after, "rows_dispatched") / max(1, requests),
-        "cache_hits": _delta(before, after, "cache_hits"), "p50_ms": summary["p50_ms"], "p99_ms": summary["p99_ms"],
+        "cache_hits": _delta(before, after, "cache_hits"),
+        "p50_ms": summary["p50_ms"],
+        "p99_ms": summary["p99_ms"],
         "errors": summary["errors"] + summary["lost"],
     }
 
@@ -70,9 +80,13 @@ def run_repeats(stack: EmbeddedStack, rate: float, share: float, seconds: float)
 def submit_backlog(stack: EmbeddedStack, count: int) -> None:
     tag = uuid.uuid4().hex
     for start in range(0, count, BULK):
-        tasks = [{"inputs": {"TEXT": f"bulk {tag} {i}"}, "priority": "low"} for i in range(start, min(count, start + BULK))]
+        tasks = [
+            {"inputs": {"TEXT": f"bulk {tag} {i}"}, "priority": "low"} for i in range(start, min(count, start + BULK))
+        ]
         request = urllib.request.Request(
-            f"{stack.api_url}/v1/tasks:batch", data=json.dumps({"tasks": tasks}).encode(), method="POST",
+            f"{stack.api_url}/v1/tasks:batch",
+            data=json.dumps({"tasks": tasks}).encode(),
+            method="POST",
             headers={"Content-Type": "application/json"},
         )
         with urllib.request.urlopen(request, timeout=60) as answer:
@@ -116,7 +130,10 @@ def run_backlog(stack: EmbeddedStack, rate: float, backlog: int, seconds: float)
     window = at_drain if backlog and at_drain is not None else during
     batches = _delta(before, window, "batches_dispatched")
     return {
-        "kind": "backlog", "backlog": backlog, "p50_ms": summary["p50_ms"], "p99_ms": summary["p99_ms"],
+        "kind": "backlog",
+        "backlog": backlog,
+        "p50_ms": summary["p50_ms"],
+        "p99_ms": summary["p99_ms"],
         # Over the calls made while the backlog lasted (without one: over the run).
         "padded_per_call": _delta(before, window, "padded_slots") / max(1, batches),
         "rows_per_call": _delta(before, window, "rows_dispatched") / max(1, batches),
@@ -151,13 +168,21 @@ def render(results: dict[str, Any]) -> str:
             f"{value_range([r['p99_ms'] for r in same], 1)} | {len(same)} |"
         )
     by_rep = {(r["rep"], r["share"]): r for r in repeats}
-    ratios = [by_rep[(rep, s)]["model_rows_per_request"] / by_rep[(rep, 0.0)]["model_rows_per_request"]
-              for rep, s in by_rep if s and (rep, 0.0) in by_rep]
+    ratios = [
+        by_rep[(rep, s)]["model_rows_per_request"] / by_rep[(rep, 0.0)]["model_rows_per_request"]
+        for rep, s in by_rep
+        if s and (rep, 0.0) in by_rep
+    ]
     if ratios:
-        lines += ["", f"Model rows with repeats against without, same repetition: {value_range(ratios, 3)}x "
-                      "(every answer's digest checked against its own text)."]
+        lines += [
+            "",
+            f"Model rows with repeats against without, same repetition: {value_range(ratios, 3)}x "
+            "(every answer's digest checked against its own text).",
+        ]
     lines += [
-        "", "## Normal load beside a low-priority backlog", "",
+        "",
+        "## Normal load beside a low-priority backlog",
+        "",
         "| backlog | normal p50 ms | normal p99 ms | rows per call* | padded slots per call* | backfill calls | drained in s | runs |",
         "|---|---|---|---|---|---|---|---|",
     ]
@@ -171,14 +196,21 @@ def render(results: dict[str, Any]) -> str:
             f"{value_range([r['backfill_calls'] for r in same], 0)} | "
             f"{value_range(drained, 1) if drained else ('-' if not backlog else 'not drained')} | {len(same)} |"
         )
-    lines.append("\n\\* With a backlog: over the calls made until the batcher held no low-priority row (the "
-                 "backlog lasted); without: over the run.")
+    lines.append(
+        "\n\\* With a backlog: over the calls made until the batcher held no low-priority row (the "
+        "backlog lasted); without: over the run."
+    )
     pairs = {(r["rep"], r["backlog"] > 0): r for r in backlog_runs}
     for name in ("p50_ms", "p99_ms"):
-        ratios = [pairs[(rep, True)][name] / pairs[(rep, False)][name] for rep, loaded in pairs
-                  if loaded and (rep, False) in pairs]
+        ratios = [
+            pairs[(rep, True)][name] / pairs[(rep, False)][name]
+            for rep, loaded in pairs
+            if loaded and (rep, False) in pairs
+        ]
         if ratios:
-            lines.append(f"\nNormal {name[:3]} with the backlog against without, same repetition: {value_range(ratios, 2)}x.")
+            lines.append(
+                f"\nNormal {name[:3]} with the backlog against without, same repetition: {value_range(ratios, 2)}x."
+            )
     lines += errors_footer(results["runs"], lambda run: run["kind"])
     return "\n".join(lines) + "\n"
 
@@ -197,17 +229,26 @@ def main() -> int:
         report.render_again()
         return 0
     command = "python bench/repeats_and_backlog.py"
-    for flag, value, default in (("--rate", args.rate, DEFAULTS["rate"]),
-                                 ("--repeat-share", args.repeat_share, DEFAULTS["repeat_share"]),
-                                 ("--backlog", args.backlog, DEFAULTS["backlog"]),
-                                 ("--seconds", args.seconds, DEFAULTS["seconds"]), ("--reps", args.reps, DEFAULTS["reps"])):
+    for flag, value, default in (
+        ("--rate", args.rate, DEFAULTS["rate"]),
+        ("--repeat-share", args.repeat_share, DEFAULTS["repeat_share"]),
+        ("--backlog", args.backlog, DEFAULTS["backlog"]),
+        ("--seconds", args.seconds, DEFAULTS["seconds"]),
+        ("--reps", args.reps, DEFAULTS["reps"]),
+    ):
         command += "" if value == default else f" {flag} {value:g}"
     command += out_dir_flag(args.out_dir)
     results: dict[str, Any] = {"command": command, "machine": machine_description(), "runs": []}
     model = MODELS["gpu-like"]
     settings = settings_on_free_ports(
-        rate_limit_per_s=0, tenant_max_in_flight=0, max_backlog=10_000_000, result_ttl_s=600, api_workers=API_WORKERS,
-        model_name=model.model_name, endpoint_instances=1, endpoint_capacity=2,
+        rate_limit_per_s=0,
+        tenant_max_in_flight=0,
+        max_backlog=10_000_000,
+        result_ttl_s=600,
+        api_workers=API_WORKERS,
+        model_name=model.model_name,
+        endpoint_instances=1,
+        endpoint_capacity=2,
     )
 
     def record(run: dict[str, Any]) -> None:

@@ -8,8 +8,9 @@ import argparse
 import json
 import os
 import platform
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 

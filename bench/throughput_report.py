@@ -13,9 +13,9 @@ from bench.throughput_plan import (
     LATENCY_TUNED_ROWS,
     OTHER_PROCESSES,
     RAY_SWEEP,
+    Machine,
     ModelRun,
 )
-
 
 FLOOR_ROWS = (
     ("asgi/raw", "uvicorn, a bare ASGI app"),
@@ -35,9 +35,15 @@ def plot(run: ModelRun, path: Path) -> None:
     offered = [point["offered"] for point in run.sweep]
     figure, (through, latency, fill) = plt.subplots(1, 3, figsize=(15, 4.2))
     through.plot(offered, [p["brimful"]["achieved_rows_per_s"] for p in run.sweep], "o-", label="Brimful")
-    through.plot(offered, [p["dynamic"]["achieved_rows_per_s"] for p in run.sweep], "s--", label="Triton dynamic batcher")
-    through.axhline(run.runs["ceiling"]["achieved_rows_per_s"], color="grey", linestyle=":", label="ceiling (full batches)")
-    through.axhline(run.runs["naive"]["achieved_rows_per_s"], color="red", linestyle=":", label="naive (padded singles)")
+    through.plot(
+        offered, [p["dynamic"]["achieved_rows_per_s"] for p in run.sweep], "s--", label="Triton dynamic batcher"
+    )
+    through.axhline(
+        run.runs["ceiling"]["achieved_rows_per_s"], color="grey", linestyle=":", label="ceiling (full batches)"
+    )
+    through.axhline(
+        run.runs["naive"]["achieved_rows_per_s"], color="red", linestyle=":", label="naive (padded singles)"
+    )
     through.set(xlabel="offered load (requests/s)", ylabel="achieved (rows/s)", title="throughput")
     through.legend(fontsize=8)
     for key, color, label in (("brimful", "C0", "Brimful"), ("dynamic", "C1", "Triton dynamic")):
@@ -132,7 +138,7 @@ def floor_section(floor: dict[str, Any], runs: list[ModelRun], workers: int) -> 
     """The HTTP server's own cost beside Brimful's API, and the load generator's cost."""
     lines = ["## The floor: the API's HTTP server alone", ""]
     if "failed" in floor or not floor:
-        return lines + [f"Not measured in this run: {floor.get('failed', {}).get('why', 'no figures saved')}", ""]
+        return [*lines, f"Not measured in this run: {floor.get('failed', {}).get('why', 'no figures saved')}", ""]
     lines += [
         f"The same server as the API ({workers} uvicorn workers, uvloop, httptools) answering the same POST with a "
         f"constant 202 and no I/O, {CLIENTS} clients, in the same run:",
@@ -143,15 +149,22 @@ def floor_section(floor: dict[str, Any], runs: list[ModelRun], workers: int) -> 
     for key, label in FLOOR_ROWS:
         if key in floor:
             f = floor[key]
-            lines.append(f"| {label} | {f['achieved_rows_per_s']:.0f} | {f['server_cpu_us_per_request']:.0f} "
-                         f"| {f['loadgen_cpu_us_per_request']:.0f} |")
+            lines.append(
+                f"| {label} | {f['achieved_rows_per_s']:.0f} | {f['server_cpu_us_per_request']:.0f} "
+                f"| {f['loadgen_cpu_us_per_request']:.0f} |"
+            )
     lines.append("")
     if "fastapi/raw" in floor and "asgi/raw" in floor:
-        bare, framework = floor["asgi/raw"]["server_cpu_us_per_request"], floor["fastapi/raw"]["server_cpu_us_per_request"]
+        bare, framework = (
+            floor["asgi/raw"]["server_cpu_us_per_request"],
+            floor["fastapi/raw"]["server_cpu_us_per_request"],
+        )
         for run in runs:
             api = run.cpu_us_per_request["api"]
-            lines.append(f"- {run.name}: the API spends {api:.0f} us a request, {api - framework:.0f} us above the "
-                         f"FastAPI floor ({framework:.0f} us) and {api / bare:.1f}x the bare server ({bare:.0f} us).")
+            lines.append(
+                f"- {run.name}: the API spends {api:.0f} us a request, {api - framework:.0f} us above the "
+                f"FastAPI floor ({framework:.0f} us) and {api / bare:.1f}x the bare server ({bare:.0f} us)."
+            )
         lines.append("")
     return lines
 
@@ -167,8 +180,13 @@ def cpu_targets(run: ModelRun) -> list[str]:
 
 
 def report(
-    runs: list[ModelRun], floor: dict[str, Any], command: str, elapsed_s: float, machine: Machine,
-    min_wait_ms: float, worthwhile_rows: float,
+    runs: list[ModelRun],
+    floor: dict[str, Any],
+    command: str,
+    elapsed_s: float,
+    machine: Machine,
+    min_wait_ms: float,
+    worthwhile_rows: float,
 ) -> str:
     lines = [
         "# Throughput benchmark: Brimful against the ceiling, naive calls and Triton's dynamic batcher",
@@ -189,8 +207,13 @@ def report(
         by_fraction = {p["fraction"]: p for p in run.sweep}
         brimful_cpu = sum(run.cpu_us_per_request[n] for n in BRIMFUL_PROCESSES)
         lines += [
-            f"## {run.name} model" + (f", {run.instances} instances in one Triton server" if run.instances > 1 else "")
-            + (f" (every call at least {GPU_LIKE_CALL_MS} ms: a memory-bound GPU stand-in)" if run.name == "gpu-like" else ""),
+            f"## {run.name} model"
+            + (f", {run.instances} instances in one Triton server" if run.instances > 1 else "")
+            + (
+                f" (every call at least {GPU_LIKE_CALL_MS} ms: a memory-bound GPU stand-in)"
+                if run.name == "gpu-like"
+                else ""
+            ),
             "",
             f"![{run.name}](throughput_{run.name}.png)",
             "",
@@ -200,16 +223,20 @@ def report(
         rows = dict(run.runs)
         if run.ray:
             rows["ray"] = run.ray["saturation"]
-        for key, label in (("ceiling", "ceiling: full 64-row batches straight to Triton"),
-                           ("naive", f"naive: single rows padded to 64, {CLIENTS} clients"),
-                           ("dynamic", f"Triton dynamic batcher, single rows, {CLIENTS} clients"),
-                           ("ray", f"Ray Serve @serve.batch(max_batch_size=64), {CLIENTS} clients"),
-                           ("brimful", f"Brimful end to end, {CLIENTS} clients")):
+        for key, label in (
+            ("ceiling", "ceiling: full 64-row batches straight to Triton"),
+            ("naive", f"naive: single rows padded to 64, {CLIENTS} clients"),
+            ("dynamic", f"Triton dynamic batcher, single rows, {CLIENTS} clients"),
+            ("ray", f"Ray Serve @serve.batch(max_batch_size=64), {CLIENTS} clients"),
+            ("brimful", f"Brimful end to end, {CLIENTS} clients"),
+        ):
             if key not in rows:
                 continue
             r = rows[key]
             ratio = saturation / r["achieved_rows_per_s"] if r["achieved_rows_per_s"] else float("nan")
-            lines.append(f"| {label} | {r['achieved_rows_per_s']:.0f} | {r['p50_ms']:.0f} | {r['p99_ms']:.0f} | {ratio:.2f}x |")
+            lines.append(
+                f"| {label} | {r['achieved_rows_per_s']:.0f} | {r['p50_ms']:.0f} | {r['p99_ms']:.0f} | {ratio:.2f}x |"
+            )
         lines += [
             "",
             f"Offered open loop at its closed-loop peak ({saturation:.0f}/s), Brimful sustained "
@@ -232,12 +259,19 @@ def report(
                 f"| {p['dynamic_rows_per_batch']:.1f} |"
             )
         if run.ray:
-            lines += ["", "Ray Serve under the same open-loop loads:", "",
-                      "| offered /s | share | rows/s | p50 ms | p99 ms |", "|---|---|---|---|---|"]
+            lines += [
+                "",
+                "Ray Serve under the same open-loop loads:",
+                "",
+                "| offered /s | share | rows/s | p50 ms | p99 ms |",
+                "|---|---|---|---|---|",
+            ]
             for fraction in RAY_SWEEP:
                 r = run.ray[f"{fraction:g}"]
-                lines.append(f"| {r['offered_per_s']:.0f} | {fraction:.0%} | {r['achieved_rows_per_s']:.0f} "
-                             f"| {r['p50_ms']:.0f} | {r['p99_ms']:.0f} |")
+                lines.append(
+                    f"| {r['offered_per_s']:.0f} | {fraction:.0%} | {r['achieved_rows_per_s']:.0f} "
+                    f"| {r['p50_ms']:.0f} | {r['p99_ms']:.0f} |"
+                )
         else:
             lines += ["", f"Ray Serve (path e) was not measured: {run.ray_missing}"]
         errors = sum(p[k]["errors"] + p[k]["lost"] for p in run.sweep for k in ("brimful", "dynamic"))
@@ -267,7 +301,11 @@ def report(
             f"- Brimful / ceiling = {saturation / ceiling:.2f}; sustained (open loop) / ceiling = {run.sustained / ceiling:.2f}",
             f"- Brimful / naive = {saturation / naive:.1f}x",
             f"- Brimful / Triton dynamic batcher = {saturation / dynamic:.2f}",
-            *([f"- Brimful / Ray Serve = {saturation / run.ray['saturation']['achieved_rows_per_s']:.1f}x"] if run.ray else []),
+            *(
+                [f"- Brimful / Ray Serve = {saturation / run.ray['saturation']['achieved_rows_per_s']:.1f}x"]
+                if run.ray
+                else []
+            ),
             f"- p99 at 50% and 80% of the sustained load: {p99_50:.0f} ms and {p99_80:.0f} ms",
             f"- p50 at 5%: {p50_5:.0f} ms; with the policy tuned live to flush thin traffic at min_wait "
             f"(`brimful tune min_worthwhile_rows={LATENCY_TUNED_ROWS:g}`): p50 {tuned['p50_ms']:.0f} ms, "

@@ -9,7 +9,9 @@ from brimful.commands import dlq, keys, simulate, stats, tenants, tune, up
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="brimful", description="Fill fixed-size inference batches from single requests.")
+    parser = argparse.ArgumentParser(
+        prog="brimful", description="Fill fixed-size inference batches from single requests."
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     for command in (up, tune, stats, simulate, dlq, keys, tenants):
         command.register(commands)

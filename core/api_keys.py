@@ -11,12 +11,12 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from enum import StrEnum
-from typing import Iterable
 
 from brimful.core.clock import now_ms
-from brimful.core.redis_client import RedisClient
+from brimful.core.redis_client import RedisClient, as_text
 from brimful.core.redis_keys import RedisKeys
 
 KEY_PREFIX = "bf_"
@@ -24,9 +24,9 @@ KEY_ID_LENGTH = 12
 
 
 class Scope(StrEnum):
-    SUBMIT = "submit"      # POST and DELETE tasks
-    READ = "read"          # GET tasks and stats
-    ADMIN = "admin"        # reading the policy; the DLQ entries of the key's own tenant
+    SUBMIT = "submit"  # POST and DELETE tasks
+    READ = "read"  # GET tasks and stats
+    ADMIN = "admin"  # reading the policy; the DLQ entries of the key's own tenant
     OPERATOR = "operator"  # changing the policy every tenant shares; with admin: every tenant's DLQ entries (on-call)
 
 
@@ -94,7 +94,7 @@ class ApiKeys:
         there is none. A prefix is not enough: it could name another key than meant."""
         raw = await self._redis.hgetall(self._keys.api_keys)
         for hashed, value in raw.items():
-            if len(key_id) == KEY_ID_LENGTH and hashed.decode().startswith(key_id):
+            if len(key_id) == KEY_ID_LENGTH and as_text(hashed).startswith(key_id):
                 record = _record(value)
                 revoked = KeyRecord(**{**asdict(record), "revoked_at_ms": now_ms()})
                 await self._redis.hset(self._keys.api_keys, hashed, json.dumps(asdict(revoked)))
@@ -104,7 +104,7 @@ class ApiKeys:
         return None
 
 
-def _record(raw: bytes) -> KeyRecord:
+def _record(raw: bytes | str) -> KeyRecord:
     data = json.loads(raw)
     data["scopes"] = tuple(data["scopes"])
     return KeyRecord(**data)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 from brimful.core.redis_client import RedisClient, is_cluster
 
@@ -28,7 +28,7 @@ class _Reconnects:
 async def follow_channel(
     redis: RedisClient,
     channel: str,
-    on_message: Callable[[bytes], None],
+    on_message: Callable[[bytes], object],
     on_lost: Callable[[], None] = lambda: None,
     stop: asyncio.Event | None = None,
 ) -> None:
@@ -47,6 +47,7 @@ async def follow_channel(
             await pubsub.subscribe(channel)
             # Registered after the subscription, so it runs after redis-py's own re-subscribe:
             # whoever re-reads on ``on_lost`` cannot miss a message published after that.
+            assert pubsub.connection is not None  # subscribing connected it
             pubsub.connection.register_connect_callback(reconnects.connected)
             while stop is None or not stop.is_set():
                 message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=0.5)

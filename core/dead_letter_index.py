@@ -9,7 +9,7 @@ batcher that stopped in between) is still found by a scan, which is bounded per 
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from brimful.core.redis_client import RedisClient
 from brimful.core.redis_keys import RedisKeys

@@ -54,12 +54,17 @@ class FetchPacer:
             return
         if not set_fetch_max_wait(self._consumer, wait_ms):
             self._unsupported = True
-            log.warning("cannot change the fetch wait of this aiokafka release; it stays fixed", extra={"consumer": self._name})
+            log.warning(
+                "cannot change the fetch wait of this aiokafka release; it stays fixed", extra={"consumer": self._name}
+            )
             return
         metrics.FETCH_WAIT.labels(self._name).set(wait_ms / 1000)
         if wait_ms == self._wait.ceiling_ms or wait_ms == self._wait.base_ms:
             log.info(
-                "fetch wait %s", "back to base: caught up" if wait_ms == self._wait.base_ms else "at its ceiling: lagging behind a slow broker",
+                "fetch wait %s",
+                "back to base: caught up"
+                if wait_ms == self._wait.base_ms
+                else "at its ceiling: lagging behind a slow broker",
                 extra={"consumer": self._name, "fetch_wait_ms": wait_ms},
             )
 
@@ -68,13 +73,14 @@ class FetchPacer:
         paused = self._consumer.paused()
         # High watermarks first, with no await between: the assignment cannot change under them.
         highwaters = {
-            tp: high for tp in self._consumer.assignment()
+            tp: high
+            for tp in self._consumer.assignment()
             if tp not in paused and (high := self._consumer.highwater(tp)) is not None
         }  # a paused partition is not fetched: its lag is the batcher's choice
         for tp, highwater in highwaters.items():
             try:
                 position = await asyncio.wait_for(self._consumer.position(tp), _POSITION_TIMEOUT_S)
-            except (asyncio.TimeoutError, KafkaError):  # unassigned meanwhile, or still resetting
+            except (TimeoutError, KafkaError):  # unassigned meanwhile, or still resetting
                 continue
             if highwater > position:
                 return True

@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
-from typing import Any, Sequence
+from collections.abc import AsyncGenerator, Sequence
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -74,8 +74,10 @@ async def ensure_topics(settings: Settings, attempts: int = 30) -> None:
     """Create every served model's requests topic and the DLQ topic if missing
     (idempotent; waits for the broker)."""
     wanted = [
-        *(NewTopic(settings.requests_topic_for(model), settings.topic_partitions, settings.topic_replication)
-          for model in settings.served_models),
+        *(
+            NewTopic(settings.requests_topic_for(model), settings.topic_partitions, settings.topic_replication)
+            for model in settings.served_models
+        ),
         NewTopic(settings.dlq_topic, 1, settings.topic_replication),
     ]
     for attempt in range(1, attempts + 1):
@@ -107,7 +109,7 @@ async def stream_topic(
     topic: str,
     start: tuple[int, int] | None = None,
     stall_timeout_s: float = 30.0,
-) -> AsyncIterator[list[tuple[int, int, bytes]]]:
+) -> AsyncGenerator[list[tuple[int, int, bytes]], None]:
     """The records of ``topic`` as (partition, offset, value), a fetch at a time, partition
     by partition, from ``start`` ((partition, offset); None: the beginning) to the end the
     topic had when each partition was reached. Memory stays at one fetch whatever the
@@ -155,7 +157,9 @@ async def stream_topic(
                 if end is not None and await consumer.position(tp) >= end:
                     break
                 if time.monotonic() > stalled_at:
-                    raise TimeoutError(f"could not read {topic} partition {partition} to its end: no record for {stall_timeout_s:g} s")
+                    raise TimeoutError(
+                        f"could not read {topic} partition {partition} to its end: no record for {stall_timeout_s:g} s"
+                    )
     finally:
         # Let the consumer's own background task begin before stopping it: stopped at once
         # (no partition to read), aiokafka awaits that task cancelled before it ran and raises.

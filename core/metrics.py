@@ -23,12 +23,15 @@ _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0
 # --- batcher: the accumulators -------------------------------------------------------
 FLUSHES = Counter("brimful_flushes", "Batches flushed from an accumulator, by reason.", ["partition", "reason"])
 QUEUE_WAIT = Histogram(
-    "brimful_queue_wait_seconds", "Time a row waited in its accumulator before its batch left.",
-    ["partition"], buckets=_WAIT_BUCKETS,
+    "brimful_queue_wait_seconds",
+    "Time a row waited in its accumulator before its batch left.",
+    ["partition"],
+    buckets=_WAIT_BUCKETS,
 )
 FLUSH_DEADLINE = Gauge(
     "brimful_flush_deadline_seconds",
-    "Wait budget the policy gives the partition's current batch (0 when nothing waits).", ["partition"],
+    "Wait budget the policy gives the partition's current batch (0 when nothing waits).",
+    ["partition"],
 )
 ARRIVAL_RATE = Gauge(
     "brimful_arrival_rate_per_second", "Estimated arrival rate of the partition (EWMA).", ["partition"]
@@ -51,7 +54,9 @@ POLICY_LATENCY_TARGET = Gauge(
 POLICY_MAX_WAIT = Gauge(
     "brimful_policy_max_wait_seconds", "Longest a row waits for its batch to fill, as this batcher applies it now."
 )
-ASSIGNED_PARTITIONS = Gauge("brimful_batcher_assigned_partitions", "Partitions of the requests topic this batcher owns.")
+ASSIGNED_PARTITIONS = Gauge(
+    "brimful_batcher_assigned_partitions", "Partitions of the requests topic this batcher owns."
+)
 OFFSET_GAPS_REREAD = Counter(
     "brimful_offset_gaps_reread",
     "Fetches that skipped offsets of the partition and were read again from the first skipped one "
@@ -94,13 +99,12 @@ TASKS_RECREATED = Counter(
     "Tasks whose Redis record was gone when their batch ran (Redis lost it), re-created from their Kafka record.",
 )
 CACHE_HITS = Counter(
-    "brimful_cache_hits", "Tasks answered by an identical task's result (cached or computed beside them), no row of their own."
+    "brimful_cache_hits",
+    "Tasks answered by an identical task's result (cached or computed beside them), no row of their own.",
 )
 CACHE_MISSES = Counter("brimful_cache_misses", "Cacheable tasks the model computed.")
 CACHE_BYTES = Gauge("brimful_cache_bytes", "Bytes the result cache holds (its entries' JSON plus overhead).")
-ISOLATION_CALLS = Counter(
-    "brimful_isolation_calls", "Extra model calls made on split batches to isolate failing rows."
-)
+ISOLATION_CALLS = Counter("brimful_isolation_calls", "Extra model calls made on split batches to isolate failing rows.")
 MODEL_CALLS = Counter("brimful_model_calls", "Model calls, by outcome.", ["endpoint", "outcome"])
 IN_FLIGHT = Gauge("brimful_batches_in_flight", "Batches holding a slot of the endpoint right now.", ["endpoint"])
 ENDPOINT_CAPACITY = Gauge(
@@ -119,7 +123,9 @@ MODEL_RETRIES = Counter(
     ["kind"],
 )
 DEAD_LETTERS = Counter(
-    "brimful_dead_letters", "Tasks written to the dead-letter topic, by model and error class.", ["model", "error_class"]
+    "brimful_dead_letters",
+    "Tasks written to the dead-letter topic, by model and error class.",
+    ["model", "error_class"],
 )
 BATCH_STAGE = Histogram(
     "brimful_batch_stage_seconds",
@@ -127,7 +133,8 @@ BATCH_STAGE = Histogram(
     "the API's write and the Kafka hop), in_batch (their mean wait in the accumulator), prepare (flush to the "
     "call: marking the tasks running, the slot's lease, padding), call (the model call), store (call end to "
     "results stored).",
-    ["stage"], buckets=_WAIT_BUCKETS,
+    ["stage"],
+    buckets=_WAIT_BUCKETS,
 )
 TASK_LATENCY = Histogram(
     "brimful_task_latency_seconds", "Submit-to-result time of tasks that completed.", buckets=_LATENCY_BUCKETS
@@ -140,7 +147,8 @@ CONNECTIONS_SHED = Counter(
 )
 TASKS_SUBMITTED = Counter("brimful_tasks_submitted", "Tasks accepted (answered 202), by model.", ["model"])
 SUBMIT_GROUP_SIZE = Histogram(
-    "brimful_submit_group_size", "Submissions recorded and sent together by one group commit.",
+    "brimful_submit_group_size",
+    "Submissions recorded and sent together by one group commit.",
     buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
 )
 HTTP_RESPONSES = Counter(
@@ -153,11 +161,14 @@ REFUSALS = Counter(
     ["reason"],
 )
 BACKLOG_ROWS = Gauge(
-    "brimful_backlog_rows", "A model's accepted tasks not yet finished, as the API sees them.", ["model"],
+    "brimful_backlog_rows",
+    "A model's accepted tasks not yet finished, as the API sees them.",
+    ["model"],
     multiprocess_mode="max",
 )
 BACKLOG_LIMIT_ROWS = Gauge(
-    "brimful_backlog_limit_rows", "The backlog of a model above which POST answers 503 overloaded for it.",
+    "brimful_backlog_limit_rows",
+    "The backlog of a model above which POST answers 503 overloaded for it.",
     multiprocess_mode="max",
 )
 LONG_POLLS_WAITING = Gauge(

@@ -8,7 +8,7 @@ Prometheus can then sum, alert and draw per model across batchers.
 
 from __future__ import annotations
 
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric
@@ -25,9 +25,7 @@ class _LabelledCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         for family in self._source.collect():
             labelled = Metric(family.name, family.documentation, family.type, family.unit)
-            labelled.samples = [
-                sample._replace(labels={**self._labels, **sample.labels}) for sample in family.samples
-            ]
+            labelled.samples = [sample._replace(labels={**self._labels, **sample.labels}) for sample in family.samples]
             yield labelled
 
 

@@ -6,8 +6,9 @@ The API checks a submission's ``model`` against this catalogue and shows it at
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from brimful.core.model_signature import ModelSignature, TensorSpec
 
@@ -30,7 +31,7 @@ class ModelCatalogue:
     default: str
 
     @classmethod
-    def of(cls, signatures: Sequence[ModelSignature]) -> "ModelCatalogue":
+    def of(cls, signatures: Sequence[ModelSignature]) -> ModelCatalogue:
         """A catalogue of these models; the first is the default."""
         if not signatures:
             raise ValueError("a catalogue serves at least one model")

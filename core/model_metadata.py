@@ -77,7 +77,7 @@ async def wait_for_signature(model: ModelMetadata, stop: asyncio.Event | None = 
         else:
             try:
                 await asyncio.wait_for(stop.wait(), timeout=delay)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
         delay = min(delay * 2, 2.0)
     return None

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -68,7 +69,7 @@ class ModelSignature:
         return tuple(spec.name for spec in self.inputs)
 
     @classmethod
-    def from_triton_metadata(cls, metadata: Mapping[str, Any], batch_size: int) -> "ModelSignature":
+    def from_triton_metadata(cls, metadata: Mapping[str, Any], batch_size: int) -> ModelSignature:
         """Build from ``get_model_metadata(as_json=True)``.
 
         The first dimension of every tensor is the batch: either fixed at ``batch_size``

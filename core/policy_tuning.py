@@ -12,13 +12,14 @@ from __future__ import annotations
 import json
 import logging
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from redis.exceptions import WatchError
 
 from brimful.core.clock import now_ms
 from brimful.core.policy_params import PolicyParams
-from brimful.core.redis_client import RedisClient
+from brimful.core.redis_client import RedisClient, as_text
 from brimful.core.redis_keys import RedisKeys
 from brimful.core.settings import Settings
 
@@ -106,7 +107,11 @@ class PolicyTuning:
     """Reads and changes the live policy parameters shared by every batcher."""
 
     def __init__(
-        self, redis: RedisClient, keys: RedisKeys, defaults: Mapping[str, float], batch_size: int,
+        self,
+        redis: RedisClient,
+        keys: RedisKeys,
+        defaults: Mapping[str, float],
+        batch_size: int,
         model: str | None = None,
     ) -> None:
         """The policy of one model (None: the default model; see ``RedisKeys.model_policy``),
@@ -118,10 +123,13 @@ class PolicyTuning:
         self.batch_size = batch_size
 
     @classmethod
-    def from_settings(cls, settings: Settings, redis: RedisClient, model: str, batch_size: int) -> "PolicyTuning":
+    def from_settings(cls, settings: Settings, redis: RedisClient, model: str, batch_size: int) -> PolicyTuning:
         """The policy of ``model``, a model the settings serve."""
         return cls(
-            redis, RedisKeys(settings.key_prefix), defaults_from_settings(settings), batch_size,
+            redis,
+            RedisKeys(settings.key_prefix),
+            defaults_from_settings(settings),
+            batch_size,
             settings.model_scope(model),
         )
 
@@ -130,7 +138,7 @@ class PolicyTuning:
         stored = await self._redis.hgetall(self._key)
         values = dict(self.defaults)
         for name, raw in stored.items():
-            key = name.decode()
+            key = as_text(name)
             if key in TUNABLE:
                 values[key] = float(raw)
         return values

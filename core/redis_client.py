@@ -31,7 +31,7 @@ class WaitingRedisCluster(RedisCluster):
     connection per node, so ``max_concurrent`` turns never exceed a node's pool."""
 
     def __init__(self, *args: Any, max_concurrent: int, pool_timeout_s: float, **kwargs: Any) -> None:
-        super().__init__(*args, max_connections=max_concurrent + _SUBSCRIPTION_CONNECTIONS, **kwargs)
+        super().__init__(*args, max_connections=max_concurrent + _SUBSCRIPTION_CONNECTIONS, **kwargs)  # type: ignore[misc]
         self._turns = asyncio.Semaphore(max_concurrent)
         self._pool_timeout_s = pool_timeout_s
 
@@ -39,7 +39,7 @@ class WaitingRedisCluster(RedisCluster):
         """Wait for a free turn; raises ConnectionError after ``pool_timeout_s``."""
         try:
             await asyncio.wait_for(self._turns.acquire(), self._pool_timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise ConnectionError("no Redis connection became free in time") from None
 
     def end_turn(self) -> None:
@@ -55,7 +55,7 @@ class WaitingRedisCluster(RedisCluster):
     def pipeline(self, transaction: Any | None = None, shard_hint: Any | None = None) -> ClusterPipeline:
         if shard_hint:
             return super().pipeline(transaction, shard_hint)  # which refuses it
-        return _WaitingPipeline(self, transaction)
+        return _WaitingPipeline(self, transaction)  # type: ignore[abstract]  # redis-py declares an attribute it sets as abstract
 
 
 class _WaitingPipeline(ClusterPipeline):
@@ -71,6 +71,12 @@ class _WaitingPipeline(ClusterPipeline):
             return await super().execute(raise_on_error, allow_redirections)
         finally:
             self._waiting_client.end_turn()
+
+
+def as_text(reply: bytes | str) -> str:
+    """A reply as text. Brimful's clients answer bytes (responses are not decoded: stored
+    results are bytes), which redis-py's types cannot tell from a decoding client's."""
+    return reply.decode() if isinstance(reply, bytes) else reply
 
 
 def is_cluster(redis: RedisClient) -> bool:

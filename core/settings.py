@@ -198,14 +198,15 @@ class Settings(BaseSettings):
     )
     model_name: str = Field(
         "brimful_reference",
-        description="Model this batcher sends its batches to (one of models); with models empty, the one model "
-        "served.",
+        description="Model this batcher sends its batches to (one of models); with models empty, the one model served.",
     )
     model_version: str = Field(
         "", description="Version of model_name; empty means the server's default (which other models always get)."
     )
     batch_size: int = Field(
-        64, ge=1, description="Rows a call of the reference model the embedded stack serves. Brimful itself reads "
+        64,
+        ge=1,
+        description="Rows a call of the reference model the embedded stack serves. Brimful itself reads "
         "each model's batch size from the model's configuration.",
     )
     infer_timeout_s: float = Field(10.0, gt=0, description="Timeout of one model call.")
@@ -227,9 +228,7 @@ class Settings(BaseSettings):
     )
 
     # --- Batching policy (see docs/batching.md) --------------------------------------
-    max_wait_ms: float = Field(
-        250.0, gt=0, description="No request waits longer than this for its batch to fill."
-    )
+    max_wait_ms: float = Field(250.0, gt=0, description="No request waits longer than this for its batch to fill.")
     min_wait_ms: float = Field(
         2.0, ge=0, description="No batch leaves before its oldest row waited this long, unless it is full."
     )
@@ -242,14 +241,12 @@ class Settings(BaseSettings):
         "(with max_wait_ms) is the cost mode: fill first. 105: at mid load a GPU-like model's calls then carry "
         "the dynamic batcher's rows for about its latency (docs/batching.md).",
     )
-    rate_halflife_ms: float = Field(
-        500.0, gt=0, description="Half-life of the EWMA arrival-rate estimate."
-    )
-    fill_slack: float = Field(
-        1.25, ge=1.0, description="Deadline = slack x expected time to fill the empty slots."
-    )
+    rate_halflife_ms: float = Field(500.0, gt=0, description="Half-life of the EWMA arrival-rate estimate.")
+    fill_slack: float = Field(1.25, ge=1.0, description="Deadline = slack x expected time to fill the empty slots.")
     min_worthwhile_rows: float = Field(
-        8.0, ge=0, description="Wait past min_wait only if the time left to wait is expected to add this many rows "
+        8.0,
+        ge=0,
+        description="Wait past min_wait only if the time left to wait is expected to add this many rows "
         "(an eighth of a 64-row batch): fewer are not worth delaying the rows already waiting.",
     )
     low_max_wait_ms: float = Field(
@@ -279,7 +276,9 @@ class Settings(BaseSettings):
         "", description="Directory where batchers record arrival traces (Parquet) for `brimful simulate`; empty: off."
     )
     batcher_metrics_port: int = Field(
-        9108, ge=0, le=65535,
+        9108,
+        ge=0,
+        le=65535,
         description="Port of the batcher's HTTP server: Prometheus /metrics, /healthz, /readyz and /status; 0: not served.",
     )
     batcher_metrics_host: str = Field(
@@ -363,14 +362,22 @@ class Settings(BaseSettings):
     )
     rate_limit_burst: int = Field(5000, ge=1, description="How many tasks a tenant may submit at once, above the rate.")
     read_rate_limit_per_s: float = Field(
-        5000.0, ge=0, description="Reads (GET, long-poll, DELETE of a task) per second each tenant may make; 0: no limit."
+        5000.0,
+        ge=0,
+        description="Reads (GET, long-poll, DELETE of a task) per second each tenant may make; 0: no limit.",
     )
-    read_rate_limit_burst: int = Field(10_000, ge=1, description="How many reads a tenant may make at once, above the rate.")
+    read_rate_limit_burst: int = Field(
+        10_000, ge=1, description="How many reads a tenant may make at once, above the rate."
+    )
     dlq_rate_limit_per_s: float = Field(
-        5.0, ge=0, description="DLQ admin calls (list, show, replay, purge, export) per second each tenant may make; "
-        "0: no limit. A call that reads the topic costs a broker consumer."
+        5.0,
+        ge=0,
+        description="DLQ admin calls (list, show, replay, purge, export) per second each tenant may make; "
+        "0: no limit. A call that reads the topic costs a broker consumer.",
     )
-    dlq_rate_limit_burst: int = Field(50, ge=1, description="How many DLQ admin calls a tenant may make at once, above the rate.")
+    dlq_rate_limit_burst: int = Field(
+        50, ge=1, description="How many DLQ admin calls a tenant may make at once, above the rate."
+    )
     dlq_read_max_letters: int = Field(
         20_000,
         ge=1,
@@ -399,12 +406,14 @@ class Settings(BaseSettings):
     long_poll_max_s: float = Field(30.0, gt=0, description="Longest `?wait=` a client may ask a request to be held.")
     max_bulk_tasks: int = Field(1000, ge=1, description="Most tasks one POST /v1/tasks:batch may carry.")
     submit_group_max: int = Field(
-        256, ge=1,
+        256,
+        ge=1,
         description="Most submissions one group commit records in Redis and sends to the broker together "
         "(submissions that arrive while a group is written form the next one).",
     )
     submit_waiting_max: int = Field(
-        10_000, ge=1,
+        10_000,
+        ge=1,
         description="Most submissions an API process holds waiting for their group; past it, 503 overloaded.",
     )
     tenant_max_payload_bytes: int = Field(
@@ -434,12 +443,14 @@ class Settings(BaseSettings):
         "http://127.0.0.1:4318/v1/traces", description="Where spans go: an OTLP/HTTP traces endpoint (a collector)."
     )
     tracing_sample_ratio: float = Field(
-        1.0, ge=0.0, le=1.0,
+        1.0,
+        ge=0.0,
+        le=1.0,
         description="Share of new traces recorded; a caller's traceparent decides for the traces it starts.",
     )
 
     @model_validator(mode="after")
-    def _check_consistency(self) -> "Settings":
+    def _check_consistency(self) -> Settings:
         if self.min_wait_ms > self.max_wait_ms:
             raise ValueError("min_wait_ms must not exceed max_wait_ms")
         if self.kafka_request_timeout_ms <= self.kafka_session_timeout_ms // 2:
@@ -451,7 +462,9 @@ class Settings(BaseSettings):
         if self.kafka_security_protocol.startswith("SASL_") and not (
             self.kafka_sasl_username and self.kafka_sasl_password.get_secret_value()
         ):
-            raise ValueError(f"kafka_security_protocol {self.kafka_security_protocol} needs kafka_sasl_username and kafka_sasl_password")
+            raise ValueError(
+                f"kafka_security_protocol {self.kafka_security_protocol} needs kafka_sasl_username and kafka_sasl_password"
+            )
         if bool(self.kafka_ssl_certfile) != bool(self.kafka_ssl_keyfile):
             raise ValueError("kafka_ssl_certfile and kafka_ssl_keyfile go together")
         if self.max_in_flight_per_partition > self.max_in_flight:

@@ -3,9 +3,9 @@ rows, padding, failures and flush reasons, totalled across processes."""
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
-from brimful.core.redis_client import RedisClient
+from brimful.core.redis_client import RedisClient, as_text
 from brimful.core.redis_keys import RedisKeys
 
 
@@ -13,17 +13,25 @@ class StatsField:
     """Names of the counters in the stats hash, totalled across batchers."""
 
     BATCHES_DISPATCHED = "batches_dispatched"  # model calls made
-    ROWS_DISPATCHED = "rows_dispatched"        # real rows in those calls (padding excluded)
-    PADDED_SLOTS = "padded_slots"              # filler rows sent to reach the fixed batch size
-    CALLS_FAILED = "calls_failed"              # model calls that raised
+    ROWS_DISPATCHED = "rows_dispatched"  # real rows in those calls (padding excluded)
+    PADDED_SLOTS = "padded_slots"  # filler rows sent to reach the fixed batch size
+    CALLS_FAILED = "calls_failed"  # model calls that raised
     TASKS_DONE = "tasks_done"
     TASKS_FAILED = "tasks_failed"
 
-    CACHE_HITS = "cache_hits"                  # tasks answered by an identical task's result, no row of their own
-    CACHE_MISSES = "cache_misses"              # cacheable tasks the model computed
+    CACHE_HITS = "cache_hits"  # tasks answered by an identical task's result, no row of their own
+    CACHE_MISSES = "cache_misses"  # cacheable tasks the model computed
 
-    ALL = (BATCHES_DISPATCHED, ROWS_DISPATCHED, PADDED_SLOTS, CALLS_FAILED, TASKS_DONE, TASKS_FAILED, CACHE_HITS,
-           CACHE_MISSES)
+    ALL = (
+        BATCHES_DISPATCHED,
+        ROWS_DISPATCHED,
+        PADDED_SLOTS,
+        CALLS_FAILED,
+        TASKS_DONE,
+        TASKS_FAILED,
+        CACHE_HITS,
+        CACHE_MISSES,
+    )
     FLUSHES_PREFIX = "flushes_"
 
     @staticmethod
@@ -51,7 +59,7 @@ class SharedStats:
     async def read(self) -> dict[str, int]:
         """Every counter, zero when never incremented, then the flush reasons seen."""
         raw = await self._redis.hgetall(self._key)
-        values = {k.decode(): int(v) for k, v in raw.items()}
+        values = {as_text(k): int(v) for k, v in raw.items()}
         counters = {field: values.get(field, 0) for field in StatsField.ALL}
         counters.update(sorted((k, v) for k, v in values.items() if k.startswith(StatsField.FLUSHES_PREFIX)))
         return counters

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from brimful.core.redis_client import RedisClient
 from brimful.core.redis_keys import RedisKeys
@@ -23,7 +24,9 @@ class StatusBoard:
     async def publish(self, member: str, snapshot: Mapping[str, Any], ttl_s: float) -> None:
         # A short TTL makes a dead batcher drop off the board by itself.
         async with self._redis.pipeline(transaction=True) as pipe:
-            pipe.set(self._keys.batcher_status(member), json.dumps({"member": member, **snapshot}), px=int(ttl_s * 1000))
+            pipe.set(
+                self._keys.batcher_status(member), json.dumps({"member": member, **snapshot}), px=int(ttl_s * 1000)
+            )
             pipe.sadd(self._keys.batcher_members, member)
             await pipe.execute()
 

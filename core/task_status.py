@@ -8,13 +8,12 @@ from enum import StrEnum
 class TaskStatus(StrEnum):
     """Where a task stands. ``done``, ``failed`` and ``cancelled`` are final."""
 
-    QUEUED = "queued"    # accepted and on the requests topic
+    QUEUED = "queued"  # accepted and on the requests topic
     RUNNING = "running"  # in a batch at the model
-    DONE = "done"        # outputs stored
-    FAILED = "failed"    # retries exhausted; the request is on the DLQ
+    DONE = "done"  # outputs stored
+    FAILED = "failed"  # retries exhausted; the request is on the DLQ
     CANCELLED = "cancelled"  # cancelled before it reached the model
 
     @property
     def is_final(self) -> bool:
         return self in (TaskStatus.DONE, TaskStatus.FAILED, TaskStatus.CANCELLED)
-

@@ -8,15 +8,16 @@ with a second result.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 import orjson
 from redis.crc import key_slot
 from redis.exceptions import RedisError
 
 from brimful.core.clock import now_ms
-from brimful.core.redis_client import RedisClient, is_cluster
+from brimful.core.redis_client import RedisClient, as_text, is_cluster
 from brimful.core.redis_keys import RedisKeys
 from brimful.core.task_status import TaskStatus
 
@@ -311,7 +312,11 @@ class TaskStore:
     """Reads and writes task state; one instance per process, sharing one Redis pool."""
 
     def __init__(
-        self, redis: RedisClient, keys: RedisKeys, ttl_s: int, waiting_ttl_s: int = 7 * 24 * 3600,
+        self,
+        redis: RedisClient,
+        keys: RedisKeys,
+        ttl_s: int,
+        waiting_ttl_s: int = 7 * 24 * 3600,
         stats_model: str | None = None,
     ) -> None:
         """``stats_model``: whose counters ``mark_done`` adds to (None: the default model's)."""
@@ -350,7 +355,7 @@ class TaskStore:
             raise outcome
         return outcome
 
-    async def create_queued_many(self, tasks: Sequence[NewTask]) -> list[int | None | RedisError]:
+    async def create_queued_many(self, tasks: Sequence[NewTask]) -> list[int | RedisError | None]:
         """``create_queued`` for a group of tasks in one round trip. Each is answered on its
         own, in order: None when recorded, its tenant's count when refused, or the
         RedisError of a command of its own that failed (say a key of its tenant's holding
@@ -366,20 +371,29 @@ class TaskStore:
             args: list[str | int] = [self._waiting_ttl_s, TaskStatus.QUEUED.value]
             for task in tasks:
                 keys += [self._keys.task(task.task_id), self._keys.in_flight(task.tenant)]
-                args += [task.submitted_at_ms, task.max_in_flight, task.submitted_at_ms - self._waiting_ttl_s * 1000,
-                         task.task_id, task.tenant, task.model,
-                         self._keys.idempotency(task.idempotency_key) if task.idempotency_key else ""]
+                args += [
+                    task.submitted_at_ms,
+                    task.max_in_flight,
+                    task.submitted_at_ms - self._waiting_ttl_s * 1000,
+                    task.task_id,
+                    task.tenant,
+                    task.model,
+                    self._keys.idempotency(task.idempotency_key) if task.idempotency_key else "",
+                ]
             replies = await self._create_group(keys=keys, args=args)
         except RedisError:
             await self._forget_quietly([(task.task_id, task.tenant) for task in tasks])
             raise
         return [
-            RedisError(reply.decode(errors="replace")) if isinstance(reply, bytes)
-            else None if int(reply) < 0 else int(reply)
+            RedisError(reply.decode(errors="replace"))
+            if isinstance(reply, bytes)
+            else None
+            if int(reply) < 0
+            else int(reply)
             for reply in replies
         ]
 
-    async def _create_queued_in_slots(self, tasks: Sequence[NewTask]) -> list[int | None | RedisError]:
+    async def _create_queued_in_slots(self, tasks: Sequence[NewTask]) -> list[int | RedisError | None]:
         # On a cluster a task's record and its tenant's set live in different slots: one
         # pipeline writes the records and admits each task, and the refused and failed
         # ones are taken back in a second round trip, only when there are any.
@@ -401,12 +415,16 @@ class TaskStore:
                 # As text: a registered script in a pipeline costs a round trip more (redis-py
                 # checks that it is loaded first), and Redis caches the text by its hash.
                 pipe.eval(
-                    _ADMIT_LUA, 1, self._keys.in_flight(task.tenant),
-                    task.submitted_at_ms, task.max_in_flight,
-                    task.submitted_at_ms - self._waiting_ttl_s * 1000, task.task_id,
+                    _ADMIT_LUA,
+                    1,
+                    self._keys.in_flight(task.tenant),
+                    task.submitted_at_ms,
+                    task.max_in_flight,
+                    task.submitted_at_ms - self._waiting_ttl_s * 1000,
+                    task.task_id,
                 )
             replies = await pipe.execute(raise_on_error=False)
-        outcomes: list[int | None | RedisError] = []
+        outcomes: list[int | RedisError | None] = []
         for index in range(len(tasks)):
             own = replies[3 * index : 3 * index + 3]
             failed = next((reply for reply in own if isinstance(reply, Exception)), None)
@@ -431,8 +449,15 @@ class TaskStore:
         again (an operator's replay is never refused for it)."""
         kept = await self._requeue(
             keys=[self._keys.task(task_id)],
-            args=[self._waiting_ttl_s, now_ms(), TaskStatus.QUEUED.value, TaskStatus.FAILED.value, submitted_at_ms,
-                  tenant, model],
+            args=[
+                self._waiting_ttl_s,
+                now_ms(),
+                TaskStatus.QUEUED.value,
+                TaskStatus.FAILED.value,
+                submitted_at_ms,
+                tenant,
+                model,
+            ],
         )
         if kept:
             return str(kept.decode() if isinstance(kept, bytes) else kept)
@@ -451,7 +476,7 @@ class TaskStore:
                 return None
             held = await self._redis.get(redis_key)
             if held is not None:
-                value = held.decode()
+                value = as_text(held)
                 if not value.startswith(_PENDING):
                     return IdempotencyHold(value, pending=False, raw=value)
                 claimed, _, at = value.removeprefix(_PENDING).partition(":")
@@ -464,7 +489,9 @@ class TaskStore:
         a new one when that was never recorded); False if the key changed meanwhile
         (another claimant took it, or its submission ended)."""
         value = f"{_PENDING}{task_id}:{now_ms()}"
-        return bool(await self._swap_if(keys=[self._keys.idempotency(key)], args=[held.raw, value, self._waiting_ttl_s]))
+        return bool(
+            await self._swap_if(keys=[self._keys.idempotency(key)], args=[held.raw, value, self._waiting_ttl_s])
+        )
 
     async def commit_idempotency_key(self, key: str, task_id: str) -> bool:
         """Bind the key to ``task_id`` now that the task is accepted, for as long as the
@@ -472,9 +499,9 @@ class TaskStore:
         False if the claim is no longer this submission's."""
         redis_key = self._keys.idempotency(key)
         held = await self._redis.get(redis_key)
-        if held is None or not held.decode().startswith(f"{_PENDING}{task_id}"):
+        if held is None or not as_text(held).startswith(f"{_PENDING}{task_id}"):
             return False
-        return bool(await self._swap_if(keys=[redis_key], args=[held.decode(), task_id, self._waiting_ttl_s]))
+        return bool(await self._swap_if(keys=[redis_key], args=[as_text(held), task_id, self._waiting_ttl_s]))
 
     async def release_idempotency_key(self, key: str, task_id: str) -> None:
         """Free a key whose task was never accepted, so the client's retry can use it
@@ -482,8 +509,8 @@ class TaskStore:
         claim then stays until a retry takes it over."""
         redis_key = self._keys.idempotency(key)
         held = await self._redis.get(redis_key)
-        if held is not None and held.decode().startswith(f"{_PENDING}{task_id}"):
-            await self._swap_if(keys=[redis_key], args=[held.decode(), "", 0])
+        if held is not None and as_text(held).startswith(f"{_PENDING}{task_id}"):
+            await self._swap_if(keys=[redis_key], args=[as_text(held), "", 0])
 
     async def forget(self, task_id: str, tenant: str = "") -> None:
         """Remove a task that was never accepted (its enqueue failed), and its slot in flight."""
@@ -520,7 +547,7 @@ class TaskStore:
         raw = await self._redis.hgetall(self._keys.task(task_id))
         if not raw:
             return None
-        fields = {k.decode(): v.decode() for k, v in raw.items()}
+        fields = {as_text(k): as_text(v) for k, v in raw.items()}
         return TaskRecord(
             task_id=task_id,
             status=TaskStatus(fields["status"]),
@@ -576,15 +603,25 @@ class TaskStore:
             for task in missing:
                 # As text: a registered script in a pipeline costs a round trip more.
                 pipe.eval(
-                    _RECREATE_LUA, 1, self._keys.task(task.task_id), self._waiting_ttl_s, now,
-                    TaskStatus.RUNNING.value, task.submitted_at_ms, task.tenant, task.model,
+                    _RECREATE_LUA,
+                    1,
+                    self._keys.task(task.task_id),
+                    self._waiting_ttl_s,
+                    now,
+                    TaskStatus.RUNNING.value,
+                    task.submitted_at_ms,
+                    task.tenant,
+                    task.model,
                 )
             written = await pipe.execute()
         return [task.task_id for task, wrote in zip(missing, written) if int(wrote)]
 
     async def mark_done(
-        self, outputs_by_task: Mapping[str, Mapping[str, Any]], counters: Mapping[str, int] | None = None,
-        done_counter: str = "", cached: bool = False,
+        self,
+        outputs_by_task: Mapping[str, Mapping[str, Any]],
+        counters: Mapping[str, int] | None = None,
+        done_counter: str = "",
+        cached: bool = False,
     ) -> int:
         """Store outputs and move tasks to done, unless they already reached a final state.
         ``counters`` are added to the shared counters (``RedisKeys.model_stats``) and
@@ -596,8 +633,14 @@ class TaskStore:
         # orjson: a twenty-fifth of json.dumps's cost for a row's outputs (0.3 against 7.5 us).
         values = [orjson.dumps(outputs_by_task[t]) for t in ids]
         moved = await self._move(
-            ids, TaskStatus.DONE, _NOT_FINAL, CACHED_OUTPUTS if cached else "outputs", values, publish=True,
-            counters=counters or {}, moved_counter=done_counter,
+            ids,
+            TaskStatus.DONE,
+            _NOT_FINAL,
+            CACHED_OUTPUTS if cached else "outputs",
+            values,
+            publish=True,
+            counters=counters or {},
+            moved_counter=done_counter,
         )
         return len(moved)
 
@@ -654,7 +697,9 @@ class TaskStore:
         else:
             async with self._redis.pipeline(transaction=False) as pipe:
                 for group in groups:
-                    pipe.eval(_TRANSITION_LUA, len(group), *(keys[i] for i in group), *args, *(values[i] for i in group))
+                    pipe.eval(
+                        _TRANSITION_LUA, len(group), *(keys[i] for i in group), *args, *(values[i] for i in group)
+                    )
                 replies = await pipe.execute()
         moved: list[tuple[str, str, bytes]] = []  # (task id, tenant, its Idempotency-Key's Redis key)
         for group, reply in zip(groups, replies):

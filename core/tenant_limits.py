@@ -16,11 +16,12 @@ hold a slot forever.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
 from dataclasses import asdict, dataclass, replace
 
-from brimful.core.redis_client import RedisClient
+from brimful.core.redis_client import RedisClient, as_text
 from brimful.core.redis_keys import RedisKeys
 
 CACHE_S = 1.0  # how stale an API replica's copy of a tenant's limits may be
@@ -56,7 +57,7 @@ class TenantLimitStore:
         if loading is None:
             loading = asyncio.ensure_future(self._load(tenant))
             self._loading[tenant] = loading
-            loading.add_done_callback(lambda done, tenant=tenant: self._loaded(tenant, done))
+            loading.add_done_callback(functools.partial(self._loaded, tenant))
         # Shielded: a caller that goes away does not cancel the read the others wait for.
         return await asyncio.shield(loading)
 
@@ -71,7 +72,9 @@ class TenantLimitStore:
         if not done.cancelled():
             done.exception()  # heard by whoever waited; never "exception was never retrieved"
 
-    async def set(self, tenant: str, max_payload_bytes: int | None = None, max_in_flight: int | None = None) -> TenantLimits:
+    async def set(
+        self, tenant: str, max_payload_bytes: int | None = None, max_in_flight: int | None = None
+    ) -> TenantLimits:
         """Override some of a tenant's limits (None keeps the current value)."""
         current = self._parse(await self._redis.hget(self._keys.tenant_limits, tenant))
         if max_payload_bytes is not None:
@@ -92,13 +95,13 @@ class TenantLimitStore:
     async def overrides(self) -> dict[str, TenantLimits]:
         """Every tenant with its own limits."""
         raw = await self._redis.hgetall(self._keys.tenant_limits)
-        return {tenant.decode(): self._parse(value) for tenant, value in sorted(raw.items())}
+        return {as_text(tenant): self._parse(value) for tenant, value in sorted(raw.items())}
 
     async def in_flight(self, tenant: str) -> int:
         """The tenant's tasks accepted and not yet final."""
         return int(await self._redis.zcard(self._keys.in_flight(tenant)))
 
-    def _parse(self, raw: bytes | None) -> TenantLimits:
+    def _parse(self, raw: bytes | str | None) -> TenantLimits:
         if not raw:
             return self.defaults
         data = json.loads(raw)

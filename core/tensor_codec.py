@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import base64
 import math
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -50,9 +51,7 @@ def _expected_kind(spec: TensorSpec) -> str:
 def _check_element(spec: TensorSpec, value: Any, where: str) -> Any:
     """Return the element converted for numpy, or raise naming the problem."""
     expected = _expected_kind(spec)
-    fail = InputValidationError(
-        f"input {where} must be {expected} ({spec.datatype}), got {_kind_of(value)}"
-    )
+    fail = InputValidationError(f"input {where} must be {expected} ({spec.datatype}), got {_kind_of(value)}")
     if spec.datatype == "BYTES":
         if not isinstance(value, str):
             raise fail

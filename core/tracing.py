@@ -63,7 +63,7 @@ class TracedTask:
 class Tracing:
     """The tracer of one process and the W3C propagator, with Brimful's spans."""
 
-    def __init__(self, provider: "TracerProvider") -> None:
+    def __init__(self, provider: TracerProvider) -> None:
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
         self.provider = provider
@@ -95,26 +95,37 @@ class Tracing:
         """The batcher's spans of each traced task of a finished batch."""
         from opentelemetry import trace
 
-        common = {"brimful.batch_id": batch.batch_id, "brimful.partition": batch.partition}
+        common: dict[str, Any] = {"brimful.batch_id": batch.batch_id, "brimful.partition": batch.partition}
         for task in tasks:
             carrier = {key: value.decode("latin-1") for key, value in task.headers if key in TRACE_HEADERS}
             parent = self._propagator.extract(carrier)
             if not trace.get_current_span(parent).get_span_context().is_valid:
                 continue  # a header that is not a trace context
             attributes = {**common, "brimful.task_id": task.task_id}
-            spans = (
-                ("brimful.wait_in_batch", task.arrived_ns, batch.flushed_ns,
-                 {"brimful.flush_reason": batch.flush_reason}),
-                ("brimful.model_call", batch.call_started_ns, batch.call_ended_ns,
-                 {"brimful.endpoint": batch.endpoint, "brimful.rows": batch.rows, "brimful.calls": batch.calls}),
+            spans: tuple[tuple[str, int, int, dict[str, Any]], ...] = (
+                (
+                    "brimful.wait_in_batch",
+                    task.arrived_ns,
+                    batch.flushed_ns,
+                    {"brimful.flush_reason": batch.flush_reason},
+                ),
+                (
+                    "brimful.model_call",
+                    batch.call_started_ns,
+                    batch.call_ended_ns,
+                    {"brimful.endpoint": batch.endpoint, "brimful.rows": batch.rows, "brimful.calls": batch.calls},
+                ),
                 ("brimful.store", batch.call_ended_ns, batch.stored_ns, {}),
             )
             for name, start, end, extra in spans:
                 if not start or end < start:
                     continue  # a step this batch did not take (no successful call)
                 span = self._tracer.start_span(
-                    name, context=parent, kind=trace.SpanKind.CONSUMER if name == "brimful.wait_in_batch"
-                    else trace.SpanKind.INTERNAL, start_time=start, attributes={**attributes, **extra},
+                    name,
+                    context=parent,
+                    kind=trace.SpanKind.CONSUMER if name == "brimful.wait_in_batch" else trace.SpanKind.INTERNAL,
+                    start_time=start,
+                    attributes={**attributes, **extra},
                 )
                 span.end(end_time=end)
 
@@ -123,7 +134,7 @@ class Tracing:
         self.provider.shutdown()
 
 
-def configure_tracing(settings: "Settings", service: str, exporter: "SpanExporter | None" = None) -> Tracing | None:
+def configure_tracing(settings: Settings, service: str, exporter: SpanExporter | None = None) -> Tracing | None:
     """Tracing for this process as the settings ask (None when off). ``exporter`` replaces
     the OTLP exporter (tests use the SDK's in-memory one)."""
     if not settings.tracing_enabled:

@@ -12,10 +12,11 @@ import logging
 import os
 import signal
 import tempfile
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -156,11 +157,15 @@ def main() -> None:
     parser.add_argument("--fault-file", type=Path, default=None, help="'!flaky' rows fail while this file exists")
     parser.add_argument("--seen-log", type=Path, default=None, help="append every real row the model is given here")
     parser.add_argument(
-        "--model", choices=["reference", "minilm"], default="reference",
+        "--model",
+        choices=["reference", "minilm"],
+        default="reference",
         help="what to serve: the reference model (with its hooks) or MiniLM embeddings (needs the minilm extra)",
     )
     parser.add_argument(
-        "--instances", type=int, default=1,
+        "--instances",
+        type=int,
+        default=1,
         help="model instances run side by side (each its own copy of the model; on a GPU, several per card)",
     )
     parser.add_argument(
@@ -168,7 +173,11 @@ def main() -> None:
     )
     parser.add_argument("--gpu-metrics", action="store_true", help="let Triton export GPU metrics (on a GPU machine)")
     parser.add_argument(
-        "--also-fixed", type=int, action="append", default=[], metavar="ROWS",
+        "--also-fixed",
+        type=int,
+        action="append",
+        default=[],
+        metavar="ROWS",
         help="also serve the model fixed at ROWS rows a call, as <name>_<ROWS> (repeatable)",
     )
     args = parser.parse_args()
@@ -187,9 +196,19 @@ def main() -> None:
         workspace=workspace,
         # MiniLM: a copy of the weights per instance. The reference model: one object shared
         # by every instance, so its hooks (hang once, the seen-log) stay once per server.
-        served=[minilm() for _ in range(args.instances)] if args.model == "minilm" else [reference(ReferenceModel(
-            call_s=args.call_ms / 1000, hang_s=args.hang_ms / 1000, fault_file=args.fault_file, seen_log=args.seen_log
-        ))] * args.instances,
+        served=[minilm() for _ in range(args.instances)]
+        if args.model == "minilm"
+        else [
+            reference(
+                ReferenceModel(
+                    call_s=args.call_ms / 1000,
+                    hang_s=args.hang_ms / 1000,
+                    fault_file=args.fault_file,
+                    seen_log=args.seen_log,
+                )
+            )
+        ]
+        * args.instances,
         with_dynamic=args.with_dynamic,
         also_fixed=sorted(set(args.also_fixed)),
         gpu_metrics=args.gpu_metrics,

@@ -67,7 +67,9 @@ def main() -> None:
     parser.add_argument("--grpc-port", type=int, default=8001)
     parser.add_argument("--http-port", type=int, default=8000)
     parser.add_argument("--metrics-port", type=int, default=8002)
-    parser.add_argument("--server-dir", type=Path, default=None, help="where to lay out the server (default: a temp dir)")
+    parser.add_argument(
+        "--server-dir", type=Path, default=None, help="where to lay out the server (default: a temp dir)"
+    )
     args = parser.parse_args()
     server_dir = args.server_dir or Path(tempfile.mkdtemp(prefix="brimful-tritonserver-"))
     binary = prepare_server(server_dir)

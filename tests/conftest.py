@@ -4,37 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any, AsyncIterator, Iterator
 
 import pytest
 
 from brimful.commands.up import EMBEDDED_MODELS
-from brimful.core.settings import Settings
-from brimful.stack import EmbeddedStack, settings_on_free_ports
-from tests.task_client import TaskClient
-
-
-def stack_settings(**overrides: object) -> Settings:
-    """Settings for a stack of its own, on free loopback ports (auth off unless overridden)."""
-    return settings_on_free_ports(**overrides)
-
-
-def start_stack(workdir: Path, settings: Settings, **options: object) -> EmbeddedStack:
-    stack = EmbeddedStack(settings, workdir, **options)  # type: ignore[arg-type]
-    stack.start()
-    return stack
-
-
-def rows_seen_by_model(stack: EmbeddedStack) -> list[str]:
-    """Every real row the stack's model has been given so far."""
-    path = stack.workdir / "model-seen.log"
-    return path.read_text(encoding="utf-8").splitlines() if path.exists() else []
-
-
-def fault_file(stack: EmbeddedStack) -> Path:
-    """While this file exists, the stack's model fails rows starting with '!flaky'."""
-    return stack.workdir / "model-fault"
+from brimful.stack import EmbeddedStack
+from tests.helpers.live_policy import policy_seen_by_batchers, tune
+from tests.helpers.stacks import stack_settings, start_stack
+from tests.helpers.task_client import TaskClient
 
 
 @pytest.fixture(scope="session")
@@ -45,8 +24,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedStack]:
     running = start_stack(
         workdir,
         # The second model marked not deterministic: its tasks never share a result.
-        stack_settings(trace_dir=str(workdir / "traces"), models=EMBEDDED_MODELS,
-                       uncacheable_models="brimful_reference_16"),
+        stack_settings(
+            trace_dir=str(workdir / "traces"), models=EMBEDDED_MODELS, uncacheable_models="brimful_reference_16"
+        ),
         model_host_args=("--fault-file", str(workdir / "model-fault"), "--seen-log", str(workdir / "model-seen.log")),
     )
     yield running
@@ -59,47 +39,34 @@ async def client(stack: EmbeddedStack) -> AsyncIterator[TaskClient]:
         yield task_client
 
 
-async def policy_seen_by_batchers(client: TaskClient) -> list[dict[str, Any]]:
-    """The live policy of each batcher on the status board; waits (up to 10 s) while the
-    board is empty, so "every batcher applies it" is never true of none."""
-    deadline = time.monotonic() + 10
-    while not (batchers := (await client.stats())["batchers"]):
-        assert time.monotonic() < deadline, "no batcher on the status board"
-        await asyncio.sleep(0.05)
-    return [batcher["params"] for batcher in batchers]
-
-
-async def tune(client: TaskClient, **changes: float) -> tuple[int, Any]:
-    return await client.request("PATCH", "/v1/admin/policy", json=changes)
-
-
-async def tune_live(client: TaskClient, **changes: float) -> None:
-    """Change the live policy and wait (up to 5 s) until every batcher applies it."""
-    status, body = await tune(client, **changes)
-    assert status == 200, body
-    expected = {name: value / 1000 for name, value in changes.items() if name.endswith("_ms")}
-    deadline = time.monotonic() + 5
-    while any(
-        abs(params[name.removesuffix("_ms")] - value) > 1e-9
-        for params in await policy_seen_by_batchers(client)
-        for name, value in expected.items()
-    ):
-        assert time.monotonic() < deadline, f"batchers did not apply {changes}"
-        await asyncio.sleep(0.05)
-
-
 @pytest.fixture
 async def restore_policy(stack: EmbeddedStack, client: TaskClient) -> AsyncIterator[None]:
     """Put the defaults back after a test that tunes, so other tests see them."""
     yield
     s = stack.settings
     status, body = await tune(
-        client, max_wait_ms=s.max_wait_ms, min_wait_ms=s.min_wait_ms, latency_target_ms=s.latency_target_ms,
+        client,
+        max_wait_ms=s.max_wait_ms,
+        min_wait_ms=s.min_wait_ms,
+        latency_target_ms=s.latency_target_ms,
         rate_halflife_ms=s.rate_halflife_ms,
-        fill_slack=s.fill_slack, min_worthwhile_rows=s.min_worthwhile_rows, low_max_wait_ms=s.low_max_wait_ms,
+        fill_slack=s.fill_slack,
+        min_worthwhile_rows=s.min_worthwhile_rows,
+        low_max_wait_ms=s.low_max_wait_ms,
     )
     assert status == 200, body
     deadline = time.monotonic() + 5
     while any(p["max_wait"] != s.max_wait_ms / 1000 for p in await policy_seen_by_batchers(client)):
         assert time.monotonic() < deadline
         await asyncio.sleep(0.05)
+
+
+_MARK_BY_FOLDER = {"unit": "unit", "integration": "integration", "faults": "faults", "fuzz": "fuzz"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test by its folder (see pyproject's markers); tests/*.py are artefacts."""
+    tests = Path(__file__).parent
+    for item in items:
+        folder = item.path.relative_to(tests).parts[0] if item.path.is_relative_to(tests) else ""
+        item.add_marker(_MARK_BY_FOLDER.get(folder, "artefacts"))

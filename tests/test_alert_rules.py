@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.metric_names import exported_sample_names, referenced_names
+from tests.helpers.metric_names import exported_sample_names, referenced_names
 
 RULES_DIR = Path(__file__).resolve().parent.parent / "deploy" / "prometheus"
 RULES = RULES_DIR / "brimful-alerts.yml"

@@ -46,7 +46,9 @@ def test_the_monitoring_profile_scrapes_every_process_and_provisions_the_dashboa
     assert {name for name, s in services.items() if "monitoring" in s.get("profiles", [])} == {"prometheus", "grafana"}
     mounts = {
         volume.split(":")[1]: ROOT / volume.split(":")[0]
-        for name in ("prometheus", "grafana") for volume in services[name]["volumes"] if volume.startswith("./")
+        for name in ("prometheus", "grafana")
+        for volume in services[name]["volumes"]
+        if volume.startswith("./")
     }
     for source in mounts.values():
         assert source.exists(), f"{source} is mounted but missing"
@@ -57,7 +59,10 @@ def test_the_monitoring_profile_scrapes_every_process_and_provisions_the_dashboa
     api_port = brimful_env(services["api"])["BRIMFUL_API_PORT"]
     assert jobs["brimful-api"]["static_configs"][0]["targets"] == [f"api:{api_port}"]
     batcher_sd = jobs["brimful-batcher"]["dns_sd_configs"][0]
-    assert set(batcher_sd["names"]) == set(batcher_services(compose)) and batcher_sd["port"] == Settings().batcher_metrics_port
+    assert (
+        set(batcher_sd["names"]) == set(batcher_services(compose))
+        and batcher_sd["port"] == Settings().batcher_metrics_port
+    )
     for name in batcher_sd["names"]:
         assert brimful_env(services[name])["BRIMFUL_BATCHER_METRICS_HOST"] == "0.0.0.0"
     dashboards = mounts["/var/lib/grafana/dashboards"]
@@ -122,7 +127,9 @@ def test_triton_serves_each_model_a_batcher_batches_at_a_fixed_size(compose: dic
     local = ROOT / repository.removeprefix(IMAGE_ROOT + "/")
     health = " ".join(triton["healthcheck"]["test"])
     batched = {brimful_env(service)["BRIMFUL_MODEL_NAME"] for service in batcher_services(compose).values()}
-    settings = Settings(**{k.removeprefix("BRIMFUL_").lower(): v for k, v in brimful_env(compose["services"]["api"]).items()})
+    settings = Settings(
+        **{k.removeprefix("BRIMFUL_").lower(): v for k, v in brimful_env(compose["services"]["api"]).items()}
+    )
     assert batched == set(settings.served_models)  # every model served has its batchers
     for model in batched:
         config = (local / model / "config.pbtxt").read_text()

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from brimful.core.settings import Settings
-from tests.test_layout import PACKAGES
+from tests.helpers.rooms import PACKAGES
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()

@@ -50,7 +50,9 @@ def by_kind(docs: list[Manifest], kind: str) -> list[Manifest]:
 
 
 def deployment(docs: list[Manifest], component: str) -> Manifest:
-    (found,) = [d for d in by_kind(docs, "Deployment") if d["metadata"]["labels"]["app.kubernetes.io/component"] == component]
+    (found,) = [
+        d for d in by_kind(docs, "Deployment") if d["metadata"]["labels"]["app.kubernetes.io/component"] == component
+    ]
     return found
 
 
@@ -143,7 +145,9 @@ def test_keda_scales_the_batchers_on_their_own_group_and_topic_within_the_partit
 
 
 def test_more_batchers_than_partitions_is_refused() -> None:
-    refused = helm("template", "demo", str(CHART), "--set", "kafka.partitions=4", "--set", "batcher.keda.maxReplicaCount=5")
+    refused = helm(
+        "template", "demo", str(CHART), "--set", "kafka.partitions=4", "--set", "batcher.keda.maxReplicaCount=5"
+    )
     assert refused.returncode != 0
     assert "exceeds kafka.partitions" in refused.stderr
 
@@ -179,9 +183,13 @@ def test_each_model_served_gets_its_own_batchers_scaled_on_its_own_topic() -> No
     assert api_env["BRIMFUL_MODEL_NAME"] == "brimful_reference"  # the default
     scaled = {doc["spec"]["scaleTargetRef"]["name"]: doc for doc in by_kind(docs, "ScaledObject")}
     budgets = {
-        doc["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"] for doc in by_kind(docs, "PodDisruptionBudget")
+        doc["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"]
+        for doc in by_kind(docs, "PodDisruptionBudget")
     }
-    for component, model in (("batcher", "brimful_reference"), ("batcher-brimful-reference-16", "brimful_reference_16")):
+    for component, model in (
+        ("batcher", "brimful_reference"),
+        ("batcher-brimful-reference-16", "brimful_reference_16"),
+    ):
         batchers = deployment(docs, component)
         env = container_env(batchers)
         assert env["BRIMFUL_MODEL_NAME"] == model and env["BRIMFUL_MODELS"] == api_env["BRIMFUL_MODELS"]

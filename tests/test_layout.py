@@ -12,19 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.rooms import PACKAGES
+
 ROOT = Path(__file__).resolve().parent.parent
 
-# folder -> the package it installs as
-PACKAGES = {
-    "brimful": "brimful",
-    "api": "brimful.api",
-    "batcher": "brimful.batcher",
-    "workers": "brimful.workers",
-    "model_server": "brimful.model_server",
-    "core": "brimful.core",
-    "schemas": "brimful.schemas",
-    "client": "brimful_client",
-}
 # room -> the rooms it may import (besides itself)
 MAY_IMPORT = {
     "brimful": {"api", "batcher", "workers", "model_server", "core", "schemas"},  # the CLI and stack assemble all
@@ -104,7 +95,7 @@ def test_every_room_folder_is_installed_under_its_package() -> None:
     import tomllib
 
     setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    mapped = {package: folder for package, folder in setuptools["package-dir"].items()}
+    mapped = dict(setuptools["package-dir"].items())
     for folder, package in PACKAGES.items():
         if folder == "client":
             continue  # its own distribution (client/pyproject.toml)

@@ -16,8 +16,22 @@ ROOT = Path(__file__).resolve().parent.parent
 SERVER_FOLDERS = ("brimful", "api", "batcher", "workers", "model_server", "core", "schemas")
 # What the server needs and a client must never be made to install.
 SERVER_DISTRIBUTIONS = {
-    "brimful", "fastapi", "starlette", "uvicorn", "aiokafka", "redis", "hiredis", "numpy", "pyarrow", "tritonclient",
-    "grpcio", "protobuf", "pydantic", "pydantic-settings", "prometheus-client", "nvidia-pytriton",
+    "brimful",
+    "fastapi",
+    "starlette",
+    "uvicorn",
+    "aiokafka",
+    "redis",
+    "hiredis",
+    "numpy",
+    "pyarrow",
+    "tritonclient",
+    "grpcio",
+    "protobuf",
+    "pydantic",
+    "pydantic-settings",
+    "prometheus-client",
+    "nvidia-pytriton",
 }
 
 pytestmark = pytest.mark.timeout(300)
@@ -29,7 +43,9 @@ def copy_sources(destination: Path, names: tuple[str, ...]) -> Path:
     for name in names:
         source = ROOT / name
         if source.is_dir():
-            shutil.copytree(source, destination / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "build"))
+            shutil.copytree(
+                source, destination / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "build")
+            )
         else:
             shutil.copy(source, destination / name)
     return destination
@@ -60,7 +76,17 @@ def test_the_client_installs_alone_with_no_server_dependency(tmp_path: Path) -> 
 def test_the_server_wheel_installs_nothing_but_brimful(tmp_path: Path) -> None:
     sources = copy_sources(tmp_path / "src", ("pyproject.toml", "README.md", "LICENSE", *SERVER_FOLDERS))
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", str(tmp_path / "dist"), str(sources)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--wheel-dir",
+            str(tmp_path / "dist"),
+            str(sources),
+        ],
         check=True,
         cwd=tmp_path,
     )

@@ -33,8 +33,9 @@ import asyncio
 import logging
 import time
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 import numpy as np
 
@@ -150,7 +151,7 @@ class TransientOutageTooLong(Exception):
         self.error = error
 
 
-def _ignore_outcome(task: asyncio.Future[object]) -> None:
+def _ignore_outcome(task: asyncio.Future[Any]) -> None:
     # A lease given up on: its error, if any, is read here rather than reported as never retrieved.
     if not task.cancelled():
         task.exception()
@@ -232,7 +233,9 @@ class BatchRunner:
                 self._settle(outcome, key, None)
         if any(outcome.stats.values()):  # what no store call carried (a batch with no result)
             await self.stats.add(outcome.stats)
-        if outcome.calls == 1 and outcome.call_ended_ns and batch.flushed_ns:  # the common path; retries and splits would blur the stages
+        if (
+            outcome.calls == 1 and outcome.call_ended_ns and batch.flushed_ns
+        ):  # the common path; retries and splits would blur the stages
             stored_ns = time.time_ns()
             metrics.BATCH_STAGE.labels("prepare").observe(max(0, outcome.call_started_ns - batch.flushed_ns) / 1e9)
             metrics.BATCH_STAGE.labels("call").observe(max(0, outcome.call_ended_ns - outcome.call_started_ns) / 1e9)
@@ -260,16 +263,23 @@ class BatchRunner:
         the source of truth): they run with the rest, and their tenant's quota frees when
         they end. Final, cancelled and withdrawn tasks stay as they are."""
         left = [
-            KnownTask(item.task_id, item.request.submitted_at_ms, item.request.tenant,
-                      item.request.model or self.signature.name)
-            for item in batch.items if item.task_id not in running
+            KnownTask(
+                item.task_id,
+                item.request.submitted_at_ms,
+                item.request.tenant,
+                item.request.model or self.signature.name,
+            )
+            for item in batch.items
+            if item.task_id not in running
         ]
         recreated = await self.store.recreate_missing(left)
         if recreated:
             metrics.TASKS_RECREATED.inc(len(recreated))
             for task_id in recreated:
-                log.warning("task record was gone; re-created from its Kafka record",
-                            extra={"task_id": task_id, "batch_id": batch.batch_id})
+                log.warning(
+                    "task record was gone; re-created from its Kafka record",
+                    extra={"task_id": task_id, "batch_id": batch.batch_id},
+                )
         return recreated
 
     async def _fail_unfit(self, batch: Batch, items: list[BatchItem], outcome: BatchOutcome) -> list[BatchItem]:
@@ -283,7 +293,7 @@ class BatchRunner:
             inputs = item.request.inputs
             reason = None
             for spec in self.signature.inputs:
-                reason = row_mismatch(spec, inputs[spec.name] if spec.name in inputs else None)
+                reason = row_mismatch(spec, inputs.get(spec.name, None))
                 if reason is not None:
                     break
             if reason is None:
@@ -321,8 +331,10 @@ class BatchRunner:
         if plan.hits:
             # The batch's counters so far ride along: the round trip is needed anyway.
             outcome.done += await self.store.mark_done(
-                {item.task_id: outputs for item, outputs in plan.hits}, outcome.stats,
-                done_counter=StatsField.TASKS_DONE, cached=True,
+                {item.task_id: outputs for item, outputs in plan.hits},
+                outcome.stats,
+                done_counter=StatsField.TASKS_DONE,
+                cached=True,
             )
             outcome.stats.clear()
             self._observe_latency([item for item, _ in plan.hits])
@@ -448,10 +460,16 @@ class BatchRunner:
         if traced:
             self.tracing.record_batch(
                 BatchTrace(
-                    batch_id=batch.batch_id, flush_reason=batch.reason, partition=batch.partition,
-                    flushed_ns=batch.flushed_ns, call_started_ns=outcome.call_started_ns,
-                    call_ended_ns=outcome.call_ended_ns, stored_ns=time.time_ns(), endpoint=outcome.endpoint,
-                    rows=len(items), calls=outcome.calls,
+                    batch_id=batch.batch_id,
+                    flush_reason=batch.reason,
+                    partition=batch.partition,
+                    flushed_ns=batch.flushed_ns,
+                    call_started_ns=outcome.call_started_ns,
+                    call_ended_ns=outcome.call_ended_ns,
+                    stored_ns=time.time_ns(),
+                    endpoint=outcome.endpoint,
+                    rows=len(items),
+                    calls=outcome.calls,
                 ),
                 traced,
             )
@@ -471,7 +489,12 @@ class BatchRunner:
         log.error("batch given up", extra={"batch_id": batch.batch_id, "tasks": len(items), "error": repr(error)})
 
     async def _resolve(
-        self, batch: Batch, seat: _Seat, items: list[BatchItem], attempts: _Attempts, outcome: BatchOutcome,
+        self,
+        batch: Batch,
+        seat: _Seat,
+        items: list[BatchItem],
+        attempts: _Attempts,
+        outcome: BatchOutcome,
         isolating: bool,
     ) -> None:
         """Bring every item to done or failed, splitting on model errors."""
@@ -523,7 +546,12 @@ class BatchRunner:
             return
 
     async def _call_through_outages(
-        self, batch: Batch, seat: _Seat, items: list[BatchItem], attempts: _Attempts, outcome: BatchOutcome,
+        self,
+        batch: Batch,
+        seat: _Seat,
+        items: list[BatchItem],
+        attempts: _Attempts,
+        outcome: BatchOutcome,
         isolating: bool,
     ) -> dict[str, np.ndarray]:
         """One successful call, waiting out transient failures; raises ModelCallError
@@ -576,12 +604,19 @@ class BatchRunner:
                 failed_at = seat.slot.endpoint
                 log.warning(
                     "model endpoint unreachable; will retry",
-                    extra={"batch_id": batch.batch_id, "endpoint": failed_at.url, "error_class": error.error_class.value,
-                           "error": error.message, "breaker": failed_at.breaker.state(now).value},
+                    extra={
+                        "batch_id": batch.batch_id,
+                        "endpoint": failed_at.url,
+                        "error_class": error.error_class.value,
+                        "error": error.message,
+                        "breaker": failed_at.breaker.state(now).value,
+                    },
                 )
                 if not self.pool.can_switch_now():
                     # No other endpoint can take it now: back off before trying again.
-                    await self._sleep(self.retry.delay_before(min(transient_retries + 1, self.retry.max_attempts)) or 0.0)
+                    await self._sleep(
+                        self.retry.delay_before(min(transient_retries + 1, self.retry.max_attempts)) or 0.0
+                    )
                 seat.slot = await self.pool.switch(seat.slot, len(items))
                 continue
             self.pool.record_call(seat.slot, started, len(items), transient_failure=False)
@@ -608,7 +643,11 @@ class BatchRunner:
         return outputs
 
     async def _store_outputs(
-        self, batch: Batch, items: list[BatchItem], outputs: dict[str, np.ndarray], attempts: _Attempts,
+        self,
+        batch: Batch,
+        items: list[BatchItem],
+        outputs: dict[str, np.ndarray],
+        attempts: _Attempts,
         outcome: BatchOutcome,
     ) -> None:
         outputs = unpad(outputs, len(items))
@@ -624,7 +663,9 @@ class BatchRunner:
             items = [items[row] for row in keep]
             outputs = {name: array[keep] for name, array in outputs.items()}
         columns = {spec.name: output_rows_to_json(spec, outputs[spec.name]) for spec in self.signature.outputs}
-        results = {item.task_id: {name: column[row] for name, column in columns.items()} for row, item in enumerate(items)}
+        results = {
+            item.task_id: {name: column[row] for name, column in columns.items()} for row, item in enumerate(items)
+        }
         shared: dict[str, dict[str, object]] = {}  # the identical tasks' copies of these results
         twins: list[BatchItem] = []
         for item in items:
@@ -662,9 +703,16 @@ class BatchRunner:
         failed_at = now_ms()
         letters = [
             dead_letter(
-                item.request, error.error_class.value, error.message, item.partition, item.offset, failed_at,
-                attempts=attempts.of(item), batch_id=batch.batch_id,
-                batch_task_ids=[i.task_id for i in batch.items], signature=self.signature,
+                item.request,
+                error.error_class.value,
+                error.message,
+                item.partition,
+                item.offset,
+                failed_at,
+                attempts=attempts.of(item),
+                batch_id=batch.batch_id,
+                batch_task_ids=[i.task_id for i in batch.items],
+                signature=self.signature,
             )
             for item in items
         ]
@@ -679,7 +727,12 @@ class BatchRunner:
         for count, task_ids in by_attempts.items():
             outcome.failed += await self.store.mark_failed(
                 task_ids,
-                {"class": error.error_class.value, "message": error.message, "attempts": count, "batch_id": batch.batch_id},
+                {
+                    "class": error.error_class.value,
+                    "message": error.message,
+                    "attempts": count,
+                    "batch_id": batch.batch_id,
+                },
             )
         await self.stats.add({StatsField.TASKS_FAILED: len(items)})
         for item in items:

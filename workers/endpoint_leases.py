@@ -51,8 +51,9 @@ class EndpointLeases:
         try:
             await self._redis.zrem(self._keys.endpoint_slots(endpoint, self._model), holder)
         except Exception as error:
-            log.warning("could not give an endpoint slot back; it expires", extra={"endpoint": endpoint,
-                                                                                  "error": repr(error)})
+            log.warning(
+                "could not give an endpoint slot back; it expires", extra={"endpoint": endpoint, "error": repr(error)}
+            )
 
     async def held(self, endpoint: str) -> int:
         """Leases held now on ``endpoint`` (expired ones included until the next take)."""

@@ -24,8 +24,8 @@ at once), the calls in flight to it, its own circuit breaker, and a fitted call 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
 
 from brimful.core.pool_capacity import PoolCapacity
 from brimful.workers.call_time import CallTimeFit
@@ -190,7 +190,9 @@ class EndpointPool:
         sample = min(max(0.0, seconds), HANDOFF_SAMPLE_MAX_S) + self.handoff_margin_s
         self.handoff_s += HANDOFF_ALPHA * (sample - self.handoff_s)
 
-    def record_call(self, endpoint: Endpoint, started_at: float, now: float, rows: int, transient_failure: bool) -> None:
+    def record_call(
+        self, endpoint: Endpoint, started_at: float, now: float, rows: int, transient_failure: bool
+    ) -> None:
         """A call made on a slot of ``endpoint`` returned. ``transient_failure``: the
         endpoint did not answer (unreachable, timed out); any answer, a refusal included,
         means it serves."""

@@ -10,10 +10,10 @@ class ErrorClass(StrEnum):
     """Failure classes, from the client's point of view."""
 
     UNAVAILABLE = "unavailable"  # server down, connection refused or reset, model still loading
-    TIMEOUT = "timeout"          # the call outlived infer_timeout_s
+    TIMEOUT = "timeout"  # the call outlived infer_timeout_s
     MODEL_ERROR = "model_error"  # the model ran and raised on this batch
-    REJECTED = "rejected"        # the server refused the request as malformed
-    INTERNAL = "internal"        # anything else
+    REJECTED = "rejected"  # the server refused the request as malformed
+    INTERNAL = "internal"  # anything else
 
     @property
     def is_transient(self) -> bool:
@@ -35,9 +35,7 @@ class ModelCallError(Exception):
 def summarize(message: str) -> str:
     """The line of a server error worth showing first (model errors carry whole tracebacks)."""
     lines = [line.strip() for line in message.replace("\\n", "\n").splitlines()]
-    meaningful = [
-        line for line in lines if line and not line.startswith(("At:", "File ", "^", "Traceback", "raise "))
-    ]
+    meaningful = [line for line in lines if line and not line.startswith(("At:", "File ", "^", "Traceback", "raise "))]
     for line in reversed(meaningful):
         if ": " in line and not line.startswith("/"):
             return line[:500]

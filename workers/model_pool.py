@@ -13,8 +13,8 @@ import logging
 import socket
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Awaitable, Callable
 
 from brimful.core import metrics
 from brimful.core.pool_capacity import PoolCapacity
@@ -105,15 +105,21 @@ class ModelPool:
                 self._models[url] = self._connect(url)
             metrics.ENDPOINT_CAPACITY.labels(url).set(self.pool.endpoints[url].capacity)
         if added or retired:
-            log.info("model endpoints changed", extra={"added": added, "retired": retired,
-                                                        "endpoints": sorted(self.pool.endpoints)})
+            log.info(
+                "model endpoints changed",
+                extra={"added": added, "retired": retired, "endpoints": sorted(self.pool.endpoints)},
+            )
         self._changed.set()
 
     async def _drop_retired(self) -> None:
         for url in self.pool.drop_idle_retired():
             model = self._models.pop(url, None)
-            for gauge in (metrics.ENDPOINT_CAPACITY, metrics.IN_FLIGHT, metrics.ENDPOINT_BREAKER,
-                          metrics.ENDPOINT_CALL_SECONDS):
+            for gauge in (
+                metrics.ENDPOINT_CAPACITY,
+                metrics.IN_FLIGHT,
+                metrics.ENDPOINT_BREAKER,
+                metrics.ENDPOINT_CALL_SECONDS,
+            ):
                 try:
                     gauge.remove(url)
                 except KeyError:
@@ -144,7 +150,7 @@ class ModelPool:
         while not stop.is_set():
             try:
                 await asyncio.wait_for(stop.wait(), timeout=self._resolve_every_s)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
             if not stop.is_set():
                 await self.refresh()
@@ -188,7 +194,7 @@ class ModelPool:
             self._changed.clear()
             try:
                 await asyncio.wait_for(self._changed.wait(), timeout=self._seconds_to_retry())
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
 
     @property
@@ -235,7 +241,9 @@ class ModelPool:
         if was is BreakerState.CLOSED and state is BreakerState.OPEN and self.on_opened is not None:
             self.on_opened(slot.endpoint.url)
         if not transient_failure:
-            metrics.ENDPOINT_CALL_SECONDS.labels(slot.endpoint.url).set(slot.endpoint.call_time.predict(self.batch_size))
+            metrics.ENDPOINT_CALL_SECONDS.labels(slot.endpoint.url).set(
+                slot.endpoint.call_time.predict(self.batch_size)
+            )
 
     def release(self, slot: Slot) -> None:
         """Give the slot back: here at once, and its lease, if any, to Redis in the
@@ -300,7 +308,9 @@ class ModelPool:
     def some_circuit_open(self) -> bool:
         """Whether an endpoint is out of the pool for failing (a probe may bring it back)."""
         now = self._clock()
-        return any(not e.retired and e.breaker.state(now) is not BreakerState.CLOSED for e in self.pool.endpoints.values())
+        return any(
+            not e.retired and e.breaker.state(now) is not BreakerState.CLOSED for e in self.pool.endpoints.values()
+        )
 
     @property
     def probe_due(self) -> bool:
@@ -331,8 +341,10 @@ class ModelPool:
         paused for an outage, or the pool steering every batch elsewhere)."""
         now = self._clock()
         due = [
-            endpoint for endpoint in list(self.pool.endpoints.values())
-            if not endpoint.retired and endpoint.breaker.state(now) is not BreakerState.CLOSED
+            endpoint
+            for endpoint in list(self.pool.endpoints.values())
+            if not endpoint.retired
+            and endpoint.breaker.state(now) is not BreakerState.CLOSED
             and endpoint.breaker.allow(now)
         ]
         await asyncio.gather(*(self._probe_one(endpoint) for endpoint in due))
@@ -344,7 +356,7 @@ class ModelPool:
             ready = model is not None and await asyncio.wait_for(
                 model.is_ready(), timeout=min(model.timeout_s, self._probe_timeout_s)
             )
-        except asyncio.TimeoutError:
+        except TimeoutError:
             ready = False
         if ready:
             endpoint.breaker.record_success()

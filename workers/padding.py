@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 
-def pad_rows(array: np.ndarray, batch_size: int) -> np.ndarray:
+def pad_rows(array: NDArray[Any], batch_size: int) -> NDArray[Any]:
     """Append filler rows (zeros; empty strings for BYTES) up to ``batch_size`` rows."""
     rows = array.shape[0]
     if rows > batch_size:
@@ -22,11 +24,11 @@ def pad_rows(array: np.ndarray, batch_size: int) -> np.ndarray:
     return np.concatenate([array, filler])
 
 
-def pad_batch(inputs: Mapping[str, np.ndarray], batch_size: int) -> dict[str, np.ndarray]:
+def pad_batch(inputs: Mapping[str, NDArray[Any]], batch_size: int) -> dict[str, NDArray[Any]]:
     """Pad every input of a batch to exactly ``batch_size`` rows."""
     return {name: pad_rows(array, batch_size) for name, array in inputs.items()}
 
 
-def unpad(outputs: Mapping[str, np.ndarray], real_rows: int) -> dict[str, np.ndarray]:
+def unpad(outputs: Mapping[str, NDArray[Any]], real_rows: int) -> dict[str, NDArray[Any]]:
     """Keep only the rows that belong to real tasks (the first ``real_rows``)."""
     return {name: array[:real_rows] for name, array in outputs.items()}

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Generic, Hashable, Sequence, TypeVar
+from typing import Any, Generic, TypeVar
 
 import orjson
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 from tritonclient.grpc import InferInput, InferRequestedOutput

@@ -110,10 +110,14 @@ def render_list(listing: Mapping[str, Any]) -> str:
     if not listing["entries"] and not listing.get("count"):
         return "no dead letters match"
     if "count" in listing:
-        lines = [f"{listing['count']} dead letter(s): " + ", ".join(f"{n} {c}" for c, n in listing["by_error_class"].items())]
+        lines = [
+            f"{listing['count']} dead letter(s): " + ", ".join(f"{n} {c}" for c, n in listing["by_error_class"].items())
+        ]
     else:
         lines = [f"{len(listing['entries'])} more dead letter(s)"]
-    lines.append(f"{'failed at':<19}  {'age':>8}  {'error class':<12} {'error':<48} {'task id':<32} {'entry':<10} status")
+    lines.append(
+        f"{'failed at':<19}  {'age':>8}  {'error class':<12} {'error':<48} {'task id':<32} {'entry':<10} status"
+    )
     for entry in listing["entries"]:
         message = entry["error_message"].replace("\n", " ")
         message = message if len(message) <= 48 else message[:47] + "…"
@@ -138,7 +142,9 @@ def render_entry(entry: Mapping[str, Any]) -> str:
         f"attempts ({len(letter.get('attempts', []))}):",
     ]
     for attempt in letter.get("attempts", []):
-        lines.append(f"  {_local(int(attempt.get('at_ms', 0)))}  {attempt.get('error_class', '')}: {attempt.get('error_message', '')}")
+        lines.append(
+            f"  {_local(int(attempt.get('at_ms', 0)))}  {attempt.get('error_class', '')}: {attempt.get('error_message', '')}"
+        )
     if entry.get("resolution"):
         resolution = entry["resolution"]
         lines.append(f"{resolution['action']} by {resolution.get('actor') or '?'} at {_local(resolution['at_ms'])}")
@@ -158,10 +164,18 @@ def _pages(base: str, action: str, args: argparse.Namespace, body: dict[str, Any
         counted["ids"] = ",".join(counted["ids"])
     total = call("GET", base, args.api_key, timeout_s=300, params=counted).get("count", 0)
     actor = {"X-Brimful-Actor": getpass.getuser()}
-    done, ids, skipped, after = 0, [], [], None
+    done, after = 0, None
+    ids: list[str] = []
+    skipped: list[dict[str, Any]] = []
     while True:
-        page = call("POST", f"{base}/{action}", args.api_key, timeout_s=300, headers=actor,
-                    json={**body, **({"after": after} if after else {})})
+        page = call(
+            "POST",
+            f"{base}/{action}",
+            args.api_key,
+            timeout_s=300,
+            headers=actor,
+            json={**body, **({"after": after} if after else {})},
+        )
         count = page.get("replayed", page.get("purged", 0))
         done += count
         ids.extend((page.get("task_ids") or page.get("ids") or [])[: max(0, _IDS_SHOWN + 1 - len(ids))])
@@ -175,8 +189,13 @@ def _pages(base: str, action: str, args: argparse.Namespace, body: dict[str, Any
 
 def _export(base: str, args: argparse.Namespace) -> None:
     written = 0
-    with httpx.stream("GET", f"{base}/export", params=_filters(args), headers=auth_headers(args.api_key),
-                      timeout=httpx.Timeout(10, read=300)) as response:
+    with httpx.stream(
+        "GET",
+        f"{base}/export",
+        params=_filters(args),
+        headers=auth_headers(args.api_key),
+        timeout=httpx.Timeout(10, read=300),
+    ) as response:
         if response.status_code >= 400:
             raise CommandError(f"{response.status_code}: {response.read().decode(errors='replace')}")
         with args.out.open("wb") as out:

@@ -55,19 +55,26 @@ async def _run(args: argparse.Namespace) -> int:
                 return 1
             key, record = await keys.create(args.tenant, scopes, args.name)
             print(key)
-            print(f"id {record.key_id}  tenant {record.tenant}  scopes {','.join(record.scopes)}"
-                  "  (the key is shown this once)", file=sys.stderr)
+            print(
+                f"id {record.key_id}  tenant {record.tenant}  scopes {','.join(record.scopes)}"
+                "  (the key is shown this once)",
+                file=sys.stderr,
+            )
         elif args.action == "list":
             print(f"{'id':<13} {'tenant':<20} {'scopes':<20} {'state':<8} {'created':<19} name")
             for record in await keys.list():
                 created = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.created_at_ms / 1000))
                 state = "active" if record.active else "revoked"
-                print(f"{record.key_id:<13} {record.tenant:<20} {','.join(record.scopes):<20} {state:<8} {created} {record.name}")
+                print(
+                    f"{record.key_id:<13} {record.tenant:<20} {','.join(record.scopes):<20} {state:<8} {created} {record.name}"
+                )
         else:
             revoked = await keys.revoke(args.key_id)
             if revoked is None:
-                print(f"brimful keys: no key with id {args.key_id!r} (give the whole 12-character id `list` shows)",
-                      file=sys.stderr)
+                print(
+                    f"brimful keys: no key with id {args.key_id!r} (give the whole 12-character id `list` shows)",
+                    file=sys.stderr,
+                )
                 return 1
             print(f"revoked {revoked.key_id} (tenant {revoked.tenant})")
     finally:

@@ -1,9 +1,9 @@
 """``brimful simulate``: replay arrival traces through the flush policy on a virtual clock.
 
-    brimful simulate --generate poisson --rate 200 --duration 60 --out poisson.parquet
-    brimful simulate --trace poisson.parquet                     # the current settings
-    brimful simulate --trace poisson.parquet --set max_wait_ms=100
-    brimful simulate --trace traces/ --sweep max_wait_ms=20:300:15 --plot sweep.png
+brimful simulate --generate poisson --rate 200 --duration 60 --out poisson.parquet
+brimful simulate --trace poisson.parquet                     # the current settings
+brimful simulate --trace poisson.parquet --set max_wait_ms=100
+brimful simulate --trace traces/ --sweep max_wait_ms=20:300:15 --plot sweep.png
 """
 
 from __future__ import annotations
@@ -27,20 +27,36 @@ def register(commands: argparse._SubParsersAction) -> None:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--trace", type=Path, help="a Parquet trace, or a directory of them (recorded by batchers)")
     source.add_argument("--generate", choices=("poisson", "bursty", "ramp"), help="write a synthetic trace to --out")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="NAME=VALUE",
-                        help=f"policy parameter for the replay ({', '.join(TUNABLE)})")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help=f"policy parameter for the replay ({', '.join(TUNABLE)})",
+    )
     parser.add_argument("--sweep", metavar="NAME=FROM:TO:N", help="replay N settings of one parameter and compare")
     parser.add_argument("--plot", type=Path, default=Path("sweep.png"), help="PNG written by --sweep")
     pool = parser.add_argument_group("the model pool replayed against")
     pool.add_argument("--endpoints", type=int, default=1, help="model endpoints (default 1)")
     pool.add_argument("--slots", type=int, default=2, help="concurrent calls per endpoint (default 2)")
-    pool.add_argument("--call-ms", "--service-ms", dest="call_ms", type=float, default=5.0,
-                      help="time of a call whatever its rows (default 5)")
+    pool.add_argument(
+        "--call-ms",
+        "--service-ms",
+        dest="call_ms",
+        type=float,
+        default=5.0,
+        help="time of a call whatever its rows (default 5)",
+    )
     pool.add_argument("--per-row-ms", type=float, default=0.0, help="and for each real row (default 0)")
     pool.add_argument("--jitter", type=float, default=0.0, help="each call's time x uniform(1-j, 1+j)")
-    pool.add_argument("--around-ms", type=float, default=0.0,
-                      help="what a task spends outside its batch and call, counted against the latency target "
-                      "(a live batcher's /status shows it as pool.around_call_s; default 0)")
+    pool.add_argument(
+        "--around-ms",
+        type=float,
+        default=0.0,
+        help="what a task spends outside its batch and call, counted against the latency target "
+        "(a live batcher's /status shows it as pool.around_call_s; default 0)",
+    )
     generate = parser.add_argument_group("generating (--generate)")
     generate.add_argument("--out", type=Path, help="where to write the generated trace")
     generate.add_argument("--duration", type=float, default=60.0, help="seconds of traffic (default 60)")
@@ -60,7 +76,9 @@ def generate_trace(args: argparse.Namespace) -> traces.Trace:
     if args.generate == "poisson":
         return traces.poisson(args.rate, args.duration, args.partitions, args.seed)
     if args.generate == "bursty":
-        return traces.bursty(args.rate_on, args.rate_off, args.period, args.duty, args.duration, args.partitions, args.seed)
+        return traces.bursty(
+            args.rate_on, args.rate_off, args.period, args.duty, args.duration, args.partitions, args.seed
+        )
     return traces.ramp(args.rate_from, args.rate_to, args.duration, args.partitions, args.seed)
 
 
@@ -144,17 +162,26 @@ def _run(args: argparse.Namespace) -> int:
             raise CommandError(f"{name} must be at least 1")
     times = (args.call_ms, args.per_row_ms, args.around_ms)
     if not all(math.isfinite(t) and t >= 0 for t in times) or not 0 <= args.jitter < 1:
-        raise CommandError("--call-ms, --per-row-ms and --around-ms must be finite and not negative, --jitter must be in [0, 1)")
+        raise CommandError(
+            "--call-ms, --per-row-ms and --around-ms must be finite and not negative, --jitter must be in [0, 1)"
+        )
     pool = PoolModel(
-        args.endpoints, args.slots, args.call_ms / 1000, args.per_row_ms / 1000, args.jitter, around_s=args.around_ms / 1000
+        args.endpoints,
+        args.slots,
+        args.call_ms / 1000,
+        args.per_row_ms / 1000,
+        args.jitter,
+        around_s=args.around_ms / 1000,
     )
 
     def replay(candidate: dict[str, float], aware: bool = True) -> SimulationResult:
         return simulate(trace, params_from_values(candidate, settings.batch_size), pool, aware)
 
-    print(f"trace: {sum(len(t) for t in trace.values())} arrivals on {len(trace)} partition(s); "
-          f"pool: {pool.endpoints} endpoint(s) x {pool.slots_per_endpoint} slot(s), "
-          f"{args.call_ms:g} ms + {args.per_row_ms:g} ms/row a call, {args.around_ms:g} ms around it")
+    print(
+        f"trace: {sum(len(t) for t in trace.values())} arrivals on {len(trace)} partition(s); "
+        f"pool: {pool.endpoints} endpoint(s) x {pool.slots_per_endpoint} slot(s), "
+        f"{args.call_ms:g} ms + {args.per_row_ms:g} ms/row a call, {args.around_ms:g} ms around it"
+    )
     print(header())
     print(format_row("pool-aware", replay(values)))
     print(format_row("EWMA timer", replay(values, aware=False)))

@@ -52,8 +52,9 @@ def render(stats: dict[str, Any], previous: dict[str, Any] | None, interval: flo
         lines.append("(no batcher has reported in the last few seconds)")
         return "\n".join(lines)
     lines.append("")
-    lines.append(f"{'batcher':<28} {'endpoint':<22} {'slots':>7} {'call ms':>8} {'breaker':>9} "
-                 f"{'calls':>8} {'rows':>9}")
+    lines.append(
+        f"{'batcher':<28} {'endpoint':<22} {'slots':>7} {'call ms':>8} {'breaker':>9} {'calls':>8} {'rows':>9}"
+    )
     for batcher in stats["batchers"]:
         for endpoint in batcher.get("endpoints", []):
             lines.append(

@@ -54,7 +54,9 @@ async def _run(args: argparse.Namespace) -> int:
     try:
         if args.action == "list":
             print(f"{'tenant':<24} {'max payload bytes':>18} {'max in flight':>14} {'in flight':>10}")
-            print(f"{'(default)':<24} {store.defaults.max_payload_bytes:>18} {store.defaults.max_in_flight:>14} {'':>10}")
+            print(
+                f"{'(default)':<24} {store.defaults.max_payload_bytes:>18} {store.defaults.max_in_flight:>14} {'':>10}"
+            )
             for tenant, limits in (await store.overrides()).items():
                 in_flight = await store.in_flight(tenant)
                 print(f"{tenant:<24} {limits.max_payload_bytes:>18} {limits.max_in_flight:>14} {in_flight:>10}")

@@ -1,8 +1,8 @@
 """``brimful tune``: read or change the flush policy of one model's running batchers.
 
-    brimful tune                          # the default model: values, defaults, recent changes
-    brimful tune max_wait_ms=100          # change; every batcher applies it within ~1 s
-    brimful tune --model NAME min_wait_ms=5   # another model's (GET /v1/models lists them)
+brimful tune                          # the default model: values, defaults, recent changes
+brimful tune max_wait_ms=100          # change; every batcher applies it within ~1 s
+brimful tune --model NAME min_wait_ms=5   # another model's (GET /v1/models lists them)
 """
 
 from __future__ import annotations
@@ -19,7 +19,9 @@ from brimful.commands.api_client import CommandError, add_api_argument, call
 def register(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser("tune", help="read or change the live flush policy (NAME=VALUE ...)")
     add_api_argument(parser)
-    parser.add_argument("--model", default=None, help="the model whose policy to read or change (default: the default model)")
+    parser.add_argument(
+        "--model", default=None, help="the model whose policy to read or change (default: the default model)"
+    )
     parser.add_argument("changes", nargs="*", metavar="NAME=VALUE", help="parameters to change, e.g. max_wait_ms=100")
     parser.set_defaults(handler=run)
 
@@ -44,7 +46,9 @@ def run(args: argparse.Namespace) -> int:
         url += f"?model={quote(args.model, safe='')}"
     try:
         if args.changes:
-            entry = call("PATCH", url, args.api_key, json=_parse(args.changes), headers={"X-Brimful-Actor": getpass.getuser()})
+            entry = call(
+                "PATCH", url, args.api_key, json=_parse(args.changes), headers={"X-Brimful-Actor": getpass.getuser()}
+            )
             print(f"changed at {_when(entry['at_ms'])} ({args.model or 'the default model'}):")
             for name, new in entry["new"].items():
                 old = entry["old"][name]
@@ -65,7 +69,9 @@ def run(args: argparse.Namespace) -> int:
         print("recent changes, newest first:")
         for entry in state["history"][:10]:
             diffs = ", ".join(
-                f"{n} {entry['old'][n]:g} -> {entry['new'][n]:g}" for n in entry["new"] if entry["old"][n] != entry["new"][n]
+                f"{n} {entry['old'][n]:g} -> {entry['new'][n]:g}"
+                for n in entry["new"]
+                if entry["old"][n] != entry["new"][n]
             )
             print(f"  {_when(entry['at_ms'])}  {entry.get('actor') or '?':<12} {diffs or 'no change'}")
     return 0

@@ -58,7 +58,8 @@ def run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     print(
         f"brimful: starting broker, redis, triton, a batcher per model ({', '.join(settings.served_models)}) "
-        "and api ...", file=sys.stderr,
+        "and api ...",
+        file=sys.stderr,
     )
     try:
         stack.start()

@@ -15,6 +15,7 @@ Each runs in a process group of its own; ``stop()`` takes them down in reverse o
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -39,7 +40,6 @@ from brimful.stack.processes import (
     wait_until,
 )
 from brimful.stack.redis_cluster import ClusterNode, cluster_ready, form_cluster, server_args
-
 
 REDIS_CLUSTER_MASTERS = 3  # the fewest masters Redis documents a working cluster with
 
@@ -164,8 +164,16 @@ class EmbeddedStack:
         url = f"tcp://127.0.0.1:{port}"
         process = self._launch(
             "broker",
-            [str(tansu_binary()), "broker", "--listener-url", url, "--advertised-listener-url", url,
-             "--storage-engine", self.broker_storage],
+            [
+                str(tansu_binary()),
+                "broker",
+                "--listener-url",
+                url,
+                "--advertised-listener-url",
+                url,
+                "--storage-engine",
+                self.broker_storage,
+            ],
             extra_env=self.broker_env,
         )
         wait_until(lambda: port_open(port), self.startup_timeout_s, "broker", process)
@@ -192,9 +200,22 @@ class EmbeddedStack:
         data.mkdir(exist_ok=True)
         process = self._launch(
             name,
-            [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "yes" if self.redis_append_only else "no", "--appendfsync", self.redis_fsync,
-             "--dir", str(data), *(extra_args or [])],
+            [
+                server,
+                "--port",
+                str(port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "yes" if self.redis_append_only else "no",
+                "--appendfsync",
+                self.redis_fsync,
+                "--dir",
+                str(data),
+                *(extra_args or []),
+            ],
         )
         wait_until(lambda: redis_answers(port), self.startup_timeout_s, name, process)
 
@@ -241,14 +262,27 @@ class EmbeddedStack:
         workspace = scratch / "ws"
         process = self._launch(
             name,
-            [sys.executable, "-m", "brimful.model_server.model_host", "--grpc-port", str(grpc_port),
-             "--http-port", str(http_port), "--metrics-port", str(metrics_port),
-             "--batch-size", str(self.settings.batch_size), "--workspace", str(workspace),
-             *(f"--also-fixed={rows}" for rows in self.reference_sizes()), *self.model_host_args],
+            [
+                sys.executable,
+                "-m",
+                "brimful.model_server.model_host",
+                "--grpc-port",
+                str(grpc_port),
+                "--http-port",
+                str(http_port),
+                "--metrics-port",
+                str(metrics_port),
+                "--batch-size",
+                str(self.settings.batch_size),
+                "--workspace",
+                str(workspace),
+                *(f"--also-fixed={rows}" for rows in self.reference_sizes()),
+                *self.model_host_args,
+            ],
         )
         for model in self.settings.served_models:
             ready = f"http://127.0.0.1:{http_port}/v2/models/{model}/ready"
-            wait_until(lambda: http_ok(ready), self.startup_timeout_s, name, process)
+            wait_until(functools.partial(http_ok, ready), self.startup_timeout_s, name, process)
 
     def start_batcher(self, name: str | None = None, model: str | None = None) -> ManagedProcess:
         """Start a batcher of ``model`` (default: model_name; a named batcher started
@@ -263,8 +297,9 @@ class EmbeddedStack:
         if model != self.settings.default_model and self.settings.batcher_metrics_port:
             port = self.batcher_metrics_ports.setdefault(model, free_port())
             extra_env["BRIMFUL_BATCHER_METRICS_PORT"] = str(port if name.endswith("-0") else 0)
-        return self._launch(name, [sys.executable, "-m", "brimful.batcher"], log_to_file=not self.echo_service_logs,
-                            extra_env=extra_env)
+        return self._launch(
+            name, [sys.executable, "-m", "brimful.batcher"], log_to_file=not self.echo_service_logs, extra_env=extra_env
+        )
 
     def restart(self, name: str) -> None:
         """Start the component ``name`` again (what is left of the old one is stopped
@@ -329,9 +364,7 @@ class EmbeddedStack:
                             owned.update((topic, number) for number in status.get("partitions", {}))
             except redis.RedisError:  # Redis restarting, paused or slow: not known yet, ask again
                 return False
-            return all(
-                sum(1 for t, _ in owned if t == topic) >= self.settings.topic_partitions for topic in topics
-            )
+            return all(sum(1 for t, _ in owned if t == topic) >= self.settings.topic_partitions for topic in topics)
 
         return wait_until(assigned, self.startup_timeout_s, "batcher partition assignment")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
@@ -10,9 +11,9 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
 
 
 class StackError(RuntimeError):
@@ -32,19 +33,16 @@ class ManagedProcess:
     _proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     def start(self) -> None:
-        log_file = open(self.log_path, "ab") if self.log_path else None
-        try:
+        # The child keeps its own copy of the descriptor: ours closes once it is started.
+        with open(self.log_path, "ab") if self.log_path else contextlib.nullcontext() as log_file:
             self._proc = subprocess.Popen(
                 list(self.argv),
                 env=self.env,
                 stdin=subprocess.DEVNULL,
-                stdout=log_file if log_file else None,
+                stdout=log_file,
                 stderr=subprocess.STDOUT if log_file else None,
                 start_new_session=True,
             )
-        finally:
-            if log_file:
-                log_file.close()
 
     @property
     def pid(self) -> int | None:
@@ -157,7 +155,9 @@ def wait_until(check: Callable[[], bool], timeout_s: float, what: str, process: 
         if process is not None and not process.running():
             raise StackError(f"{what}: process exited early (see {process.log_path})")
         if time.monotonic() - started > timeout_s:
-            raise StackError(f"{what}: not ready after {timeout_s:.0f} s (see {process.log_path if process else 'logs'})")
+            raise StackError(
+                f"{what}: not ready after {timeout_s:.0f} s (see {process.log_path if process else 'logs'})"
+            )
         time.sleep(delay)
         delay = min(delay * 1.5, 0.25)
     return time.monotonic() - started

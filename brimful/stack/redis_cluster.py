@@ -21,10 +21,14 @@ class ClusterNode:
 def server_args(node: ClusterNode) -> list[str]:
     """What ``redis-server`` needs, beyond port and storage, to run as this node."""
     return [
-        "--cluster-enabled", "yes",
-        "--cluster-config-file", "nodes.conf",  # in the node's own --dir
-        "--cluster-port", str(node.bus_port),  # explicit: port + 10000 may be taken or out of range
-        "--cluster-node-timeout", "2000",
+        "--cluster-enabled",
+        "yes",
+        "--cluster-config-file",
+        "nodes.conf",  # in the node's own --dir
+        "--cluster-port",
+        str(node.bus_port),  # explicit: port + 10000 may be taken or out of range
+        "--cluster-node-timeout",
+        "2000",
     ]
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from brimful.stack.embedded import EmbeddedStack
 
@@ -69,7 +69,7 @@ class Supervisor:
                 continue
             try:
                 self._stack.restart(name)
-            except Exception as error:  # noqa: BLE001 - whatever a start meets (a Redis or broker that does not answer), the rest of the stack carries on
+            except Exception as error:
                 wait = self._backoff.delay(name, self._clock())
                 self._due[name] = self._clock() + wait
                 self._say(f"{name} did not start again ({error}); next try in {wait:.1f} s")

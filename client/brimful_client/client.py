@@ -18,8 +18,9 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Generator, Iterable, Mapping, Sequence
+from typing import Any
 
 import httpx
 
@@ -42,7 +43,9 @@ class TaskFailed(BrimfulError):
 
     def __init__(self, task: Mapping[str, Any]) -> None:
         error = task.get("error") or {}
-        super().__init__(200, str(error.get("class", task.get("status"))), str(error.get("message", task.get("status"))))
+        super().__init__(
+            200, str(error.get("class", task.get("status"))), str(error.get("message", task.get("status")))
+        )
         self.task = dict(task)
 
 
@@ -152,13 +155,13 @@ class PlanRunner:
     """Steps one plan: hands it the outcome of its last step, takes its next one. The
     drivers only perform the steps, blocking or with asyncio."""
 
-    def __init__(self, plan: "Plan") -> None:
+    def __init__(self, plan: Plan) -> None:
         self._plan = plan
         self._answer: Any = None
         self._error: httpx.TransportError | None = None
         self.result: Any = None
 
-    def next_step(self) -> "Send | Pause | None":
+    def next_step(self) -> Send | Pause | None:
         """The plan's next step; None once it has finished (its value is ``result``)."""
         error, self._error = self._error, None
         try:
@@ -200,7 +203,10 @@ def call_plan(retry: RetryPolicy, method: str, path: str, **options: Any) -> Pla
 
 
 def submit_plan(
-    retry: RetryPolicy, inputs: Mapping[str, Any], deadline_ms: int | None, key: str | None,
+    retry: RetryPolicy,
+    inputs: Mapping[str, Any],
+    deadline_ms: int | None,
+    key: str | None,
     fields: Mapping[str, Any] | None = None,
 ) -> Plan:
     request = submit_request(inputs, deadline_ms, key or uuid.uuid4().hex, fields)
@@ -254,7 +260,8 @@ class _Connection:
         retry: RetryPolicy = RetryPolicy(),
         transport: httpx.BaseTransport | httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        self._http: Any = self._http_class(**http_options(base_url, api_key, timeout_s), transport=transport)
+        http_class: Any = self._http_class  # each subclass passes the transport its client takes
+        self._http: Any = http_class(**http_options(base_url, api_key, timeout_s), transport=transport)
         self._retry = retry
 
 
@@ -263,7 +270,7 @@ class Client(_Connection):
 
     _http_class = httpx.Client
 
-    def __enter__(self) -> "Client":
+    def __enter__(self) -> Client:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -275,12 +282,17 @@ class Client(_Connection):
     def _run(self, plan: Plan) -> Any:
         runner = PlanRunner(plan)
         while (step := runner.next_step()) is not None:
-            runner.settle(lambda: step.perform(self._http))  # noqa: B023 (called at once)
+            runner.settle(lambda: step.perform(self._http))
         return runner.result
 
     def submit(
-        self, inputs: Mapping[str, Any], deadline_ms: int | None = None, idempotency_key: str | None = None,
-        model: str | None = None, priority: str | None = None, cache: bool | None = None,
+        self,
+        inputs: Mapping[str, Any],
+        deadline_ms: int | None = None,
+        idempotency_key: str | None = None,
+        model: str | None = None,
+        priority: str | None = None,
+        cache: bool | None = None,
     ) -> str:
         """Submit one task (to ``model``, or the default model; see ``task_fields`` for
         ``priority`` and ``cache``); returns its task_id (the same one on every retry)."""
@@ -303,8 +315,13 @@ class Client(_Connection):
         return dict(self._run(call_plan(self._retry, "DELETE", f"/v1/tasks/{task_id}")))
 
     def map(
-        self, inputs: Iterable[Mapping[str, Any]], chunk: int = 500, timeout_s: float = 600.0, model: str | None = None,
-        priority: str | None = None, cache: bool | None = None,
+        self,
+        inputs: Iterable[Mapping[str, Any]],
+        chunk: int = 500,
+        timeout_s: float = 600.0,
+        model: str | None = None,
+        priority: str | None = None,
+        cache: bool | None = None,
     ) -> list[dict[str, Any]]:
         """Outputs for every input, in input order (TaskFailed on the first that failed)."""
         task_ids = self._run(submit_all_plan(self._retry, inputs, chunk, task_fields(model, priority, cache)))
@@ -316,7 +333,7 @@ class AsyncClient(_Connection):
 
     _http_class = httpx.AsyncClient
 
-    async def __aenter__(self) -> "AsyncClient":
+    async def __aenter__(self) -> AsyncClient:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -332,8 +349,13 @@ class AsyncClient(_Connection):
         return runner.result
 
     async def submit(
-        self, inputs: Mapping[str, Any], deadline_ms: int | None = None, idempotency_key: str | None = None,
-        model: str | None = None, priority: str | None = None, cache: bool | None = None,
+        self,
+        inputs: Mapping[str, Any],
+        deadline_ms: int | None = None,
+        idempotency_key: str | None = None,
+        model: str | None = None,
+        priority: str | None = None,
+        cache: bool | None = None,
     ) -> str:
         fields = task_fields(model, priority, cache)
         return str(await self._run(submit_plan(self._retry, inputs, deadline_ms, idempotency_key, fields)))
@@ -351,8 +373,14 @@ class AsyncClient(_Connection):
         return dict(await self._run(call_plan(self._retry, "DELETE", f"/v1/tasks/{task_id}")))
 
     async def map(
-        self, inputs: Iterable[Mapping[str, Any]], chunk: int = 500, concurrency: int = 64, timeout_s: float = 600.0,
-        model: str | None = None, priority: str | None = None, cache: bool | None = None,
+        self,
+        inputs: Iterable[Mapping[str, Any]],
+        chunk: int = 500,
+        concurrency: int = 64,
+        timeout_s: float = 600.0,
+        model: str | None = None,
+        priority: str | None = None,
+        cache: bool | None = None,
     ) -> list[dict[str, Any]]:
         """Outputs for every input, in input order (TaskFailed on the first that failed)."""
         task_ids = await self._run(submit_all_plan(self._retry, inputs, chunk, task_fields(model, priority, cache)))

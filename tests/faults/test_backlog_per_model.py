@@ -5,15 +5,15 @@ accepting and computing; once its batchers are back, it drains and accepts again
 from __future__ import annotations
 
 import uuid
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 
 from brimful.commands.up import EMBEDDED_MODELS
 from brimful.stack import EmbeddedStack
-from tests.faults.conftest import start_wide_stack
-from tests.polling import wait_for
-from tests.task_client import TaskClient
+from tests.helpers.polling import wait_for
+from tests.helpers.stacks import start_wide_stack
+from tests.helpers.task_client import TaskClient
 
 MAX_BACKLOG = 200
 SMALL = EMBEDDED_MODELS.split(",")[1]
@@ -21,7 +21,9 @@ SMALL = EMBEDDED_MODELS.split(",")[1]
 
 @pytest.fixture(scope="module")
 def two_model_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedStack]:
-    running = start_wide_stack(tmp_path_factory.mktemp("backlog-per-model"), models=EMBEDDED_MODELS, max_backlog=MAX_BACKLOG)
+    running = start_wide_stack(
+        tmp_path_factory.mktemp("backlog-per-model"), models=EMBEDDED_MODELS, max_backlog=MAX_BACKLOG
+    )
     yield running
     running.stop()
 
@@ -44,7 +46,9 @@ async def test_one_models_backlog_refuses_only_that_models_tasks(two_model_stack
         assert status == 503 and body["error"]["code"] == "overloaded", body
         # The other model is untouched by it.
         for n in range(5):
-            status, body = await client.request("POST", "/v1/tasks?wait=10", json={"inputs": {"TEXT": f"other {tag} {n}"}})
+            status, body = await client.request(
+                "POST", "/v1/tasks?wait=10", json={"inputs": {"TEXT": f"other {tag} {n}"}}
+            )
             assert status == 200 and body["status"] == "done", body
 
         stack.start_batcher(small_batcher)

@@ -25,9 +25,10 @@ import signal
 import socket
 import time
 import uuid
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, AsyncIterator, Iterator
+from typing import Any
 
 import aiohttp
 import pytest
@@ -37,9 +38,8 @@ from brimful.commands.up import EMBEDDED_MODELS
 from brimful.core.api_keys import ApiKeys, Scope
 from brimful.core.redis_keys import RedisKeys
 from brimful.stack import EmbeddedStack, free_port
-from tests.conftest import rows_seen_by_model, stack_settings
-from tests.faults.conftest import s3_broker_env
-from tests.integration.test_pipeline import expected_outputs, read_dead_letters
+from tests.helpers.pipeline import expected_outputs, read_dead_letters
+from tests.helpers.stacks import rows_seen_by_model, s3_broker_env, stack_settings
 
 SOAK_S = float(os.environ.get("BRIMFUL_SOAK_S", "150"))
 SEED = int(os.environ.get("BRIMFUL_SOAK_SEED", "7"))
@@ -47,8 +47,15 @@ REPORT = os.environ.get("BRIMFUL_SOAK_REPORT", "")
 LOAD_PER_S = 12.0
 FAULT_GAP_S = (5.0, 14.0)  # a fault, then steady load for this long: one every 20 s or less
 FAULTS = (
-    "api-worker", "batcher-kill", "batcher-add", "endpoint-stop", "endpoint-kill", "redis-kill", "redis-pause",
-    "broker", "idle-flood",
+    "api-worker",
+    "batcher-kill",
+    "batcher-add",
+    "endpoint-stop",
+    "endpoint-kill",
+    "redis-kill",
+    "redis-pause",
+    "broker",
+    "idle-flood",
 )
 TENANTS = ("acme", "globex", "initech")
 MODELS = EMBEDDED_MODELS.split(",")
@@ -62,20 +69,36 @@ pytestmark = pytest.mark.timeout(SOAK_S + 900)
 def soak_stack(tmp_path_factory: pytest.TempPathFactory, s3_server: str) -> Iterator[EmbeddedStack]:
     workdir = tmp_path_factory.mktemp("soak-stack")
     base = stack_settings(
-        auth_enabled=True, api_workers=2, topic_partitions=4, models=EMBEDDED_MODELS, endpoint_capacity=2,
-        infer_timeout_s=1.5, breaker_max_open_s=1.0, kafka_request_timeout_ms=5000,
+        auth_enabled=True,
+        api_workers=2,
+        topic_partitions=4,
+        models=EMBEDDED_MODELS,
+        endpoint_capacity=2,
+        infer_timeout_s=1.5,
+        breaker_max_open_s=1.0,
+        kafka_request_timeout_ms=5000,
         kafka_fetch_max_wait_ms=500,  # Tansu on S3 answers shorter fetch waits with nothing, forever
         kafka_commit_after_stored_ms=2000,  # Redis syncs its log every second
         api_max_connections=64,  # so an idle-socket flood reaches the cap
-        retry_backoff_ms=50.0, redis_timeout_s=1.0,
+        retry_backoff_ms=50.0,
+        redis_timeout_s=1.0,
     )
     settings = base.model_copy(update={"triton_url": f"{base.triton_url},127.0.0.1:{free_port()}"})
     stack = EmbeddedStack(
-        settings, workdir,
-        model_host_args=("--call-ms", "20", "--seen-log", str(workdir / "model-seen.log"),
-                         "--fault-file", str(workdir / "model-fault")),
-        redis_append_only=True, redis_fsync="everysec",
-        broker_storage="s3://tansu/", broker_env=s3_broker_env(s3_server),
+        settings,
+        workdir,
+        model_host_args=(
+            "--call-ms",
+            "20",
+            "--seen-log",
+            str(workdir / "model-seen.log"),
+            "--fault-file",
+            str(workdir / "model-fault"),
+        ),
+        redis_append_only=True,
+        redis_fsync="everysec",
+        broker_storage="s3://tansu/",
+        broker_env=s3_broker_env(s3_server),
     )
     try:
         stack.start()
@@ -127,7 +150,7 @@ class Tenant:
                 ledger.answers[f"{method} {response.status}"] += 1
                 assert response.status < 500 or response.status == 503, (method, path, response.status, body)
                 return response.status, body
-        except (aiohttp.ClientError, asyncio.TimeoutError):
+        except (TimeoutError, aiohttp.ClientError):
             ledger.answers[f"{method} no answer"] += 1
             return 0, None
 
@@ -163,8 +186,12 @@ class Traffic:
         model = MODELS[1] if self.rng.random() < 0.25 else MODELS[0]
         if roll < 0.06:  # low-priority bulk
             texts = [f"{tenant} bulk {uuid.uuid4().hex[:10]}" for _ in range(10)]
-            status, body = await client.call(self.ledger, "POST", "/v1/tasks:batch", json={
-                "tasks": [{"inputs": {"TEXT": text}, "model": model, "priority": "low"} for text in texts]})
+            status, body = await client.call(
+                self.ledger,
+                "POST",
+                "/v1/tasks:batch",
+                json={"tasks": [{"inputs": {"TEXT": text}, "model": model, "priority": "low"} for text in texts]},
+            )
             if status == 200:
                 for text, result in zip(texts, body["results"]):
                     if "task_id" in result:
@@ -208,12 +235,14 @@ class Traffic:
             task.add_done_callback(pending.discard)
             try:
                 await asyncio.wait_for(stop.wait(), timeout=self.rng.expovariate(LOAD_PER_S))
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
         await asyncio.gather(*pending)
 
 
-async def watch(tenants: dict[str, Tenant], ledger: Ledger, operator: Tenant, rng: random.Random, stop: asyncio.Event) -> None:
+async def watch(
+    tenants: dict[str, Tenant], ledger: Ledger, operator: Tenant, rng: random.Random, stop: asyncio.Event
+) -> None:
     """What careful clients and on-call see while it runs: done answers that must never
     change, other tenants' tasks and letters that must stay out of sight, and DLQ replays."""
     turn = 0
@@ -244,13 +273,14 @@ async def watch(tenants: dict[str, Tenant], ledger: Ledger, operator: Tenant, rn
                     if owner is not None and owner.tenant != reader:
                         ledger.cross_reads.append(f"{reader} listed {owner.tenant}'s letter {entry['id']}")
         if turn % 8 == 0:  # on-call replays what failed: !flaky rows pass once the fault is off
-            status, body = await operator.call(ledger, "POST", "/v1/admin/dlq/replay",
-                                               json={"error_class": "model_error", "limit": 200})
+            status, body = await operator.call(
+                ledger, "POST", "/v1/admin/dlq/replay", json={"error_class": "model_error", "limit": 200}
+            )
             if status == 200:
                 ledger.replays += body["replayed"]
         try:
             await asyncio.wait_for(stop.wait(), timeout=3.0)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
 
 
@@ -388,7 +418,9 @@ async def test_every_accepted_task_ends_right_in_the_production_shape_under_chao
     fault_file.unlink(missing_ok=True)
     await faults.heal()
     # On-call's last replay, once everything is back: the !flaky rows pass now.
-    status, body = await operator.call(ledger, "POST", "/v1/admin/dlq/replay", json={"error_class": "model_error", "limit": 10_000})
+    status, body = await operator.call(
+        ledger, "POST", "/v1/admin/dlq/replay", json={"error_class": "model_error", "limit": 10_000}
+    )
     if status == 200:
         ledger.replays += body["replayed"]
 
@@ -418,7 +450,9 @@ async def final_answers(clients: dict[str, Tenant], ledger: Ledger, timeout_s: f
     return answers
 
 
-async def check_ledger(stack: EmbeddedStack, clients: dict[str, Tenant], ledger: Ledger) -> tuple[dict[str, Any], list[str]]:
+async def check_ledger(
+    stack: EmbeddedStack, clients: dict[str, Tenant], ledger: Ledger
+) -> tuple[dict[str, Any], list[str]]:
     answers = await final_answers(clients, ledger, timeout_s=300)
     letters = collections.Counter(letter.request.task_id for letter in await read_dead_letters(stack))
     problems: list[str] = []
@@ -446,7 +480,9 @@ async def check_ledger(stack: EmbeddedStack, clients: dict[str, Tenant], ledger:
             problems.append(f"failed without a dead letter: {task_id}")
         elif status == "cancelled" and not task.cancelled:
             problems.append(f"cancelled, though nobody asked: {task_id}")
-    reopened = [(task_id, at) for task_id, at in ledger.changed if not any(0 <= at - kill <= 10 for kill in ledger.redis_kills)]
+    reopened = [
+        (task_id, at) for task_id, at in ledger.changed if not any(0 <= at - kill <= 10 for kill in ledger.redis_kills)
+    ]
     problems += [f"a done answer changed: {task_id}" for task_id, _ in reopened]
     problems += [f"Idempotency-Key retry: {line}" for line in ledger.duplicates]
     problems += ledger.cross_reads
@@ -478,7 +514,9 @@ async def check_ledger(stack: EmbeddedStack, clients: dict[str, Tenant], ledger:
         "failed, each with its dead letter": outcome["failed"],
         "cancelled as asked": outcome["cancelled"],
         "not final at the end": sum(1 for p in problems if p.startswith("not final")),
-        "lost, wrong or reopened": sum(1 for p in problems if p.startswith(("wrong", "failed without", "a done answer"))),
+        "lost, wrong or reopened": sum(
+            1 for p in problems if p.startswith(("wrong", "failed without", "a done answer"))
+        ),
         "Idempotency-Key retries / second tasks": f"{ledger.idempotency_retries} / {len(ledger.duplicates)}",
         "cross-tenant probes / reads": f"{ledger.cross_probes} / {len(ledger.cross_reads)}",
         "DLQ entries replayed": ledger.replays,
@@ -494,6 +532,7 @@ async def check_ledger(stack: EmbeddedStack, clients: dict[str, Tenant], ledger:
 
 def write_report(path: Path, figures: dict[str, object], schedule: list[tuple[float, str]]) -> None:
     """Rewrite the page's figures; the sections after them (findings, from ``## `` on) stay."""
+
     def cell(value: object) -> str:
         if isinstance(value, dict):
             return ", ".join(f"{key} {count}" for key, count in value.items())

@@ -13,12 +13,11 @@ from dataclasses import dataclass, field
 import aiohttp
 
 from brimful.stack import EmbeddedStack
-from tests.faults.conftest import MAX_BACKLOG
-from tests.integration.test_pipeline import expected_outputs, read_dead_letters
-from tests.integration.test_observability import scrape
-from tests.integration.test_tuning_and_metrics import metric_values
-from tests.polling import wait_for
-from tests.task_client import TaskClient
+from tests.helpers.metrics import metric_values, scrape
+from tests.helpers.pipeline import expected_outputs, read_dead_letters
+from tests.helpers.polling import wait_for
+from tests.helpers.stacks import MAX_BACKLOG
+from tests.helpers.task_client import TaskClient
 
 
 @dataclass
@@ -37,7 +36,7 @@ class SteadyLoad:
             status, body = await self.client.request(
                 "POST", "/v1/tasks", json={"inputs": {"TEXT": text}}, timeout=aiohttp.ClientTimeout(total=30)
             )
-        except (aiohttp.ClientError, asyncio.TimeoutError):
+        except (TimeoutError, aiohttp.ClientError):
             self.refused += 1
             return
         if status == 202:
@@ -54,11 +53,11 @@ class SteadyLoad:
             task.add_done_callback(pending.discard)
             try:
                 await asyncio.wait_for(self._stop.wait(), timeout=1 / self.rate_per_s)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
         await asyncio.gather(*pending)
 
-    def start(self) -> "SteadyLoad":
+    def start(self) -> SteadyLoad:
         self._task = asyncio.create_task(self._run())
         return self
 
@@ -118,7 +117,9 @@ async def test_a_flood_beyond_capacity_gets_503_with_retry_after_and_every_202_c
     async def probe() -> None:
         async with aiohttp.ClientSession() as session:
             for _ in range(100):
-                async with session.post(f"{fault_stack.api_url}/v1/tasks", json={"inputs": {"TEXT": "probe"}}) as response:
+                async with session.post(
+                    f"{fault_stack.api_url}/v1/tasks", json={"inputs": {"TEXT": "probe"}}
+                ) as response:
                     if response.status == 503:
                         retry_afters.append(int(response.headers["Retry-After"]))
                         return
@@ -149,8 +150,10 @@ async def test_batcher_sigkill_mid_batch_loses_nothing(fault_stack: EmbeddedStac
     after = await fault_client.stats()
     rows = after["rows_dispatched"] - before["rows_dispatched"]
     duplicates = rows - len(load.accepted)
-    print(f"\nbatcher SIGKILL: {len(load.accepted)} accepted, {rows} rows sent to the model, "
-          f"{duplicates} duplicated by redelivery")
+    print(
+        f"\nbatcher SIGKILL: {len(load.accepted)} accepted, {rows} rows sent to the model, "
+        f"{duplicates} duplicated by redelivery"
+    )
     assert duplicates >= 0
 
 

@@ -10,8 +10,8 @@ are written, holds every S3 reply back for longer than the short wait."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -19,9 +19,8 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from brimful.core.fetch_pacer import FetchPacer
 from brimful.core.kafka import connection_options, ensure_topics, make_producer
 from brimful.stack import EmbeddedStack
-from tests.conftest import stack_settings
-from tests.faults.conftest import s3_broker_env
-from tests.slow_replies import SlowReplies
+from tests.helpers.slow_replies import SlowReplies
+from tests.helpers.stacks import s3_broker_env, stack_settings
 
 RECORDS = 60  # each sent alone: one record batch, so one object read from S3, apiece
 SHORT_WAIT_MS = 100  # a restarted Tansu on S3 answers fetches this short with nothing...
@@ -44,7 +43,9 @@ def s3_broker(tmp_path: Path, slow_s3: SlowReplies) -> Iterator[EmbeddedStack]:
     """Only a broker, its log on the local S3 server, reached through ``slow_s3``."""
     broker = EmbeddedStack(
         stack_settings(topic_partitions=1, kafka_fetch_max_wait_ms=SHORT_WAIT_MS),
-        tmp_path, broker_storage="s3://tansu/", broker_env=s3_broker_env(slow_s3.url),
+        tmp_path,
+        broker_storage="s3://tansu/",
+        broker_env=s3_broker_env(slow_s3.url),
     )
     try:
         broker.start_broker()
@@ -69,7 +70,9 @@ async def test_a_lagging_consumer_catches_up_on_a_slow_broker_and_its_wait_retur
     slow_s3.delay_s = S3_DELAY_S
 
     consumer = AIOKafkaConsumer(
-        **connection_options(settings), enable_auto_commit=False, fetch_max_wait_ms=SHORT_WAIT_MS,
+        **connection_options(settings),
+        enable_auto_commit=False,
+        fetch_max_wait_ms=SHORT_WAIT_MS,
         request_timeout_ms=settings.kafka_request_timeout_ms,
     )
     await consumer.start()
@@ -96,4 +99,3 @@ async def test_a_lagging_consumer_catches_up_on_a_slow_broker_and_its_wait_retur
         assert pacer.wait_ms == SHORT_WAIT_MS
     finally:
         await consumer.stop()
-

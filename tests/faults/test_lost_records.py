@@ -6,7 +6,7 @@ cancelled or withdrawn stays so, whatever Redis lost, by its tombstone."""
 from __future__ import annotations
 
 import uuid
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 from redis.asyncio import Redis
@@ -14,11 +14,10 @@ from redis.asyncio import Redis
 from brimful.core.redis_keys import RedisKeys
 from brimful.stack import EmbeddedStack
 from brimful.stack.metrics_page import read_sample_sums
-from tests.conftest import rows_seen_by_model
-from tests.faults.conftest import start_wide_stack
-from tests.integration.test_pipeline import expected_outputs
-from tests.polling import wait_for
-from tests.task_client import TaskClient
+from tests.helpers.pipeline import expected_outputs
+from tests.helpers.polling import wait_for
+from tests.helpers.stacks import rows_seen_by_model, start_wide_stack
+from tests.helpers.task_client import TaskClient
 
 
 @pytest.fixture(scope="module")

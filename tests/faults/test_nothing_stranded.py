@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from typing import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from aiokafka import AIOKafkaProducer
@@ -20,9 +20,10 @@ from brimful.core.task_store import TaskStore
 from brimful.core.tensor_codec import encode_input
 from brimful.schemas import TaskRequest
 from brimful.stack import EmbeddedStack
-from tests.conftest import stack_settings, start_stack, tune_live
-from tests.integration.test_pipeline import expected_outputs, read_dead_letters
-from tests.task_client import TaskClient
+from tests.helpers.live_policy import tune_live
+from tests.helpers.pipeline import expected_outputs, read_dead_letters
+from tests.helpers.stacks import stack_settings, start_stack
+from tests.helpers.task_client import TaskClient
 
 BROKER_LIMIT = 16 * 1024  # the broker's message limit this stack is told of
 RECORD_LIMIT = BROKER_LIMIT - 256  # what a task's record may take (room for the batch's framing)
@@ -86,7 +87,9 @@ async def test_a_task_larger_than_the_broker_accepts_is_413_and_never_503(lean_c
     status, body = await lean_client.request("POST", "/v1/tasks", json=too_large)
     assert status == 413 and body["error"]["code"] == "payload_too_large", body
     assert "broker" in body["error"]["message"] and str(RECORD_LIMIT) in body["error"]["message"]
-    status, body = await lean_client.request("POST", "/v1/tasks:batch", json={"tasks": [{"inputs": {"TEXT": "fits"}}, too_large]})
+    status, body = await lean_client.request(
+        "POST", "/v1/tasks:batch", json={"tasks": [{"inputs": {"TEXT": "fits"}}, too_large]}
+    )
     assert status == 200 and "task_id" in body["results"][0], body
     assert body["results"][1]["error"]["code"] == "payload_too_large"
 
@@ -129,4 +132,3 @@ async def test_after_an_outage_longer_than_the_give_up_time_the_batcher_recovers
     # Every batch failed to the DLQ, so no call is left to probe the model: the batcher must.
     task = await lean_client.wait_final(await lean_client.submit({"TEXT": "after the outage"}), timeout_s=30)
     assert task["status"] == "done" and task["outputs"] == expected_outputs("after the outage")
-

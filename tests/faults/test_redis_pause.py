@@ -8,14 +8,14 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 from redis.asyncio import Redis
 
 from brimful.stack import EmbeddedStack
-from tests.faults.conftest import start_wide_stack
-from tests.task_client import TaskClient
+from tests.helpers.stacks import start_wide_stack
+from tests.helpers.task_client import TaskClient
 
 PAUSE_S = 8
 REDIS_TIMEOUT_S = 1.0

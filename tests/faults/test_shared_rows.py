@@ -6,20 +6,22 @@ for good, with every later task of it queued)."""
 from __future__ import annotations
 
 import uuid
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 
 from brimful.stack import EmbeddedStack
-from tests.faults.conftest import start_wide_stack
-from tests.polling import wait_for
-from tests.task_client import TaskClient
+from tests.helpers.polling import wait_for
+from tests.helpers.stacks import start_wide_stack
+from tests.helpers.task_client import TaskClient
 
 
 @pytest.fixture(scope="module")
 def wide_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedStack]:
     # A slow retry: the failing row's batch is between its calls while its copies arrive.
-    running = start_wide_stack(tmp_path_factory.mktemp("wide-stack"), retry_backoff_ms=1500.0, retry_backoff_max_ms=3000.0)
+    running = start_wide_stack(
+        tmp_path_factory.mktemp("wide-stack"), retry_backoff_ms=1500.0, retry_backoff_max_ms=3000.0
+    )
     yield running
     running.stop()
 

@@ -5,23 +5,25 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
 from brimful.stack import EmbeddedStack, settings_env
-from tests.conftest import stack_settings, start_stack
+from tests.helpers.stacks import stack_settings, start_stack
 
-CHECKS = ",".join([
-    "not_a_server_error",
-    "status_code_conformance",
-    "content_type_conformance",
-    "response_schema_conformance",
-    "response_headers_conformance",
-    "missing_required_header",
-    "ignored_auth",
-])
+CHECKS = ",".join(
+    [
+        "not_a_server_error",
+        "status_code_conformance",
+        "content_type_conformance",
+        "response_schema_conformance",
+        "response_headers_conformance",
+        "missing_required_header",
+        "ignored_auth",
+    ]
+)
 
 
 @pytest.fixture(scope="module")
@@ -35,16 +37,33 @@ def test_fuzzing_finds_no_server_error_and_no_departure_from_the_document(secure
     env = settings_env(secured_stack.settings)
     key = subprocess.run(
         [sys.executable, "-m", "brimful.cli", "keys", "create", "--tenant", "fuzz", "--scopes", "submit,read,admin"],
-        env=env, capture_output=True, text=True, check=True,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.strip()
     schemathesis = Path(sys.executable).parent / "st"
     run = subprocess.run(
-        [str(schemathesis), "run", f"{secured_stack.api_url}/openapi.json", "--checks", CHECKS,
-         "--max-examples", "25", "-H", f"Authorization: Bearer {key}", "--no-color",
-         # longer than the longest ?wait= the API allows, so a held request is not a "timeout"
-         "--request-timeout", str(secured_stack.settings.long_poll_max_s + 10),
-         # a fixed seed: CI runs the same cases every time (change it to explore further)
-         "--seed", "20261122"],
-        capture_output=True, text=True, timeout=600,
+        [
+            str(schemathesis),
+            "run",
+            f"{secured_stack.api_url}/openapi.json",
+            "--checks",
+            CHECKS,
+            "--max-examples",
+            "25",
+            "-H",
+            f"Authorization: Bearer {key}",
+            "--no-color",
+            # longer than the longest ?wait= the API allows, so a held request is not a "timeout"
+            "--request-timeout",
+            str(secured_stack.settings.long_poll_max_s + 10),
+            # a fixed seed: CI runs the same cases every time (change it to explore further)
+            "--seed",
+            "20261122",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert run.returncode == 0, run.stdout[-6000:]

@@ -8,8 +8,8 @@ import asyncio
 import json
 import time
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import asdict, replace
-from typing import AsyncIterator
 
 import pytest
 from redis.asyncio import Redis
@@ -18,8 +18,8 @@ from brimful.api.api_key_cache import ApiKeyCache
 from brimful.core.api_keys import ApiKeys, KeyRecord, Scope, digest
 from brimful.core.redis_keys import RedisKeys
 from brimful.stack import EmbeddedStack
-from tests.polling import wait_for
-from tests.redis_sends import SendCounter
+from tests.helpers.polling import wait_for
+from tests.helpers.redis_sends import SendCounter
 
 
 @pytest.fixture
@@ -59,7 +59,9 @@ async def test_a_revocation_reaches_every_api_process_at_once(stack: EmbeddedSta
             assert await process.find(key) == record and len(process) == 1
 
         async def both_subscribed() -> bool:
-            return dict(await clients[2].pubsub_numsub(keys.revoked_keys_channel))[keys.revoked_keys_channel.encode()] == 2
+            return (
+                dict(await clients[2].pubsub_numsub(keys.revoked_keys_channel))[keys.revoked_keys_channel.encode()] == 2
+            )
 
         await wait_for(both_subscribed, 5, "both processes subscribed", 0.01)
         assert await cli.revoke(record.key_id) is not None
@@ -69,7 +71,9 @@ async def test_a_revocation_reaches_every_api_process_at_once(stack: EmbeddedSta
             found = [await p.find(key) for p in processes]
             return all(r is not None and not r.active for r in found)
 
-        await wait_for(refused_everywhere, 5, "the revocation heard everywhere", 0.01)  # only the announcement can do it: the cache trusts keys for an hour
+        await wait_for(
+            refused_everywhere, 5, "the revocation heard everywhere", 0.01
+        )  # only the announcement can do it: the cache trusts keys for an hour
         assert time.monotonic() - revoked_at < 1.0
     finally:
         for task in following:
@@ -166,8 +170,7 @@ async def test_a_lookup_under_way_when_its_key_is_forgotten_is_not_kept() -> Non
     gated = _GatedKeys(record)
     cache = ApiKeyCache(gated, None, "", ttl_s=60)  # type: ignore[arg-type]
     lookup = asyncio.create_task(cache.find("bf_x"))
-    while not gated.reads:
-        await asyncio.sleep(0)
+    await wait_for(lambda: gated.reads > 0, 5, "the lookup to reach the key store", interval_s=0)
     cache.forget(record.key_id)  # revoked while the old record was on its way
     gated.gate.set()
     assert await lookup == record  # that request was let in, as it would have been a moment earlier

@@ -9,7 +9,7 @@ The API runs in this process, on the session's real broker, Redis and Triton.
 from __future__ import annotations
 
 import asyncio
-from typing import Callable
+from collections.abc import Callable
 
 import httpx
 import pytest
@@ -21,7 +21,6 @@ from brimful.api.response_metrics import ResponseCounter
 from brimful.api.state import ApiState
 from brimful.stack import EmbeddedStack
 from brimful.stack.processes import free_port
-
 
 AppFactory = Callable[..., FastAPI]
 
@@ -57,9 +56,7 @@ async def test_a_task_posted_to_an_api_whose_model_never_answers_gets_503_model_
     app = app_for(triton_url=f"127.0.0.1:{free_port()}")  # nothing listens there
     async with app.router.lifespan_context(app):
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api", timeout=30) as http:
-            answer = await asyncio.wait_for(
-                http.post("/v1/tasks", json={"inputs": {"TEXT": "no model"}}), timeout=20
-            )
+            answer = await asyncio.wait_for(http.post("/v1/tasks", json={"inputs": {"TEXT": "no model"}}), timeout=20)
     assert answer.status_code == 503, answer.text
     assert answer.json()["error"]["code"] == "model_not_ready"
     assert answer.headers["retry-after"] == "1"

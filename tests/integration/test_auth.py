@@ -6,11 +6,11 @@ import asyncio
 import subprocess
 import sys
 import time
-import uuid
 import urllib.error
 import urllib.request
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import aiohttp
 import pytest
@@ -18,8 +18,8 @@ from redis import Redis
 
 from brimful.core.redis_keys import RedisKeys
 from brimful.stack import EmbeddedStack, settings_env
-from tests.conftest import stack_settings, start_stack
-from tests.integration.test_tuning_and_metrics import metric_values
+from tests.helpers.metrics import metric_values
+from tests.helpers.stacks import stack_settings, start_stack
 
 RATE, BURST = 5.0, 10
 READ_RATE, READ_BURST, LONG_POLLS = 20.0, 40, 3
@@ -28,8 +28,12 @@ READ_RATE, READ_BURST, LONG_POLLS = 20.0, 40, 3
 @pytest.fixture(scope="module")
 def auth_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedStack]:
     settings = stack_settings(
-        auth_enabled=True, rate_limit_per_s=RATE, rate_limit_burst=BURST,
-        read_rate_limit_per_s=READ_RATE, read_rate_limit_burst=READ_BURST, tenant_max_long_polls=LONG_POLLS,
+        auth_enabled=True,
+        rate_limit_per_s=RATE,
+        rate_limit_burst=BURST,
+        read_rate_limit_per_s=READ_RATE,
+        read_rate_limit_burst=READ_BURST,
+        tenant_max_long_polls=LONG_POLLS,
     )
     running = start_stack(tmp_path_factory.mktemp("auth-stack"), settings)
     yield running
@@ -39,7 +43,10 @@ def auth_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedSta
 def keys_cli(stack: EmbeddedStack, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "brimful.cli", "keys", *args],
-        env=settings_env(stack.settings), capture_output=True, text=True, timeout=60,
+        env=settings_env(stack.settings),
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
@@ -54,7 +61,9 @@ def new_key(stack: EmbeddedStack, tenant: str, scopes: str) -> str:
     return create_key(stack, tenant, scopes)[0]
 
 
-async def call(stack: EmbeddedStack, method: str, path: str, key: str | None = None, **kwargs: object) -> tuple[int, dict]:
+async def call(
+    stack: EmbeddedStack, method: str, path: str, key: str | None = None, **kwargs: object
+) -> tuple[int, dict]:
     headers = {**({"Authorization": f"Bearer {key}"} if key else {}), **kwargs.pop("headers", {})}  # type: ignore[dict-item]
     async with aiohttp.ClientSession() as session:
         async with session.request(method, f"{stack.api_url}{path}", headers=headers, **kwargs) as response:  # type: ignore[arg-type]
@@ -76,7 +85,9 @@ async def test_no_key_or_a_wrong_key_is_401(auth_stack: EmbeddedStack) -> None:
 
 async def test_a_task_is_visible_only_to_its_own_tenant(auth_stack: EmbeddedStack) -> None:
     acme, globex = new_key(auth_stack, "acme", "submit,read"), new_key(auth_stack, "globex", "submit,read")
-    status, body = await call(auth_stack, "POST", "/v1/tasks", acme, params={"wait": "10"}, json={"inputs": {"TEXT": "mine"}})
+    status, body = await call(
+        auth_stack, "POST", "/v1/tasks", acme, params={"wait": "10"}, json={"inputs": {"TEXT": "mine"}}
+    )
     assert status == 200 and body["status"] == "done"
     task_id = body["task_id"]
     assert (await call(auth_stack, "GET", f"/v1/tasks/{task_id}", acme))[0] == 200
@@ -154,8 +165,11 @@ async def test_rate_limit_answers_429_with_retry_after_and_never_over_admits(aut
     answers: list[tuple[int, str | None]] = []
 
     async with aiohttp.ClientSession() as session:
+
         async def one() -> None:
-            async with session.post(f"{auth_stack.api_url}/v1/tasks", headers=headers, json={"inputs": {"TEXT": "r"}}) as r:
+            async with session.post(
+                f"{auth_stack.api_url}/v1/tasks", headers=headers, json={"inputs": {"TEXT": "r"}}
+            ) as r:
                 answers.append((r.status, r.headers.get("Retry-After")))
 
         started = time.monotonic()
@@ -174,7 +188,10 @@ async def test_rate_limit_answers_429_with_retry_after_and_never_over_admits(aut
 def tenants_cli(stack: EmbeddedStack, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "brimful.cli", "tenants", *args],
-        env=settings_env(stack.settings), capture_output=True, text=True, timeout=60,
+        env=settings_env(stack.settings),
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
@@ -186,10 +203,16 @@ async def test_a_tenant_payload_limit_refuses_larger_tasks_with_413(auth_stack: 
     status, body = await call(auth_stack, "POST", "/v1/tasks", small, json={"inputs": {"TEXT": "x" * 200}})
     assert status == 413 and body["error"]["code"] == "payload_too_large"
     assert "64 bytes" in body["error"]["message"]
-    status, body = await call(auth_stack, "POST", "/v1/tasks", small, params={"wait": "10"}, json={"inputs": {"TEXT": "tiny"}})
+    status, body = await call(
+        auth_stack, "POST", "/v1/tasks", small, params={"wait": "10"}, json={"inputs": {"TEXT": "tiny"}}
+    )
     assert status == 200 and body["status"] == "done"
     status, body = await call(
-        auth_stack, "POST", "/v1/tasks:batch", small, json={"tasks": [{"inputs": {"TEXT": "ok"}}, {"inputs": {"TEXT": "y" * 200}}]}
+        auth_stack,
+        "POST",
+        "/v1/tasks:batch",
+        small,
+        json={"tasks": [{"inputs": {"TEXT": "ok"}}, {"inputs": {"TEXT": "y" * 200}}]},
     )
     assert status == 200 and body["accepted"] == 1
     assert "task_id" in body["results"][0] and body["results"][1]["error"]["code"] == "payload_too_large"
@@ -225,17 +248,21 @@ async def test_a_tenant_in_flight_limit_admits_exactly_that_many_and_frees_slots
         assert (await call(auth_stack, "DELETE", f"/v1/tasks/{accepted[0]}", busy))[0] == 200
         status, body = await call(auth_stack, "POST", "/v1/tasks", busy, json={"inputs": {"TEXT": "after cancel"}})
         assert status == 202, body
-        accepted = accepted[1:] + [body["task_id"]]
+        accepted = [*accepted[1:], body["task_id"]]
         assert (await call(auth_stack, "POST", "/v1/tasks", busy, json={"inputs": {"TEXT": "one too many"}}))[0] == 429
     finally:
-        await set_policy(auth_stack, admin, max_wait_ms=auth_stack.settings.max_wait_ms, min_wait_ms=auth_stack.settings.min_wait_ms)
+        await set_policy(
+            auth_stack, admin, max_wait_ms=auth_stack.settings.max_wait_ms, min_wait_ms=auth_stack.settings.min_wait_ms
+        )
 
     for task_id in accepted:
         status, body = await call(auth_stack, "GET", f"/v1/tasks/{task_id}", busy, params={"wait": "10"})
         assert status == 200 and body["status"] == "done", body
     assert redis.zcard(in_flight_key) == 0  # finished tasks no longer count
     redis.close()
-    status, body = await call(auth_stack, "POST", "/v1/tasks", busy, params={"wait": "10"}, json={"inputs": {"TEXT": "again"}})
+    status, body = await call(
+        auth_stack, "POST", "/v1/tasks", busy, params={"wait": "10"}, json={"inputs": {"TEXT": "again"}}
+    )
     assert status == 200 and body["status"] == "done"
 
 
@@ -277,8 +304,9 @@ async def test_dead_letters_are_scoped_by_tenant_and_the_audit_names_the_key(aut
     acme = new_key(auth_stack, "dlq-acme", "submit,read,admin")
     globex = new_key(auth_stack, "dlq-globex", "admin")
     on_call, on_call_id = create_key(auth_stack, "ops", "admin,operator")
-    status, body = await call(auth_stack, "POST", "/v1/tasks", acme, params={"wait": "20"},
-                              json={"inputs": {"TEXT": "!fail in acme"}})
+    status, body = await call(
+        auth_stack, "POST", "/v1/tasks", acme, params={"wait": "20"}, json={"inputs": {"TEXT": "!fail in acme"}}
+    )
     assert status == 200 and body["status"] == "failed", body
     task_id = body["task_id"]
 
@@ -288,12 +316,24 @@ async def test_dead_letters_are_scoped_by_tenant_and_the_audit_names_the_key(aut
     assert task_id in listed((await call(auth_stack, "GET", "/v1/admin/dlq", acme))[1])
     assert task_id not in listed((await call(auth_stack, "GET", "/v1/admin/dlq", globex))[1])
     assert (await call(auth_stack, "GET", f"/v1/admin/dlq/{task_id}", globex))[0] == 404
-    status, body = await call(auth_stack, "POST", "/v1/admin/dlq/purge", globex, json={"ids": [task_id]},
-                              headers={"X-Brimful-Actor": "mallory"})
+    status, body = await call(
+        auth_stack,
+        "POST",
+        "/v1/admin/dlq/purge",
+        globex,
+        json={"ids": [task_id]},
+        headers={"X-Brimful-Actor": "mallory"},
+    )
     assert status == 200 and body["purged"] == 0  # another tenant's entry: untouched
     assert task_id in listed((await call(auth_stack, "GET", "/v1/admin/dlq", on_call))[1])
-    status, body = await call(auth_stack, "POST", "/v1/admin/dlq/purge", on_call, json={"ids": [task_id]},
-                              headers={"X-Brimful-Actor": "mallory"})
+    status, body = await call(
+        auth_stack,
+        "POST",
+        "/v1/admin/dlq/purge",
+        on_call,
+        json={"ids": [task_id]},
+        headers={"X-Brimful-Actor": "mallory"},
+    )
     assert status == 200 and body["purged"] == 1
     status, entry = await call(auth_stack, "GET", f"/v1/admin/dlq/{task_id}", acme)
     assert status == 200 and entry["resolution"]["actor"] == f"key {on_call_id} (mallory)"
@@ -301,7 +341,9 @@ async def test_dead_letters_are_scoped_by_tenant_and_the_audit_names_the_key(aut
 
 async def test_reads_are_rate_limited_per_tenant(auth_stack: EmbeddedStack) -> None:
     reader, other = new_key(auth_stack, "reader", "submit,read"), new_key(auth_stack, "other-reader", "submit,read")
-    status, body = await call(auth_stack, "POST", "/v1/tasks", reader, params={"wait": "10"}, json={"inputs": {"TEXT": "r"}})
+    status, body = await call(
+        auth_stack, "POST", "/v1/tasks", reader, params={"wait": "10"}, json={"inputs": {"TEXT": "r"}}
+    )
     assert status == 200, body
     path = f"/v1/tasks/{body['task_id']}"
     started = time.monotonic()
@@ -317,14 +359,19 @@ async def test_reads_are_rate_limited_per_tenant(auth_stack: EmbeddedStack) -> N
 
 
 async def test_a_tenant_holds_a_bounded_number_of_long_polls(auth_stack: EmbeddedStack) -> None:
-    waiter, admin = new_key(auth_stack, "waiter", "submit,read"), new_key(auth_stack, "ops-waiter", "admin,operator,read")
+    waiter, admin = (
+        new_key(auth_stack, "waiter", "submit,read"),
+        new_key(auth_stack, "ops-waiter", "admin,operator,read"),
+    )
     # A lone row waits 20 s for company: long-polls on it stay held while the test looks.
     await set_policy(auth_stack, admin, max_wait_ms=20_000, min_wait_ms=20_000)
     try:
         status, body = await call(auth_stack, "POST", "/v1/tasks", waiter, json={"inputs": {"TEXT": "slow"}})
         assert status == 202, body
         path = f"/v1/tasks/{body['task_id']}"
-        held = [asyncio.create_task(call(auth_stack, "GET", path, waiter, params={"wait": "30"})) for _ in range(LONG_POLLS)]
+        held = [
+            asyncio.create_task(call(auth_stack, "GET", path, waiter, params={"wait": "30"})) for _ in range(LONG_POLLS)
+        ]
         # Until the three are held: probing earlier could take a place one of them needs.
         deadline = time.monotonic() + 15
         while (await metric_values(f"{auth_stack.api_url}/metrics")).get("brimful_long_polls_waiting", 0) < LONG_POLLS:
@@ -342,12 +389,16 @@ async def test_a_tenant_holds_a_bounded_number_of_long_polls(auth_stack: Embedde
         assert status == 429 and refused["error"]["code"] == "too_many_waiting", (status, refused)
         assert not any(task.done() for task in held)
         # A POST with ?wait is still accepted, answered at once instead of held.
-        status, body = await call(auth_stack, "POST", "/v1/tasks", waiter, params={"wait": "20"}, json={"inputs": {"TEXT": "x"}})
+        status, body = await call(
+            auth_stack, "POST", "/v1/tasks", waiter, params={"wait": "20"}, json={"inputs": {"TEXT": "x"}}
+        )
         assert status == 202 and body["status"] == "queued"
         # A plain GET is never refused for the waiters.
         assert (await call(auth_stack, "GET", path, waiter))[0] == 200
     finally:
-        await set_policy(auth_stack, admin, max_wait_ms=auth_stack.settings.max_wait_ms, min_wait_ms=auth_stack.settings.min_wait_ms)
+        await set_policy(
+            auth_stack, admin, max_wait_ms=auth_stack.settings.max_wait_ms, min_wait_ms=auth_stack.settings.min_wait_ms
+        )
     for status, body in await asyncio.gather(*held):
         assert status == 200 and body["status"] == "done", body
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
 from brimful.stack import EmbeddedStack
-from tests.integration.test_pipeline import expected_outputs
-from tests.task_client import TaskClient
+from tests.helpers.pipeline import expected_outputs
+from tests.helpers.task_client import TaskClient
 
 
 async def post_raw(client: TaskClient, body: bytes | Any, content_type: str = "application/json") -> tuple[int, Any]:
@@ -76,8 +77,15 @@ async def test_unknown_input_name_is_422(client: TaskClient) -> None:
 
 @pytest.mark.parametrize(
     ("value", "got"),
-    [("5", "an integer"), ("null", "null"), ("true", "a boolean"), ('{"a": 1}', "an object"),
-     ("1.5", "a number"), ('["a", "b"]', "a list of 2"), ("[[\"a\"]]", "a list")],
+    [
+        ("5", "an integer"),
+        ("null", "null"),
+        ("true", "a boolean"),
+        ('{"a": 1}', "an object"),
+        ("1.5", "a number"),
+        ('["a", "b"]', "a list of 2"),
+        ('[["a"]]', "a list"),
+    ],
 )
 async def test_wrong_input_type_is_422(client: TaskClient, value: str, got: str) -> None:
     status, body = await post_raw(client, f'{{"inputs": {{"TEXT": {value}}}}}'.encode())
@@ -110,8 +118,9 @@ async def test_a_dlq_job_body_over_the_limit_is_413(stack: EmbeddedStack, client
     # On-call's routes read their bodies under the same bound as a task's.
     limit = stack.settings.max_body_bytes
     ids = ",".join(['"' + "0" * 30 + '"'] * (limit // 32 + 1))
-    status, body = await client.request("POST", path, data=f'{{"ids": [{ids}]}}'.encode(),
-                                        headers={"Content-Type": "application/json"})
+    status, body = await client.request(
+        "POST", path, data=f'{{"ids": [{ids}]}}'.encode(), headers={"Content-Type": "application/json"}
+    )
     assert_error(status, body, 413, "body_too_large", str(limit))
 
 
@@ -124,7 +133,9 @@ async def test_body_just_under_the_limit_is_accepted(stack: EmbeddedStack, clien
     assert task["outputs"] == expected_outputs(text)
 
 
-@pytest.mark.parametrize("task_id", ["abc", "X" * 32, "0" * 31, "0" * 33, "g" * 32, "12345678-1234-1234-1234-123456789abc"])
+@pytest.mark.parametrize(
+    "task_id", ["abc", "X" * 32, "0" * 31, "0" * 33, "g" * 32, "12345678-1234-1234-1234-123456789abc"]
+)
 async def test_malformed_task_id_is_400(client: TaskClient, task_id: str) -> None:
     status, body = await client.request("GET", f"/v1/tasks/{task_id}")
     assert_error(status, body, 400, "malformed_task_id")
@@ -180,7 +191,9 @@ async def test_json_python_cannot_read_is_400_not_500(client: TaskClient, body: 
     ],
     ids=["huge-integer", "overflowing-integer", "deep-nesting"],
 )
-async def test_policy_changes_python_cannot_read_are_4xx(client: TaskClient, body: bytes, status: int, code: str) -> None:
+async def test_policy_changes_python_cannot_read_are_4xx(
+    client: TaskClient, body: bytes, status: int, code: str
+) -> None:
     answer_status, answer = await client.request(
         "PATCH", "/v1/admin/policy", data=body, headers={"Content-Type": "application/json"}
     )

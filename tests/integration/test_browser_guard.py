@@ -12,13 +12,15 @@ import pytest
 
 from brimful.api.browser_guard import host_name, is_page_type
 from brimful.stack import EmbeddedStack
-from tests.conftest import rows_seen_by_model
-from tests.task_client import TaskClient
+from tests.helpers.stacks import rows_seen_by_model
+from tests.helpers.task_client import TaskClient
 
 FOREIGN = "http://evil.example"
 
 
-async def raw(stack: EmbeddedStack, method: str, path: str, headers: dict[str, str], data: bytes = b"") -> tuple[int, dict]:
+async def raw(
+    stack: EmbeddedStack, method: str, path: str, headers: dict[str, str], data: bytes = b""
+) -> tuple[int, dict]:
     async with aiohttp.ClientSession() as session:
         async with session.request(method, f"{stack.api_url}{path}", headers=headers, data=data) as response:
             return response.status, await response.json(content_type=None)
@@ -29,11 +31,17 @@ async def test_a_cross_origin_text_post_submits_nothing(stack: EmbeddedStack, cl
     body = f'{{"inputs": {{"TEXT": "{text}"}}}}'.encode()
     status, answer = await raw(stack, "POST", "/v1/tasks", {"Origin": FOREIGN, "Content-Type": "text/plain"}, body)
     assert status == 403 and answer["error"]["code"] == "cross_origin", answer
-    status, answer = await raw(stack, "POST", "/v1/tasks:batch", {"Origin": FOREIGN, "Content-Type": "application/json"},
-                               f'{{"tasks": [{{"inputs": {{"TEXT": "{text}"}}}}]}}'.encode())
+    status, answer = await raw(
+        stack,
+        "POST",
+        "/v1/tasks:batch",
+        {"Origin": FOREIGN, "Content-Type": "application/json"},
+        f'{{"tasks": [{{"inputs": {{"TEXT": "{text}"}}}}]}}'.encode(),
+    )
     assert status == 403 and answer["error"]["code"] == "cross_origin", answer
-    status, answer = await raw(stack, "POST", "/v1/admin/dlq/purge", {"Origin": FOREIGN, "Content-Type": "text/plain"},
-                               b'{"ids": ["x"]}')
+    status, answer = await raw(
+        stack, "POST", "/v1/admin/dlq/purge", {"Origin": FOREIGN, "Content-Type": "text/plain"}, b'{"ids": ["x"]}'
+    )
     assert status == 403 and answer["error"]["code"] == "cross_origin", answer
     # A task sent after them is computed; the refused ones never reached the model.
     after = await client.submit({"TEXT": f"after the page {uuid.uuid4().hex}"})
@@ -43,10 +51,14 @@ async def test_a_cross_origin_text_post_submits_nothing(stack: EmbeddedStack, cl
 
 async def test_a_body_that_is_not_json_is_415_naming_the_type_to_send(stack: EmbeddedStack) -> None:
     for content_type in ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x"):
-        status, answer = await raw(stack, "POST", "/v1/tasks", {"Content-Type": content_type}, b'{"inputs": {"TEXT": "x"}}')
+        status, answer = await raw(
+            stack, "POST", "/v1/tasks", {"Content-Type": content_type}, b'{"inputs": {"TEXT": "x"}}'
+        )
         assert status == 415 and answer["error"]["code"] == "unsupported_media_type", answer
         assert "application/json" in answer["error"]["message"]
-    status, answer = await raw(stack, "PATCH", "/v1/admin/policy", {"Content-Type": "text/plain"}, b'{"max_wait_ms": 1}')
+    status, answer = await raw(
+        stack, "PATCH", "/v1/admin/policy", {"Content-Type": "text/plain"}, b'{"max_wait_ms": 1}'
+    )
     assert status == 415, answer
 
 
@@ -67,17 +79,25 @@ async def test_same_origin_pages_and_programs_are_served_and_cors_stays_off(stac
     assert status == 202, answer
     status, answer = await raw(stack, "POST", "/v1/tasks", {"Content-Type": "application/json; charset=utf-8"}, body)
     assert status == 202, answer
-    async with aiohttp.ClientSession() as session:
-        async with session.options(
+    async with (
+        aiohttp.ClientSession() as session,
+        session.options(
             f"{stack.api_url}/v1/tasks", headers={"Origin": FOREIGN, "Access-Control-Request-Method": "POST"}
-        ) as response:
-            assert "access-control-allow-origin" not in response.headers
+        ) as response,
+    ):
+        assert "access-control-allow-origin" not in response.headers
 
 
 @pytest.mark.parametrize(
     ("header", "name"),
-    [("127.0.0.1:8080", "127.0.0.1"), ("LocalHost", "localhost"), ("[::1]:80", "[::1]"), ("::1", "::1"),
-     ("evil.example:1", "evil.example"), ("", "")],
+    [
+        ("127.0.0.1:8080", "127.0.0.1"),
+        ("LocalHost", "localhost"),
+        ("[::1]:80", "[::1]"),
+        ("::1", "::1"),
+        ("evil.example:1", "evil.example"),
+        ("", ""),
+    ],
 )
 def test_host_names_lose_their_port(header: str, name: str) -> None:
     assert host_name(header) == name

@@ -10,9 +10,7 @@ from brimful.stack import EmbeddedStack
 
 
 def brimful(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "brimful.cli", *args], capture_output=True, text=True, timeout=120
-    )
+    return subprocess.run([sys.executable, "-m", "brimful.cli", *args], capture_output=True, text=True, timeout=120)
 
 
 def test_tune_shows_changes_and_refuses_nonsense(stack: EmbeddedStack) -> None:

@@ -8,7 +8,7 @@ import pytest
 
 from brimful.stack import EmbeddedStack
 from brimful_client import AsyncClient, BrimfulError, Client, TaskFailed
-from tests.integration.test_pipeline import expected_outputs
+from tests.helpers.pipeline import expected_outputs
 
 
 async def test_async_map_over_1000_inputs_returns_every_result_in_order(stack: EmbeddedStack) -> None:

@@ -9,18 +9,19 @@ import asyncio
 import json
 import re
 import time
+from collections.abc import AsyncIterator, Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Any, AsyncIterator, Iterator
+from typing import Any
 
 import httpx
 import pytest
 
 from brimful.stack import EmbeddedStack
-from tests.conftest import fault_file
-from tests.metric_names import exported_sample_names, referenced_names
-from tests.prometheus_server import query, running_prometheus, series
-from tests.task_client import TaskClient
+from tests.helpers.metric_names import exported_sample_names, referenced_names
+from tests.helpers.prometheus_server import query, running_prometheus, series
+from tests.helpers.stacks import fault_file
+from tests.helpers.task_client import TaskClient
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "dashboards" / "brimful.json"
 # What Grafana puts in place of its own variables before a query reaches Prometheus.
@@ -46,8 +47,12 @@ def panel_queries() -> list[tuple[str, str]]:
 @pytest.fixture(scope="module")
 def prometheus(stack: EmbeddedStack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     api = stack.api_url.removeprefix("http://")
-    batchers = [f"127.0.0.1:{port}" for port in (stack.settings.batcher_metrics_port, *stack.batcher_metrics_ports.values())]
-    with running_prometheus(tmp_path_factory.mktemp("prometheus"), {"brimful-api": [api], "brimful-batcher": batchers}) as url:
+    batchers = [
+        f"127.0.0.1:{port}" for port in (stack.settings.batcher_metrics_port, *stack.batcher_metrics_ports.values())
+    ]
+    with running_prometheus(
+        tmp_path_factory.mktemp("prometheus"), {"brimful-api": [api], "brimful-batcher": batchers}
+    ) as url:
         yield url
 
 
@@ -69,8 +74,12 @@ async def make_every_kind_of_event(stack: EmbeddedStack, client: TaskClient) -> 
     finally:
         switch.unlink()
     await asyncio.gather(*(client.wait_final(t) for t in task_ids))
-    status, _ = await client.request("POST", "/v1/tasks", data=b"x" * (stack.settings.max_body_bytes + 1),
-                                     headers={"Content-Type": "application/json"})
+    status, _ = await client.request(
+        "POST",
+        "/v1/tasks",
+        data=b"x" * (stack.settings.max_body_bytes + 1),
+        headers={"Content-Type": "application/json"},
+    )
     assert status == 413
 
 
@@ -123,8 +132,10 @@ async def test_the_alert_rules_load_and_evaluate_against_the_live_metrics(prom: 
         answer = await prom.get("/api/v1/rules")
         groups = answer.json()["data"]["groups"]
         rules = [rule for group in groups for rule in group["rules"]]
-        if rules and all(rule.get("lastEvaluation", "").startswith("2") and not rule["lastEvaluation"].startswith("0001")
-                         for rule in rules):
+        if rules and all(
+            rule.get("lastEvaluation", "").startswith("2") and not rule["lastEvaluation"].startswith("0001")
+            for rule in rules
+        ):
             break
         assert time.monotonic() < deadline, f"rules never evaluated: {rules}"
         await asyncio.sleep(0.2)

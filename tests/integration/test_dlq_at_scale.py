@@ -67,7 +67,9 @@ async def scale(stack: EmbeddedStack) -> AsyncIterator[tuple[DeadLetterAdmin, Se
         await redis.aclose()
 
 
-async def test_every_letter_is_listed_once_page_by_page_across_partitions(scale: tuple[DeadLetterAdmin, Settings]) -> None:
+async def test_every_letter_is_listed_once_page_by_page_across_partitions(
+    scale: tuple[DeadLetterAdmin, Settings],
+) -> None:
     admin, _ = scale
     seen: Counter[str] = Counter()
     after, pages = None, 0
@@ -138,7 +140,9 @@ async def test_replay_dry_run_changes_nothing_and_purge_works_in_pages(scale: tu
     assert found is not None and found.resolution is not None and found.resolution["action"] == "purged"
 
 
-async def test_one_call_reads_at_most_its_bound_and_says_where_to_go_on(scale: tuple[DeadLetterAdmin, Settings]) -> None:
+async def test_one_call_reads_at_most_its_bound_and_says_where_to_go_on(
+    scale: tuple[DeadLetterAdmin, Settings],
+) -> None:
     admin, _ = scale
     bound, admin.read_max = admin.read_max, 1_000
     try:
@@ -154,7 +158,9 @@ async def test_one_call_reads_at_most_its_bound_and_says_where_to_go_on(scale: t
         admin.read_max = bound
 
 
-async def test_a_task_whose_letters_are_indexed_is_read_at_their_places(scale: tuple[DeadLetterAdmin, Settings]) -> None:
+async def test_a_task_whose_letters_are_indexed_is_read_at_their_places(
+    scale: tuple[DeadLetterAdmin, Settings],
+) -> None:
     admin, settings = scale
     # The last letter of partition 1, indexed as a batcher indexes what it writes: a scan
     # bounded to one letter would never reach it.

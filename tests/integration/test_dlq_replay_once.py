@@ -14,9 +14,9 @@ from brimful.core.redis_keys import RedisKeys
 from brimful.schemas import DeadLetter
 from brimful.stack import EmbeddedStack
 from brimful.workers.dead_letters import DeadLetterWriter
-from tests.conftest import fault_file, rows_seen_by_model
-from tests.integration.test_pipeline import expected_outputs, read_dead_letters
-from tests.task_client import TaskClient
+from tests.helpers.pipeline import expected_outputs, read_dead_letters
+from tests.helpers.stacks import fault_file, rows_seen_by_model
+from tests.helpers.task_client import TaskClient
 
 
 async def letter_again(stack: EmbeddedStack, letter: DeadLetter) -> None:

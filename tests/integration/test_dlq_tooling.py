@@ -10,9 +10,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from brimful.stack import EmbeddedStack
-from tests.conftest import fault_file
-from tests.integration.test_pipeline import expected_outputs
-from tests.task_client import TaskClient
+from tests.helpers.pipeline import expected_outputs
+from tests.helpers.stacks import fault_file
+from tests.helpers.task_client import TaskClient
 
 
 def brimful(*args: str) -> subprocess.CompletedProcess[str]:
@@ -56,7 +56,9 @@ async def test_dlq_list_show_export_replay_purge(stack: EmbeddedStack, client: T
     since = str(min(task["submitted_at_ms"] for task in failed))
     status, first = await client.request("GET", "/v1/admin/dlq", params={"since_ms": since, "limit": 1})
     assert status == 200 and len(first["entries"]) == 1 and first["next"] and first["count"] >= 2
-    status, second = await client.request("GET", "/v1/admin/dlq", params={"since_ms": since, "limit": 1, "after": first["next"]})
+    status, second = await client.request(
+        "GET", "/v1/admin/dlq", params={"since_ms": since, "limit": 1, "after": first["next"]}
+    )
     assert status == 200 and "count" not in second
     assert second["entries"][0]["id"] != first["entries"][0]["id"]
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import AsyncIterator
 
 import pytest
 from redis.asyncio import Redis
@@ -20,7 +20,7 @@ from brimful.workers.endpoint_leases import EndpointLeases
 from brimful.workers.endpoint_pool import EndpointPool
 from brimful.workers.model_pool import ModelPool, Slot
 from brimful.workers.triton_model import TritonModel
-from tests.polling import wait_for
+from tests.helpers.polling import wait_for
 
 # Nothing listens there: no call is made, the pool only needs clients to hold.
 URLS = ["127.0.0.1:9", "127.0.0.1:11"]
@@ -35,8 +35,11 @@ async def redis(stack: EmbeddedStack) -> AsyncIterator[Redis]:
 
 def make_pool(redis: Redis, keys: RedisKeys, urls: list[str] = URLS, capacity: int = 1) -> ModelPool:
     return ModelPool(
-        urls, EndpointPool(capacity, lambda: CircuitBreaker(failure_threshold=3)),
-        lambda url: TritonModel(url, "m", "", 1.0), 64, leases=EndpointLeases(redis, keys, ttl_s=30),
+        urls,
+        EndpointPool(capacity, lambda: CircuitBreaker(failure_threshold=3)),
+        lambda url: TritonModel(url, "m", "", 1.0),
+        64,
+        leases=EndpointLeases(redis, keys, ttl_s=30),
     )
 
 

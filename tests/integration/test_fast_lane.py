@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import re
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 import pytest
@@ -158,11 +159,18 @@ async def test_reads_are_answered_alike_in_both_lanes(lanes: tuple[Lanes, dict[s
 
 async def test_other_methods_and_routes_go_to_fastapi(lanes: tuple[Lanes, dict[str, str]]) -> None:
     clients, keys = lanes
-    for method, path in (("PUT", "/v1/tasks"), ("GET", "/v1/tasks"), ("PATCH", f"/v1/tasks/{'0' * 32}"),
-                         ("GET", "/v1/stats"), ("GET", "/no/such/route")):
+    for method, path in (
+        ("PUT", "/v1/tasks"),
+        ("GET", "/v1/tasks"),
+        ("PATCH", f"/v1/tasks/{'0' * 32}"),
+        ("GET", "/v1/stats"),
+        ("GET", "/no/such/route"),
+    ):
         plain, fast = await both(clients, method, path, keys["submit"])
         assert fast == plain, (method, path)
     assert (await clients[1].put("/v1/tasks")).status_code == 405
     # A path that merely starts like the fast one is FastAPI's.
-    plain, fast = await both(clients, "POST", "/v1/tasks:batch", keys["submit"], json={"tasks": [{"inputs": {"TEXT": "x"}}]})
+    plain, fast = await both(
+        clients, "POST", "/v1/tasks:batch", keys["submit"], json={"tasks": [{"inputs": {"TEXT": "x"}}]}
+    )
     assert fast == plain and fast[0] == 200 and "accepted" in fast[1], fast

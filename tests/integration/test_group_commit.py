@@ -8,7 +8,7 @@ import asyncio
 import os
 import signal
 import uuid
-from typing import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from aiokafka.errors import KafkaError
@@ -23,8 +23,8 @@ from brimful.core.redis_client import make_redis
 from brimful.core.redis_keys import RedisKeys
 from brimful.core.task_store import NewTask, TaskStore
 from brimful.stack import EmbeddedStack
-from tests.conftest import stack_settings
-from tests.polling import wait_for
+from tests.helpers.polling import wait_for
+from tests.helpers.stacks import stack_settings
 
 
 @pytest.fixture(scope="module")
@@ -125,7 +125,7 @@ async def test_a_redis_error_of_some_submissions_fails_only_them_and_leaves_noth
 async def test_redis_down_fails_the_group_and_the_next_group_goes_through(
     broker_and_redis: EmbeddedStack, committer: tuple[GroupCommitter, TaskStore]
 ) -> None:
-    group_commit, store = committer
+    group_commit, _store = committer
     broker_and_redis.processes["redis"].stop()
     try:
         lost = new_tasks(10)
@@ -176,6 +176,7 @@ async def test_a_caller_that_goes_away_leaves_its_submission_to_finish(
     caller.cancel()
     with pytest.raises(asyncio.CancelledError):
         await caller
+
     # The group still writes it, whole: recorded and on the topic, never half-done.
     async def on_topic() -> bool:
         return task.task_id in await ids_on_topic(broker_and_redis)
@@ -189,9 +190,8 @@ async def test_a_caller_that_goes_away_leaves_its_submission_to_finish(
     assert await on_topic()
 
 
-
 async def test_closing_lets_the_submissions_under_way_finish_and_refuses_new_ones(
-    committer: tuple[GroupCommitter, TaskStore]
+    committer: tuple[GroupCommitter, TaskStore],
 ) -> None:
     group_commit, store = committer
     tasks = new_tasks(50)

@@ -12,9 +12,9 @@ from brimful.core.clock import now_ms
 from brimful.core.redis_keys import RedisKeys
 from brimful.core.task_store import NewTask, TaskStore
 from brimful.stack import EmbeddedStack
-from tests.conftest import rows_seen_by_model
-from tests.integration.test_pipeline import expected_outputs
-from tests.task_client import TaskClient
+from tests.helpers.pipeline import expected_outputs
+from tests.helpers.stacks import rows_seen_by_model
+from tests.helpers.task_client import TaskClient
 
 
 async def post(client: TaskClient, text: str, key: str) -> tuple[int, dict]:
@@ -48,7 +48,9 @@ async def test_malformed_key_is_400(client: TaskClient) -> None:
     assert status == 400
 
 
-async def test_a_key_whose_first_use_failed_midway_is_free_for_the_retry(stack: EmbeddedStack, client: TaskClient) -> None:
+async def test_a_key_whose_first_use_failed_midway_is_free_for_the_retry(
+    stack: EmbeddedStack, client: TaskClient
+) -> None:
     """A Redis error after the key is claimed (here: the tenants' limits hash is not a
     hash) used to leave the key bound to a task never accepted: the retry heard
     "200, queued" for an id whose GET was 404 for ever."""
@@ -71,19 +73,27 @@ async def test_a_key_whose_first_use_failed_midway_is_free_for_the_retry(stack: 
     assert task["status"] == "done" and task["outputs"] == expected_outputs("retried after a failure")
 
 
-async def test_a_retry_after_the_api_died_midway_gets_the_task_it_had_recorded(stack: EmbeddedStack, client: TaskClient) -> None:
+async def test_a_retry_after_the_api_died_midway_gets_the_task_it_had_recorded(
+    stack: EmbeddedStack, client: TaskClient
+) -> None:
     """An API killed (or stopped past its grace) between recording a task and binding its
     key leaves the key claimed for that task. A retry once the claim is older than any
     submission can take gets that task, sent again should its record never have reached
     the broker, and computed once; never a second task, nor a task that never runs."""
     redis = Redis.from_url(stack.settings.redis_url)
-    store = TaskStore(redis, RedisKeys(stack.settings.key_prefix), stack.settings.result_ttl_s, stack.settings.task_wait_ttl_s)
+    store = TaskStore(
+        redis, RedisKeys(stack.settings.key_prefix), stack.settings.result_ttl_s, stack.settings.task_wait_ttl_s
+    )
     text, key = f"recorded, then the API died {uuid.uuid4().hex}", f"died-{uuid.uuid4()}"
     try:
         recorded = uuid.uuid4().hex
-        (outcome,) = await store.create_queued_many([NewTask(recorded, now_ms(), "", 0, stack.settings.model_name, f"/{key}")])
+        (outcome,) = await store.create_queued_many(
+            [NewTask(recorded, now_ms(), "", 0, stack.settings.model_name, f"/{key}")]
+        )
         assert outcome is None
-        await redis.set(store.keys.idempotency(f"/{key}"), f"pending:{recorded}:{now_ms() - 120_000}")  # two minutes ago
+        await redis.set(
+            store.keys.idempotency(f"/{key}"), f"pending:{recorded}:{now_ms() - 120_000}"
+        )  # two minutes ago
 
         status, body = await post(client, text, key)
         assert status == 200 and body["task_id"] == recorded, body

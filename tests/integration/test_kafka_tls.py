@@ -11,8 +11,8 @@ import asyncio
 import datetime
 import ipaddress
 import ssl
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import AsyncIterator, Iterator
 
 import pytest
 from aiokafka.errors import KafkaConnectionError
@@ -25,14 +25,16 @@ from brimful.core.kafka import connection_options, ensure_topics, make_producer,
 from brimful.core.settings import Settings
 from brimful.stack import ManagedProcess, free_port, tansu_binary, wait_until
 from brimful.stack.processes import port_open
-from tests.conftest import stack_settings
+from tests.helpers.stacks import stack_settings
 
 
-def issue(name: str, path: Path, issuer: tuple[x509.Certificate, ec.EllipticCurvePrivateKey] | None = None) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+def issue(
+    name: str, path: Path, issuer: tuple[x509.Certificate, ec.EllipticCurvePrivateKey] | None = None
+) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
     """A certificate for ``name`` (self-signed when no issuer: a CA), written as PEM files."""
     key = ec.generate_private_key(ec.SECP256R1())
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     builder = (
         x509.CertificateBuilder()
         .subject_name(subject)
@@ -44,7 +46,9 @@ def issue(name: str, path: Path, issuer: tuple[x509.Certificate, ec.EllipticCurv
         .add_extension(x509.BasicConstraints(ca=issuer is None, path_length=None), critical=True)
     )
     if issuer:
-        builder = builder.add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+        builder = builder.add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False
+        )
     certificate = builder.sign(issuer[1] if issuer else key, hashes.SHA256())
     (path / f"{name}.crt").write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
     (path / f"{name}.key").write_bytes(
@@ -73,8 +77,16 @@ def plain_broker(tmp_path_factory: pytest.TempPathFactory, tls_port: int) -> Ite
     port = free_port()
     process = ManagedProcess(
         name="broker",
-        argv=[str(tansu_binary()), "broker", "--listener-url", f"tcp://127.0.0.1:{port}",
-              "--advertised-listener-url", f"tcp://127.0.0.1:{tls_port}", "--storage-engine", "memory://tansu/"],
+        argv=[
+            str(tansu_binary()),
+            "broker",
+            "--listener-url",
+            f"tcp://127.0.0.1:{port}",
+            "--advertised-listener-url",
+            f"tcp://127.0.0.1:{tls_port}",
+            "--storage-engine",
+            "memory://tansu/",
+        ],
         env={},
         log_path=tmp_path_factory.mktemp("tls-broker") / "broker.log",
     )
@@ -117,14 +129,14 @@ async def tls_terminator(certificates: Path, plain_broker: int, tls_port: int) -
 
 
 def tls_settings(tls_port: int, certificates: Path, **overrides: object) -> Settings:
-    values: dict[str, object] = dict(
-        kafka_bootstrap=f"127.0.0.1:{tls_port}",
-        kafka_security_protocol="SSL",
-        kafka_ssl_cafile=str(certificates / "ca.crt"),
-        kafka_ssl_certfile=str(certificates / "client.crt"),
-        kafka_ssl_keyfile=str(certificates / "client.key"),
-        kafka_request_timeout_ms=5000,
-    )
+    values: dict[str, object] = {
+        "kafka_bootstrap": f"127.0.0.1:{tls_port}",
+        "kafka_security_protocol": "SSL",
+        "kafka_ssl_cafile": str(certificates / "ca.crt"),
+        "kafka_ssl_certfile": str(certificates / "client.crt"),
+        "kafka_ssl_keyfile": str(certificates / "client.key"),
+        "kafka_request_timeout_ms": 5000,
+    }
     values.update(overrides)
     return stack_settings(**values)
 
@@ -172,5 +184,7 @@ def test_sasl_needs_credentials_and_passes_them_without_logging_them() -> None:
     assert "pw" not in repr(settings) and "pw" not in str(settings.model_dump())
     options = connection_options(settings)
     assert (options["sasl_mechanism"], options["sasl_plain_username"], options["sasl_plain_password"]) == (
-        "SCRAM-SHA-512", "svc", "pw"
+        "SCRAM-SHA-512",
+        "svc",
+        "pw",
     )

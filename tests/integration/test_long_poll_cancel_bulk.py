@@ -16,10 +16,11 @@ from brimful.core.task_store import TaskStore
 from brimful.core.tensor_codec import encode_input
 from brimful.schemas import TaskRequest
 from brimful.stack import EmbeddedStack
-from tests.conftest import rows_seen_by_model, tune_live
-from tests.integration.test_pipeline import expected_outputs
-from tests.integration.test_tuning_and_metrics import metric_values
-from tests.task_client import TaskClient
+from tests.helpers.live_policy import tune_live
+from tests.helpers.metrics import metric_values
+from tests.helpers.pipeline import expected_outputs
+from tests.helpers.stacks import rows_seen_by_model
+from tests.helpers.task_client import TaskClient
 
 
 async def test_get_with_wait_answers_when_the_result_is_stored(client: TaskClient) -> None:

@@ -7,8 +7,8 @@ import asyncio
 import os
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import pytest
@@ -26,23 +26,41 @@ def host(instances: int, workdir: Path) -> Iterator[tuple[str, int]]:
     scratch = Path(tempfile.mkdtemp(prefix="brimful-"))  # PyTriton's socket paths must stay short
     process = ManagedProcess(
         name=f"model-host-{instances}",
-        argv=[sys.executable, "-m", "brimful.model_server.model_host", "--grpc-port", str(grpc_port),
-              "--http-port", str(http_port), "--metrics-port", str(metrics_port), "--workspace", str(scratch / "ws"),
-              "--call-ms", str(CALL_MS), "--instances", str(instances)],
+        argv=[
+            sys.executable,
+            "-m",
+            "brimful.model_server.model_host",
+            "--grpc-port",
+            str(grpc_port),
+            "--http-port",
+            str(http_port),
+            "--metrics-port",
+            str(metrics_port),
+            "--workspace",
+            str(scratch / "ws"),
+            "--call-ms",
+            str(CALL_MS),
+            "--instances",
+            str(instances),
+        ],
         env=dict(os.environ),
         log_path=workdir / f"model-host-{instances}.log",
         stop_timeout_s=20.0,
     )
     process.start()
     try:
-        wait_until(lambda: http_ok(f"http://127.0.0.1:{http_port}/v2/models/{MODEL_NAME}/ready"), 60, "model host", process)
+        wait_until(
+            lambda: http_ok(f"http://127.0.0.1:{http_port}/v2/models/{MODEL_NAME}/ready"), 60, "model host", process
+        )
         yield f"127.0.0.1:{grpc_port}", metrics_port
     finally:
         process.stop()
 
 
 @pytest.fixture(scope="module", params=[1, 2], ids=["one-instance", "two-instances"])
-def model_host(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, str, int]]:
+def model_host(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[int, str, int]]:
     instances = int(request.param)
     for url, metrics_port in host(instances, tmp_path_factory.mktemp(f"host-{instances}")):
         yield instances, url, metrics_port

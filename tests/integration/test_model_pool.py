@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from typing import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import aiohttp
 import pytest
@@ -16,9 +16,9 @@ from brimful.batcher.main import model_pool
 from brimful.core.redis_keys import RedisKeys
 from brimful.stack import EmbeddedStack, free_port, sample_sums
 from brimful.workers.model_pool import resolve_all
-from tests.conftest import stack_settings, start_stack
-from tests.integration.test_pipeline import expected_outputs, random_text, read_dead_letters
-from tests.task_client import TaskClient
+from tests.helpers.pipeline import expected_outputs, random_text, read_dead_letters
+from tests.helpers.stacks import stack_settings, start_stack
+from tests.helpers.task_client import TaskClient
 
 CALL_MS = 20  # a GPU-like model: every call takes at least this long
 
@@ -61,7 +61,7 @@ async def submit_and_check(client: TaskClient, count: int, seed: int) -> list[st
     texts = [random_text(rng) for _ in range(count)]
     task_ids = []
     for start in range(0, count, 100):  # steady rather than one burst: the policy sees a rate
-        task_ids += await asyncio.gather(*(client.submit({"TEXT": t}) for t in texts[start:start + 100]))
+        task_ids += await asyncio.gather(*(client.submit({"TEXT": t}) for t in texts[start : start + 100]))
     results = await asyncio.gather(*(client.wait_final(t, timeout_s=120, interval_s=0.1) for t in task_ids))
     for text, result in zip(texts, results):
         assert result["status"] == "done", result
@@ -76,11 +76,18 @@ async def test_two_batchers_share_two_endpoints_without_sending_either_more_than
     before = {host: await triton_metrics(pool_stack, host) for host in hosts}
     await submit_and_check(pool_client, 3000, seed=1)
     after = {host: await triton_metrics(pool_stack, host) for host in hosts}
-    calls = {h: after[h]["nv_inference_request_success_total"] - before[h]["nv_inference_request_success_total"] for h in hosts}
-    queued_us = {h: after[h]["nv_inference_queue_duration_us_total"] - before[h]["nv_inference_queue_duration_us_total"]
-                 for h in hosts}
-    print(f"\ncalls per endpoint {calls}; mean time queued inside Triton per call (ms): "
-          f"{ {h: round(queued_us[h] / 1000 / max(1, calls[h]), 3) for h in hosts} }")
+    calls = {
+        h: after[h]["nv_inference_request_success_total"] - before[h]["nv_inference_request_success_total"]
+        for h in hosts
+    }
+    queued_us = {
+        h: after[h]["nv_inference_queue_duration_us_total"] - before[h]["nv_inference_queue_duration_us_total"]
+        for h in hosts
+    }
+    print(
+        f"\ncalls per endpoint {calls}; mean time queued inside Triton per call (ms): "
+        f"{ {h: round(queued_us[h] / 1000 / max(1, calls[h]), 3) for h in hosts} }"
+    )
     # Both endpoints served, and neither was sent a call while its one slot was taken:
     # such a call would wait in Triton's queue for the running one (20 ms).
     assert all(count > 0 for count in calls.values()), calls
@@ -128,8 +135,10 @@ async def test_an_endpoint_killed_mid_run_loses_its_share_within_seconds_and_not
     assert len(await read_dead_letters(pool_stack)) == letters_before
     # The endpoint back: the batchers' probes close its circuit again.
     deadline = time.monotonic() + 30
-    while not all({e["url"]: e for e in b["endpoints"]}[victim_url]["breaker"] == "closed"
-                  for b in (await pool_client.stats())["batchers"]):
+    while not all(
+        {e["url"]: e for e in b["endpoints"]}[victim_url]["breaker"] == "closed"
+        for b in (await pool_client.stats())["batchers"]
+    ):
         assert time.monotonic() < deadline, "the restarted endpoint never rejoined"
         await asyncio.sleep(0.1)
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
-from typing import AsyncIterator
 
 import numpy as np
 import pytest
@@ -29,17 +29,32 @@ def repository_server(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator
     env = dict(os.environ, REFERENCE_MODEL_SOURCE=str(ROOT))
     process = ManagedProcess(
         name="tritonserver",
-        argv=[sys.executable, "-m", "brimful.model_server.repository_server",
-              "--model-repository", str(ROOT / "deploy" / "triton" / "models"),
-              "--grpc-port", str(grpc_port), "--http-port", str(http_port), "--metrics-port", str(metrics_port),
-              "--server-dir", str(workdir / "server")],
+        argv=[
+            sys.executable,
+            "-m",
+            "brimful.model_server.repository_server",
+            "--model-repository",
+            str(ROOT / "deploy" / "triton" / "models"),
+            "--grpc-port",
+            str(grpc_port),
+            "--http-port",
+            str(http_port),
+            "--metrics-port",
+            str(metrics_port),
+            "--server-dir",
+            str(workdir / "server"),
+        ],
         env=env,
         log_path=workdir / "tritonserver.log",
     )
     process.start()
     try:
-        wait_until(lambda: http_ok(f"http://127.0.0.1:{http_port}/v2/models/brimful_reference/ready"), 60,
-                   "tritonserver on the model repository", process)
+        wait_until(
+            lambda: http_ok(f"http://127.0.0.1:{http_port}/v2/models/brimful_reference/ready"),
+            60,
+            "tritonserver on the model repository",
+            process,
+        )
         yield f"127.0.0.1:{grpc_port}"
     finally:
         process.stop()

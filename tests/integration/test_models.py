@@ -9,39 +9,15 @@ import asyncio
 import uuid
 from typing import Any
 
-import aiohttp
 import tritonclient.grpc.aio as triton_aio
 from redis.asyncio import Redis
 
 from brimful.core.redis_keys import RedisKeys
 from brimful.stack import EmbeddedStack, sample_sums
-from tests.conftest import rows_seen_by_model
-from tests.integration.test_pipeline import expected_outputs
-from tests.task_client import TaskClient
-
-SMALL = "brimful_reference_16"  # the shared stack's second model, fixed at 16 rows
-
-
-async def triton_counts(stack: EmbeddedStack, name: str) -> tuple[int, int]:
-    """(successful, failed) calls Triton itself counted for one model."""
-    counts = sample_sums(await metrics_page(f"http://127.0.0.1:{stack.triton_metrics_port}"), model=name)
-    return int(counts["nv_inference_request_success_total"]), int(counts["nv_inference_request_failure_total"])
-
-
-async def metrics_page(url: str) -> str:
-    async with aiohttp.ClientSession() as session, session.get(f"{url}/metrics") as response:
-        return await response.text()
-
-
-def batcher_metrics_url(stack: EmbeddedStack, model: str) -> str:
-    port = stack.batcher_metrics_ports.get(model, stack.settings.batcher_metrics_port)
-    return f"http://127.0.0.1:{port}"
-
-
-async def model_stats(client: TaskClient, name: str) -> dict[str, Any]:
-    status, body = await client.request("GET", f"/v1/stats?model={name}")
-    assert status == 200 and body["model"] == name, body
-    return body
+from tests.helpers.metrics import batcher_metrics_url, metrics_page, model_stats, triton_counts
+from tests.helpers.pipeline import expected_outputs
+from tests.helpers.stacks import SMALL, rows_seen_by_model
+from tests.helpers.task_client import TaskClient
 
 
 async def triton_metadata(stack: EmbeddedStack, name: str) -> dict[str, Any]:
@@ -84,11 +60,15 @@ async def test_a_task_that_names_the_model_runs_on_it_and_every_answer_names_it(
     assert finished["status"] == "done" and finished["model"] == name
     assert finished["outputs"] == expected_outputs("named")
     # Answered by the long-poll, from the published record.
-    status, inline = await client.request("POST", "/v1/tasks?wait=20", json={"inputs": {"TEXT": "inline"}, "model": name})
+    status, inline = await client.request(
+        "POST", "/v1/tasks?wait=20", json={"inputs": {"TEXT": "inline"}, "model": name}
+    )
     assert status == 200 and inline["status"] == "done" and inline["model"] == name, inline
 
 
-async def test_a_task_that_names_no_model_goes_to_the_default_and_says_so(stack: EmbeddedStack, client: TaskClient) -> None:
+async def test_a_task_that_names_no_model_goes_to_the_default_and_says_so(
+    stack: EmbeddedStack, client: TaskClient
+) -> None:
     status, accepted = await client.request("POST", "/v1/tasks", json={"inputs": {"TEXT": "unnamed"}})
     assert status == 202 and accepted["model"] == stack.settings.model_name, accepted
     assert (await client.wait_final(accepted["task_id"]))["model"] == stack.settings.model_name
@@ -117,7 +97,9 @@ async def test_a_bulk_item_naming_an_unknown_model_fails_alone(stack: EmbeddedSt
         assert (await client.wait_final(answer["task_id"]))["status"] == "done"
 
 
-async def test_two_models_at_once_each_call_has_exactly_its_models_rows(stack: EmbeddedStack, client: TaskClient) -> None:
+async def test_two_models_at_once_each_call_has_exactly_its_models_rows(
+    stack: EmbeddedStack, client: TaskClient
+) -> None:
     default = stack.settings.model_name
     before = {name: await model_stats(client, name) for name in (default, SMALL)}
     triton_before = {name: await triton_counts(stack, name) for name in (default, SMALL)}
@@ -125,10 +107,13 @@ async def test_two_models_at_once_each_call_has_exactly_its_models_rows(stack: E
     api_before = await metrics_page(stack.api_url)
     # Submitted together, interleaved: 40 rows cannot fit one call of the 16-row model.
     texts = {name: [f"{name} row {i}" for i in range(40)] for name in (default, SMALL)}
-    answers = await asyncio.gather(*(
-        client.request("POST", "/v1/tasks", json={"inputs": {"TEXT": text}, "model": name})
-        for i in range(40) for name, text in ((default, texts[default][i]), (SMALL, texts[SMALL][i]))
-    ))
+    answers = await asyncio.gather(
+        *(
+            client.request("POST", "/v1/tasks", json={"inputs": {"TEXT": text}, "model": name})
+            for i in range(40)
+            for name, text in ((default, texts[default][i]), (SMALL, texts[SMALL][i]))
+        )
+    )
     assert all(status == 202 for status, _ in answers), answers
     results = await asyncio.gather(*(client.wait_final(body["task_id"], timeout_s=60) for _, body in answers))
     for (_, accepted), result in zip(answers, results):

@@ -7,30 +7,12 @@ import asyncio
 import time
 
 import aiohttp
-from prometheus_client.parser import text_string_to_metric_families
 
 from brimful.batcher.health_server import MAX_CONNECTIONS
 from brimful.stack import EmbeddedStack
-from tests.conftest import fault_file
-from tests.task_client import TaskClient
-
-Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
-
-
-async def scrape(url: str) -> Samples:
-    """Every sample of a Prometheus text page, by name and labels."""
-    async with aiohttp.ClientSession() as session, session.get(url) as response:
-        assert response.status == 200
-        text = await response.text()
-    return {
-        (sample.name, frozenset(sample.labels.items())): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
-
-
-def value(samples: Samples, name: str, **labels: str) -> float:
-    return samples.get((name, frozenset(labels.items())), 0.0)
+from tests.helpers.metrics import Samples, scrape, value
+from tests.helpers.stacks import fault_file
+from tests.helpers.task_client import TaskClient
 
 
 def batcher_url(stack: EmbeddedStack, path: str) -> str:
@@ -124,8 +106,12 @@ async def test_answers_are_counted_by_route_template_and_refusals_by_reason(
     made_up = [f"/no/such/path/{i}" for i in range(5)]
     for path in made_up:
         assert (await client.request("GET", path))[0] == 404
-    status, _ = await client.request("POST", "/v1/tasks", data=b"x" * (stack.settings.max_body_bytes + 1),
-                                     headers={"Content-Type": "application/json"})
+    status, _ = await client.request(
+        "POST",
+        "/v1/tasks",
+        data=b"x" * (stack.settings.max_body_bytes + 1),
+        headers={"Content-Type": "application/json"},
+    )
     assert status == 413
     after = await scrape(api_metrics)
 
@@ -147,8 +133,9 @@ async def test_lag_settles_to_zero_once_the_work_is_done(stack: EmbeddedStack, c
     deadline = time.monotonic() + 15  # offsets commit and the gauges refresh in the background
     while True:
         samples = await scrape_batcher(stack)
-        lag_rows = {dict(labels)["partition"]: v for (name, labels), v in samples.items()
-                    if name == "brimful_consumer_lag_rows"}
+        lag_rows = {
+            dict(labels)["partition"]: v for (name, labels), v in samples.items() if name == "brimful_consumer_lag_rows"
+        }
         lag_s = [v for (name, _), v in samples.items() if name == "brimful_consumer_lag_seconds"]
         if len(lag_rows) == stack.settings.topic_partitions and not any(lag_rows.values()) and not any(lag_s):
             break
@@ -195,7 +182,7 @@ async def test_each_batch_is_split_into_its_stages(stack: EmbeddedStack, client:
     counts = {k: v - per_stage(before, "count")[k] for k, v in per_stage(after, "count").items()}
     sums = {k: v - per_stage(before, "sum")[k] for k, v in per_stage(after, "sum").items()}
     assert batches >= 1
-    assert counts == {stage: batches for stage in stages}, "every batch of clean rows is seen once at every stage"
+    assert counts == dict.fromkeys(stages, batches), "every batch of clean rows is seen once at every stage"
     means = {stage: sums[stage] / batches for stage in stages}
     latency = (value(after, "brimful_task_latency_seconds_sum") - value(before, "brimful_task_latency_seconds_sum")) / (
         value(after, "brimful_task_latency_seconds_count") - value(before, "brimful_task_latency_seconds_count")

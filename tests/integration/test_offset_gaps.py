@@ -16,7 +16,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from typing import Any, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -34,7 +35,7 @@ from brimful.core.task_store import TaskStatus, TaskStore
 from brimful.core.tensor_codec import encode_input
 from brimful.schemas import TaskRequest
 from brimful.stack import EmbeddedStack
-from tests.integration.test_pipeline import committed_offset, expected_outputs
+from tests.helpers.pipeline import committed_offset, expected_outputs
 
 TASKS = 12
 TEXT_SPEC = TensorSpec("TEXT", "BYTES", (1,))
@@ -67,15 +68,17 @@ class SkippingFetches:
 def gap_settings(stack: EmbeddedStack) -> Settings:
     """The stack's servers, a topic, group and key prefix of this test's own."""
     run = uuid.uuid4().hex[:8]
-    return stack.settings.model_copy(update={
-        "requests_topic": f"brimful.gaps-{run}",
-        "dlq_topic": f"brimful.gaps-dlq-{run}",
-        "consumer_group": f"brimful-gaps-{run}",
-        "key_prefix": f"gaps-{run}:",
-        "topic_partitions": 1,
-        "batcher_metrics_port": 0,
-        "trace_dir": "",
-    })
+    return stack.settings.model_copy(
+        update={
+            "requests_topic": f"brimful.gaps-{run}",
+            "dlq_topic": f"brimful.gaps-dlq-{run}",
+            "consumer_group": f"brimful-gaps-{run}",
+            "key_prefix": f"gaps-{run}:",
+            "topic_partitions": 1,
+            "batcher_metrics_port": 0,
+            "trace_dir": "",
+        }
+    )
 
 
 async def fill(settings: Settings, store: TaskStore, skip_task: bool) -> list[str]:
@@ -106,8 +109,11 @@ async def fill(settings: Settings, store: TaskStore, skip_task: bool) -> list[st
 
 
 async def run_batcher_until(
-    settings: Settings, monkeypatch: pytest.MonkeyPatch, times: int,
-    finished: Callable[[], Awaitable[list[TaskStatus | None]]], wanted: Callable[[list[TaskStatus | None]], bool],
+    settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+    times: int,
+    finished: Callable[[], Awaitable[list[TaskStatus | None]]],
+    wanted: Callable[[list[TaskStatus | None]], bool],
 ) -> SkippingFetches:
     """Run one batcher (the real ``serve``) whose fetches skip HIDDEN, until what
     ``finished`` reads is ``wanted`` (fails after 30 s, with what it read last)."""
@@ -169,7 +175,10 @@ async def test_a_record_a_fetch_skipped_is_read_again_and_its_task_finishes(
     rereads_before = rereads()
 
     skipping = await run_batcher_until(
-        settings, monkeypatch, times=1, finished=lambda: statuses(store, task_ids),
+        settings,
+        monkeypatch,
+        times=1,
+        finished=lambda: statuses(store, task_ids),
         wanted=lambda seen: all(status in (TaskStatus.DONE, TaskStatus.FAILED) for status in seen),
     )
     assert skipping.skipped == 1  # the fault happened
@@ -191,7 +200,10 @@ async def test_a_gap_that_never_fills_holds_the_partition_only_for_its_patience(
 
     with caplog.at_level(logging.WARNING, logger="brimful.batcher"):
         skipping = await run_batcher_until(
-            settings, monkeypatch, times=0, finished=lambda: statuses(store, others),
+            settings,
+            monkeypatch,
+            times=0,
+            finished=lambda: statuses(store, others),
             wanted=lambda seen: all(status == TaskStatus.DONE for status in seen),
         )
     assert skipping.skipped >= 2  # read again, and skipped again, until the patience ran out

@@ -3,51 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import random
 import statistics
 import time
-from typing import Any
 
-import aiohttp
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from brimful.core.kafka import read_whole_topic
-from brimful.core.settings import Settings
-from brimful.schemas import DeadLetter, TaskRequest
-from brimful.stack import EmbeddedStack, sample_sums
-from tests.conftest import tune_live
-from tests.task_client import TaskClient
-
-_ALPHABET = "abcXYZ019 ñé漢字🙂\u0301\n\"\\"
-
-
-def random_text(rng: random.Random, max_bytes: int = 4096) -> str:
-    """A text of 0..max_bytes UTF-8 bytes mixing ASCII, accents, CJK, emoji and escapes."""
-    target = rng.randint(0, max_bytes)
-    chars: list[str] = []
-    size = 0
-    while True:
-        char = rng.choice(_ALPHABET)
-        width = len(char.encode())
-        if size + width > target:
-            return "".join(chars)
-        chars.append(char)
-        size += width
-
-
-def expected_outputs(text: str) -> dict[str, Any]:
-    data = text.encode()
-    return {"SHA256": hashlib.sha256(data).hexdigest(), "LENGTH": len(data)}
-
-
-async def triton_counts(stack: EmbeddedStack) -> tuple[int, int]:
-    """(successful, failed) inference requests Triton itself counted for the model,
-    from its Prometheus endpoint (PyTriton locks the statistics API behind a token)."""
-    url = f"http://127.0.0.1:{stack.triton_metrics_port}/metrics"
-    async with aiohttp.ClientSession() as session, session.get(url) as response:
-        counts = sample_sums(await response.text(), model=stack.settings.model_name)
-    return int(counts["nv_inference_request_success_total"]), int(counts["nv_inference_request_failure_total"])
+from brimful.schemas import TaskRequest
+from brimful.stack import EmbeddedStack
+from tests.helpers.live_policy import tune_live
+from tests.helpers.metrics import triton_counts
+from tests.helpers.pipeline import committed_offset, expected_outputs, random_text, read_dead_letters
+from tests.helpers.task_client import TaskClient
 
 
 async def test_burst_of_2000_all_done_with_their_own_results_in_full_batches(
@@ -62,7 +29,7 @@ async def test_burst_of_2000_all_done_with_their_own_results_in_full_batches(
     texts = [random_text(rng) for _ in range(2000)]
     texts[:3] = ["", "a", "🙂" * 1024]  # the edges: empty, one byte, exactly 4 KB of emoji
     before = await client.stats()
-    success_before, fail_before = await triton_counts(stack)
+    success_before, fail_before = await triton_counts(stack, stack.settings.model_name)
 
     task_ids = await asyncio.gather(*(client.submit({"TEXT": text}) for text in texts))
     results = await asyncio.gather(*(client.wait_final(t, timeout_s=120, interval_s=0.25) for t in task_ids))
@@ -81,7 +48,7 @@ async def test_burst_of_2000_all_done_with_their_own_results_in_full_batches(
     assert after["padded_slots"] - before["padded_slots"] == batches * 64 - rows
     # Triton accepted every call Brimful made, and the model refuses any call that is
     # not exactly 64 rows (test_reference_model proves that refusal).
-    success_after, fail_after = await triton_counts(stack)
+    success_after, fail_after = await triton_counts(stack, stack.settings.model_name)
     assert success_after - success_before == batches
     assert fail_after - fail_before == 0
     print(f"\nburst: {rows} rows in {batches} batches, {rows / batches:.1f} rows per batch")
@@ -103,12 +70,6 @@ async def test_trickle_is_never_held_for_a_batch_that_will_not_fill(stack: Embed
     assert max(latencies_ms) <= max_wait_ms + 100, latencies_ms
     # Flushed on the short deadline, not held until the upper bound.
     assert statistics.median(latencies_ms) < max_wait_ms / 2, latencies_ms
-
-
-async def read_dead_letters(stack: EmbeddedStack) -> list[DeadLetter]:
-    """Every message on the DLQ topic, read from the beginning."""
-    records = await read_whole_topic(stack.settings, stack.settings.dlq_topic)
-    return [DeadLetter.FromString(value) for _, _, value in records]
 
 
 async def test_failing_request_ends_failed_with_its_error_and_in_the_dlq(
@@ -135,19 +96,6 @@ async def test_failing_request_ends_failed_with_its_error_and_in_the_dlq(
     assert letter.model == stack.settings.model_name
 
 
-async def committed_offset(settings: Settings, partition: int) -> int:
-    """The batchers' committed offset on one partition of the requests topic (-1 if none)."""
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=settings.kafka_bootstrap, group_id=settings.consumer_group, enable_auto_commit=False
-    )
-    await consumer.start()
-    try:
-        committed = await consumer.committed(TopicPartition(settings.requests_topic, partition))
-        return -1 if committed is None else int(committed)
-    finally:
-        await consumer.stop()
-
-
 async def test_redelivered_request_does_not_produce_a_second_result(stack: EmbeddedStack, client: TaskClient) -> None:
     settings = stack.settings
     task_id = await client.submit({"TEXT": "original"})
@@ -164,7 +112,9 @@ async def test_redelivered_request_does_not_produce_a_second_result(stack: Embed
     producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all")
     await producer.start()
     try:
-        metadata = await producer.send_and_wait(settings.requests_topic, replay.SerializeToString(), key=task_id.encode())
+        metadata = await producer.send_and_wait(
+            settings.requests_topic, replay.SerializeToString(), key=task_id.encode()
+        )
     finally:
         await producer.stop()
 
@@ -199,7 +149,10 @@ async def test_committed_offsets_only_move_forward_to_finished_work(stack: Embed
     consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False)
     await consumer.start()
     try:
-        partitions = [TopicPartition(settings.requests_topic, p) for p in sorted(consumer.partitions_for_topic(settings.requests_topic) or ())]
+        partitions = [
+            TopicPartition(settings.requests_topic, p)
+            for p in sorted(consumer.partitions_for_topic(settings.requests_topic) or ())
+        ]
         consumer.assign(partitions)
         # The log end is the high watermark a fetch reports (Tansu answers ListOffsets
         # "latest" wrongly, so seek_to_end and end_offsets cannot be trusted).

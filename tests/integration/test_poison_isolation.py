@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager
 from aiokafka import AIOKafkaProducer
 from redis.asyncio import Redis
 
+from brimful.batcher.main import model_pool
 from brimful.core.clock import now_ms
 from brimful.core.redis_keys import RedisKeys
 from brimful.core.stats import SharedStats
@@ -17,12 +18,11 @@ from brimful.core.task_store import TaskStore
 from brimful.core.tensor_codec import encode_input
 from brimful.schemas import TaskRequest
 from brimful.stack import EmbeddedStack
-from brimful.batcher.main import model_pool
 from brimful.workers.batch_runner import Batch, BatchItem, BatchRunner
 from brimful.workers.dead_letters import DeadLetterWriter
 from brimful.workers.isolation_budget import IsolationBudget
 from brimful.workers.retry_policy import BatchRetryPolicy
-from tests.integration.test_pipeline import expected_outputs, read_dead_letters
+from tests.helpers.pipeline import expected_outputs, read_dead_letters
 
 
 @asynccontextmanager
@@ -49,9 +49,13 @@ async def runner_and_batch(
             await store.create_queued(task_id, request.submitted_at_ms, tenant)
             items.append(BatchItem(request, partition=0, offset=offset))
         runner = BatchRunner(
-            pool, signature, store, SharedStats(redis, keys),
+            pool,
+            signature,
+            store,
+            SharedStats(redis, keys),
             DeadLetterWriter(producer, settings.dlq_topic, settings.kafka_max_message_bytes),
-            BatchRetryPolicy(max_attempts=3, base_delay=0.01, max_delay=0.02), isolation=isolation,
+            BatchRetryPolicy(max_attempts=3, base_delay=0.01, max_delay=0.02),
+            isolation=isolation,
         )
         yield runner, store, Batch(uuid.uuid4().hex, 0, items, "full")
     finally:

@@ -10,9 +10,9 @@ import uuid
 from typing import Any
 
 from brimful.stack import EmbeddedStack
-from tests.conftest import tune_live
-from tests.integration.test_pipeline import expected_outputs
-from tests.task_client import TaskClient
+from tests.helpers.live_policy import tune_live
+from tests.helpers.pipeline import expected_outputs
+from tests.helpers.task_client import TaskClient
 
 
 async def submit(client: TaskClient, text: str, priority: str | None = None) -> str:
@@ -46,7 +46,9 @@ async def test_low_priority_rows_fill_the_slots_a_normal_batch_would_pad(
     assert after.get("flushes_backfill", 0) == before.get("flushes_backfill", 0)
 
 
-async def test_low_priority_rows_take_an_idle_model_in_batches_of_their_own(stack: EmbeddedStack, client: TaskClient) -> None:
+async def test_low_priority_rows_take_an_idle_model_in_batches_of_their_own(
+    stack: EmbeddedStack, client: TaskClient
+) -> None:
     tag = uuid.uuid4().hex
     before = await client.stats()
     low = await asyncio.gather(*(submit(client, f"bulk {i} {tag}", "low") for i in range(100)))
@@ -57,7 +59,9 @@ async def test_low_priority_rows_take_an_idle_model_in_batches_of_their_own(stac
     assert after.get("flushes_backfill", 0) > before.get("flushes_backfill", 0)
 
 
-async def test_a_bulk_backlog_drains_while_normal_tasks_flow_ahead_of_it(stack: EmbeddedStack, client: TaskClient) -> None:
+async def test_a_bulk_backlog_drains_while_normal_tasks_flow_ahead_of_it(
+    stack: EmbeddedStack, client: TaskClient
+) -> None:
     tag = uuid.uuid4().hex
     low = await asyncio.gather(*(submit(client, f"backlog {i} {tag}", "low") for i in range(600)))
     normal_waits: list[float] = []

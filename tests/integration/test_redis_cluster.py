@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import AsyncIterator, Iterator
 
 import pytest
 import redis
@@ -22,9 +22,10 @@ from brimful.core.task_store import FinishedMessage, TaskStore
 from brimful.stack import EmbeddedStack
 from brimful.stack.embedded import REDIS_CLUSTER_MASTERS
 from brimful.stack.processes import wait_until
-from tests.conftest import policy_seen_by_batchers, stack_settings, start_stack, tune_live
-from tests.integration.test_pipeline import expected_outputs
-from tests.task_client import TaskClient
+from tests.helpers.live_policy import policy_seen_by_batchers, tune_live
+from tests.helpers.pipeline import expected_outputs
+from tests.helpers.stacks import stack_settings, start_stack
+from tests.helpers.task_client import TaskClient
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +100,9 @@ async def test_a_live_policy_change_reaches_every_batcher(cluster_client: TaskCl
 
 async def test_cancel_and_idempotency_key(cluster_stack: EmbeddedStack, cluster_client: TaskClient) -> None:
     headers = {"Idempotency-Key": f"cluster-{uuid.uuid4().hex}"}
-    first = await cluster_client.request("POST", "/v1/tasks?wait=20", json={"inputs": {"TEXT": "once"}}, headers=headers)
+    first = await cluster_client.request(
+        "POST", "/v1/tasks?wait=20", json={"inputs": {"TEXT": "once"}}, headers=headers
+    )
     again = await cluster_client.request("POST", "/v1/tasks", json={"inputs": {"TEXT": "once"}}, headers=headers)
     assert first[0] == 200 and again[1]["task_id"] == first[1]["task_id"], (first, again)
     status, body = await cluster_client.request("DELETE", f"/v1/tasks/{first[1]['task_id']}")
@@ -132,7 +135,7 @@ async def test_a_batch_spanning_many_slots_moves_and_publishes_every_task(
             try:
                 await asyncio.wait_for(probe_heard.wait(), 0.1)
                 break
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
         assert probe_heard.is_set(), "the subscription never heard its probe"
         assert await store.mark_done({task_id: {"Y": task_id} for task_id in ids}) == len(ids)

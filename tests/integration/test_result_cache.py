@@ -10,11 +10,12 @@ import uuid
 from typing import Any
 
 from brimful.stack import EmbeddedStack
-from tests.conftest import fault_file, tune_live
-from tests.integration.test_models import SMALL, model_stats, triton_counts
-from tests.integration.test_pipeline import expected_outputs
-from tests.polling import wait_for
-from tests.task_client import TaskClient
+from tests.helpers.live_policy import tune_live
+from tests.helpers.metrics import model_stats, triton_counts
+from tests.helpers.pipeline import expected_outputs
+from tests.helpers.polling import wait_for
+from tests.helpers.stacks import SMALL, fault_file
+from tests.helpers.task_client import TaskClient
 
 
 async def ask(client: TaskClient, text: str, **fields: Any) -> dict[str, Any]:
@@ -131,7 +132,9 @@ async def test_a_task_whose_awaited_row_fails_is_computed_in_its_own_batch(
         await wait_running(client, flaky)
         settings = stack.settings
         await tune_live(
-            client, min_wait_ms=settings.min_wait_ms, max_wait_ms=settings.max_wait_ms,
+            client,
+            min_wait_ms=settings.min_wait_ms,
+            max_wait_ms=settings.max_wait_ms,
             latency_target_ms=settings.latency_target_ms,
         )
         twin = await client.submit({"TEXT": flaky_text})

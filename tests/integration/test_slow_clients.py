@@ -14,7 +14,7 @@ import signal
 import socket
 import sys
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 
@@ -49,7 +49,9 @@ def api_process(stack: EmbeddedStack, tmp_path_factory: pytest.TempPathFactory, 
     settings = stack.settings.model_copy(update={"api_port": port, **update})
     log_path = tmp_path_factory.mktemp("slow-clients") / "api.log"
     # uvicorn's 10 s for requests under way, then the API's bounded stop steps.
-    api = ManagedProcess("api", [sys.executable, "-m", "brimful.api"], settings_env(settings), log_path, stop_timeout_s=45)
+    api = ManagedProcess(
+        "api", [sys.executable, "-m", "brimful.api"], settings_env(settings), log_path, stop_timeout_s=45
+    )
     api.start()
     try:
         wait_until(lambda: http_ok(f"http://127.0.0.1:{port}/readyz"), 60, "slow-client API")
@@ -59,7 +61,9 @@ def api_process(stack: EmbeddedStack, tmp_path_factory: pytest.TempPathFactory, 
     logged = log_path.read_text(encoding="utf-8", errors="replace")
     # uvicorn re-raises the SIGTERM it handled once it has stopped: -15 is a clean stop;
     # -9 is the kill after the 45 s.
-    assert exit_code in (0, -signal.SIGTERM), f"the API did not stop cleanly within 45 s of SIGTERM ({exit_code}):\n{logged[-5000:]}"
+    assert exit_code in (0, -signal.SIGTERM), (
+        f"the API did not stop cleanly within 45 s of SIGTERM ({exit_code}):\n{logged[-5000:]}"
+    )
     assert "unhandled error" not in logged, logged[-3000:]
 
 
@@ -234,6 +238,7 @@ def test_requests_under_way_at_the_cap_refuse_a_request_in_json_but_never_a_prob
     before = refusals(capped_api_port, "too_many_connections")
     holders = [hold_a_request(capped_api_port) for _ in range(CAPPED_CONNECTIONS)]
     try:
+
         def refused() -> bool:  # once the server has read both heads
             with connect(capped_api_port) as client:
                 submit_over(client)

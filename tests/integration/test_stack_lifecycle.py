@@ -17,8 +17,8 @@ import pytest
 
 from brimful.stack import EmbeddedStack, settings_env, wait_until
 from brimful.stack.processes import http_ok
-from tests.conftest import stack_settings, start_stack
-from tests.task_client import TaskClient
+from tests.helpers.stacks import stack_settings, start_stack
+from tests.helpers.task_client import TaskClient
 
 
 def descendants(pid: int) -> set[int]:
@@ -77,7 +77,9 @@ async def test_brimful_up_serves_then_stops_leaving_nothing_behind(
         # Every worker's count is in the one /metrics answer.
         with urllib.request.urlopen(f"{api}/metrics", timeout=10) as answer:
             metrics = answer.read().decode()
-        submitted = re.search(r'^brimful_tasks_submitted_total\{model="%s"\} (\S+)$' % settings.model_name, metrics, re.M)
+        submitted = re.search(
+            rf'^brimful_tasks_submitted_total\{{model="{settings.model_name}"\}} (\S+)$', metrics, re.M
+        )
         assert submitted is not None and float(submitted.group(1)) == 10, metrics[-2000:]
         started = descendants(process.pid)
         # broker, redis, the Triton host with its server, the API (a supervisor and its

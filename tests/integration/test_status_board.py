@@ -3,9 +3,8 @@ scanning the keyspace, however many task keys it holds."""
 
 from __future__ import annotations
 
-import asyncio
 import uuid
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 import pytest
 from redis.asyncio import Redis
@@ -13,7 +12,8 @@ from redis.asyncio import Redis
 from brimful.core.redis_keys import RedisKeys
 from brimful.core.status_board import StatusBoard
 from brimful.stack import EmbeddedStack
-from tests.redis_sends import SendCounter
+from tests.helpers.polling import wait_for
+from tests.helpers.redis_sends import SendCounter
 
 
 @pytest.fixture
@@ -36,11 +36,10 @@ async def test_readers_list_live_batchers_in_member_order_and_drop_expired_ones(
     assert (await status.read_all())[0]["partitions"] == {"0": {}}
     await status.publish("short-lived", {}, ttl_s=0.05)
 
-    async def expired() -> None:
-        while await redis.exists(keys.batcher_status("short-lived")):
-            await asyncio.sleep(0.01)
+    async def expired() -> bool:
+        return not await redis.exists(keys.batcher_status("short-lived"))
 
-    await asyncio.wait_for(expired(), 5)
+    await wait_for(expired, 5, "the short-lived status to expire", interval_s=0.01)
     assert [s["member"] for s in await status.read_all()] == ["a", "b"]
     assert await redis.smembers(keys.batcher_members) == {b"a", b"b"}  # the reader dropped it
     await status.remove("a")
@@ -50,7 +49,8 @@ async def test_readers_list_live_batchers_in_member_order_and_drop_expired_ones(
 
 
 async def test_reading_the_board_costs_the_same_with_many_keys_beside_it(
-    board: tuple[StatusBoard, Redis, RedisKeys], monkeypatch: pytest.MonkeyPatch,
+    board: tuple[StatusBoard, Redis, RedisKeys],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     status, redis, keys = board
     await status.publish("only", {}, ttl_s=60)

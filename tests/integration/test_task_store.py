@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 import pytest
 from redis.asyncio import Redis
@@ -17,7 +17,7 @@ from brimful.core.task_status import TaskStatus
 from brimful.core.task_store import FinishedMessage, KnownTask, NewTask, TaskStore
 from brimful.core.tenant_limits import TenantLimits, TenantLimitStore
 from brimful.stack import EmbeddedStack
-from tests.redis_sends import SendCounter
+from tests.helpers.redis_sends import SendCounter
 
 
 @pytest.fixture
@@ -304,15 +304,24 @@ async def test_a_batch_costs_two_round_trips_and_its_counters_ride_with_its_resu
         await store.mark_done({ids[0]: {"Y": 0}}, {StatsField.ROWS_DISPATCHED: 1}, StatsField.TASKS_DONE)
         spy = SendCounter(redis, monkeypatch).start()
         running = await store.mark_running(ids[1:])
-        counters = {StatsField.BATCHES_DISPATCHED: 1, StatsField.ROWS_DISPATCHED: 63, StatsField.PADDED_SLOTS: 1,
-                    StatsField.flushes("full"): 1}
+        counters = {
+            StatsField.BATCHES_DISPATCHED: 1,
+            StatsField.ROWS_DISPATCHED: 63,
+            StatsField.PADDED_SLOTS: 1,
+            StatsField.flushes("full"): 1,
+        }
         done = await store.mark_done({t: {"Y": 1} for t in running}, counters, StatsField.TASKS_DONE)
         assert spy.stop() == 2 and done == 63
         totals = await stats.read()
         assert totals[StatsField.TASKS_DONE] == 64 and totals[StatsField.ROWS_DISPATCHED] == 64
         assert totals[StatsField.BATCHES_DISPATCHED] == 1 and totals[StatsField.flushes("full")] == 1
         # A redelivered batch moves nothing: its counters still count, its tasks not again.
-        assert await store.mark_done({t: {"Y": 2} for t in running}, {StatsField.BATCHES_DISPATCHED: 1}, StatsField.TASKS_DONE) == 0
+        assert (
+            await store.mark_done(
+                {t: {"Y": 2} for t in running}, {StatsField.BATCHES_DISPATCHED: 1}, StatsField.TASKS_DONE
+            )
+            == 0
+        )
         totals = await stats.read()
         assert totals[StatsField.TASKS_DONE] == 64 and totals[StatsField.BATCHES_DISPATCHED] == 2
     finally:

@@ -7,15 +7,15 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import AsyncIterator, Iterator
 
 import pytest
 
 from brimful.stack import EmbeddedStack
-from tests.conftest import stack_settings, start_stack
-from tests.otlp_receiver import ReceivedSpan, Spans, running_otlp_receiver
-from tests.task_client import TaskClient
+from tests.helpers.otlp_receiver import ReceivedSpan, Spans, running_otlp_receiver
+from tests.helpers.stacks import stack_settings, start_stack
+from tests.helpers.task_client import TaskClient
 
 SPAN_NAMES = {"brimful.accept", "brimful.enqueue", "brimful.wait_in_batch", "brimful.model_call", "brimful.store"}
 
@@ -58,7 +58,9 @@ async def test_the_callers_trace_runs_through_kafka_to_the_model_call(
 ) -> None:
     trace_id, caller_span = secrets.token_hex(16), secrets.token_hex(8)
     status, body = await traced_client.request(
-        "POST", "/v1/tasks", json={"inputs": {"TEXT": "traced"}},
+        "POST",
+        "/v1/tasks",
+        json={"inputs": {"TEXT": "traced"}},
         headers={"traceparent": f"00-{trace_id}-{caller_span}-01"},
     )
     assert status == 202, body

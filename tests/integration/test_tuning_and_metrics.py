@@ -7,12 +7,11 @@ import json
 import time
 from typing import Any
 
-import aiohttp
-
 from brimful.batcher.traces import read_trace
-from brimful.stack import EmbeddedStack, sample_sums
-from tests.conftest import policy_seen_by_batchers, tune, tune_live
-from tests.task_client import TaskClient
+from brimful.stack import EmbeddedStack
+from tests.helpers.live_policy import policy_seen_by_batchers, tune, tune_live
+from tests.helpers.metrics import metric_values
+from tests.helpers.task_client import TaskClient
 
 
 async def latency_ms(client: TaskClient, text: str, **extra: Any) -> float:
@@ -84,8 +83,11 @@ async def test_tuned_values_survive_a_batcher_restart_and_are_logged(
     status, state = await client.request("GET", "/v1/admin/policy")
     assert state["params"]["max_wait_ms"] == 180
     assert state["history"][0]["new"]["max_wait_ms"] == 180
-    log_lines = [json.loads(line) for line in (stack.workdir / "logs" / "api.log").read_text().splitlines()
-                 if '"policy changed"' in line]
+    log_lines = [
+        json.loads(line)
+        for line in (stack.workdir / "logs" / "api.log").read_text().splitlines()
+        if '"policy changed"' in line
+    ]
     assert any("max_wait_ms" in entry["changes"] and "-> 180" in entry["changes"]["max_wait_ms"] for entry in log_lines)
 
 
@@ -98,16 +100,14 @@ async def test_request_deadline_flushes_before_the_policy_would(
     assert (await client.stats())["flushes_request_deadline"] == before + 1
 
 
-async def metric_values(url: str) -> dict[str, float]:
-    """Sum each sample name across labels from a Prometheus text page."""
-    async with aiohttp.ClientSession() as session, session.get(url) as response:
-        return sample_sums(await response.text())
-
-
 async def test_metrics_add_up_after_traffic(stack: EmbeddedStack, client: TaskClient) -> None:
     batcher_url = f"http://127.0.0.1:{stack.settings.batcher_metrics_port}/metrics"
     api_url = f"{stack.api_url}/metrics"
-    before, api_before, stats_before = await metric_values(batcher_url), await metric_values(api_url), await client.stats()
+    before, api_before, stats_before = (
+        await metric_values(batcher_url),
+        await metric_values(api_url),
+        await client.stats(),
+    )
     task_ids = await asyncio.gather(*(client.submit({"TEXT": f"metrics {i}"}) for i in range(300)))
     await asyncio.gather(*(client.wait_final(t, interval_s=0.1) for t in task_ids))
     after, api_after, stats_after = await metric_values(batcher_url), await metric_values(api_url), await client.stats()

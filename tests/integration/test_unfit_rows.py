@@ -15,9 +15,9 @@ from brimful.core.redis_keys import RedisKeys
 from brimful.core.task_store import NewTask, TaskStore
 from brimful.schemas import InputTensor, TaskRequest
 from brimful.stack import EmbeddedStack
-from tests.conftest import tune_live
-from tests.integration.test_pipeline import expected_outputs
-from tests.task_client import TaskClient
+from tests.helpers.live_policy import tune_live
+from tests.helpers.pipeline import expected_outputs
+from tests.helpers.task_client import TaskClient
 
 
 def request(task_id: str, tenant: str, text: str | None) -> TaskRequest:
@@ -48,11 +48,17 @@ async def test_a_row_that_does_not_fit_the_signature_fails_alone(
     await producer.start()
     try:
         everyone = {**texts, unfit: ("", None)}
-        outcomes = await store.create_queued_many([NewTask(t, now_ms(), tenant, 0, stack_model) for t, (tenant, _) in everyone.items()])
+        outcomes = await store.create_queued_many(
+            [NewTask(t, now_ms(), tenant, 0, stack_model) for t, (tenant, _) in everyone.items()]
+        )
         assert outcomes == [None] * len(everyone)
         sends = [
-            await producer.send(settings.requests_topic, request(task_id, tenant, text).SerializeToString(),
-                                key=task_id.encode(), partition=0)
+            await producer.send(
+                settings.requests_topic,
+                request(task_id, tenant, text).SerializeToString(),
+                key=task_id.encode(),
+                partition=0,
+            )
             for task_id, (tenant, text) in everyone.items()
         ]
         for sent in sends:

@@ -7,45 +7,16 @@ from __future__ import annotations
 
 import random
 from types import SimpleNamespace
-from typing import Any
 
 import pytest
 from aiokafka import TopicPartition
-from aiokafka.structs import ConsumerRecord
 
 from brimful.batcher.service import BatcherLimits, BatcherService
 from brimful.core.policy_params import PolicyParams
-from brimful.schemas import TaskRequest
 from brimful.workers.circuit_breaker import CircuitBreaker
 from brimful.workers.endpoint_pool import EndpointPool
 from brimful.workers.model_pool import ModelPool
-
-TOPIC = "requests"
-
-
-class _Consumer:
-    """What the shutdown path asks of the Kafka consumer: commits, recorded."""
-
-    def __init__(self) -> None:
-        self.commits: list[dict[TopicPartition, Any]] = []
-
-    async def commit(self, offsets: dict[TopicPartition, Any]) -> None:
-        self.commits.append(offsets)
-
-    def highwater(self, tp: TopicPartition) -> int | None:
-        return None
-
-    def pause(self, *tps: TopicPartition) -> None:
-        pass
-
-
-def _record(offset: int) -> ConsumerRecord:  # type: ignore[type-arg]
-    request = TaskRequest(task_id=f"{offset:032x}", model="m", submitted_at_ms=1)
-    return ConsumerRecord(
-        topic=TOPIC, partition=0, offset=offset, timestamp=-1, timestamp_type=0, key=None,
-        value=request.SerializeToString(), checksum=None, serialized_key_size=-1, serialized_value_size=-1,
-        headers=(),
-    )
+from tests.helpers.fake_consumer import TOPIC, FakeConsumer, record_at
 
 
 @pytest.mark.timeout(10)
@@ -56,14 +27,19 @@ async def test_stopping_with_rows_no_endpoint_can_take_returns_at_once_and_commi
     endpoint = endpoints.endpoints["model:8001"]
     endpoints.record_call(endpoint, now - 1, now, 64, transient_failure=True)  # the circuit opens
     assert pool.capacity().free_slots == 0
-    consumer = _Consumer()
+    consumer = FakeConsumer()
     service = BatcherService(
-        consumer, TOPIC, SimpleNamespace(pool=pool), dead_letters=None,  # type: ignore[arg-type]
-        params=PolicyParams(), limits=BatcherLimits(shutdown_wait_s=30.0), clock=lambda: now,
+        consumer,
+        TOPIC,
+        SimpleNamespace(pool=pool),
+        dead_letters=None,  # type: ignore[arg-type]
+        params=PolicyParams(),
+        limits=BatcherLimits(shutdown_wait_s=30.0),
+        clock=lambda: now,
     )
     tp = TopicPartition(TOPIC, 0)
     service.assign([tp])
-    service._accept({tp: [_record(7), _record(8)]})
+    service._accept({tp: [record_at(7), record_at(8)]})
     assert service.snapshot()["partitions"]["0"]["pending"] == 2  # type: ignore[index]
 
     await service._shutdown()

@@ -16,7 +16,7 @@ from brimful.schemas import TaskRequest
 from brimful.workers.circuit_breaker import CircuitBreaker
 from brimful.workers.endpoint_pool import EndpointPool
 from brimful.workers.model_pool import ModelPool
-from tests.unit.test_batcher_shutdown import TOPIC, _Consumer
+from tests.helpers.fake_consumer import TOPIC, FakeConsumer
 
 PARKED = 10_000
 PARTITIONS = 4
@@ -25,8 +25,16 @@ PARTITIONS = 4
 def _low_record(partition: int, offset: int) -> ConsumerRecord:  # type: ignore[type-arg]
     request = TaskRequest(task_id=f"{partition:04x}{offset:028x}", model="m", submitted_at_ms=1, low_priority=True)
     return ConsumerRecord(
-        topic=TOPIC, partition=partition, offset=offset, timestamp=-1, timestamp_type=0, key=None,
-        value=request.SerializeToString(), checksum=None, serialized_key_size=-1, serialized_value_size=-1,
+        topic=TOPIC,
+        partition=partition,
+        offset=offset,
+        timestamp=-1,
+        timestamp_type=0,
+        key=None,
+        value=request.SerializeToString(),
+        checksum=None,
+        serialized_key_size=-1,
+        serialized_value_size=-1,
         headers=(),
     )
 
@@ -37,8 +45,13 @@ def test_ten_thousand_cancels_cost_one_pass_per_queue_and_finish_every_offset() 
     pool = ModelPool(["model:8001"], endpoints, connect=lambda url: None, batch_size=64, clock=lambda: now)  # type: ignore[arg-type, return-value]
     pool.reserve(64)  # the only slot busy: nothing is dispatched while the test looks
     service = BatcherService(
-        _Consumer(), TOPIC, SimpleNamespace(pool=pool), dead_letters=None,  # type: ignore[arg-type]
-        params=PolicyParams(), limits=BatcherLimits(max_low_pending_per_partition=PARKED), clock=lambda: now,
+        FakeConsumer(),
+        TOPIC,
+        SimpleNamespace(pool=pool),
+        dead_letters=None,  # type: ignore[arg-type]
+        params=PolicyParams(),
+        limits=BatcherLimits(max_low_pending_per_partition=PARKED),
+        clock=lambda: now,
     )
     tps = [TopicPartition(TOPIC, p) for p in range(PARTITIONS)]
     service.assign(tps)

@@ -57,8 +57,9 @@ def test_a_failed_probe_reopens_for_longer_up_to_the_cap() -> None:
 
 
 def test_a_probe_whose_outcome_is_never_reported_does_not_close_the_door_for_good() -> None:
-    breaker = CircuitBreaker(failure_threshold=1, base_open_s=1.0, max_open_s=1.0, probe_timeout_s=10.0,
-                             rng=random.Random(1))
+    breaker = CircuitBreaker(
+        failure_threshold=1, base_open_s=1.0, max_open_s=1.0, probe_timeout_s=10.0, rng=random.Random(1)
+    )
     breaker.record_failure(now=0.0)
     assert breaker.allow(now=2.0)  # the probe goes out, and its caller never reports back
     assert not breaker.allow(now=5.0)  # while it may still be running, no second probe

@@ -30,7 +30,9 @@ def test_a_retried_submission_keeps_its_idempotency_key() -> None:
     def server(request: httpx.Request) -> httpx.Response:
         seen_keys.append(request.headers["Idempotency-Key"])
         if len(seen_keys) < 3:
-            return httpx.Response(503, headers={"Retry-After": "0"}, json={"error": {"code": "overloaded", "message": "busy"}})
+            return httpx.Response(
+                503, headers={"Retry-After": "0"}, json={"error": {"code": "overloaded", "message": "busy"}}
+            )
         return httpx.Response(202, json={"task_id": "a" * 32, "status": "queued"})
 
     client = Client("http://brimful.test", transport=httpx.MockTransport(server))
@@ -40,7 +42,9 @@ def test_a_retried_submission_keeps_its_idempotency_key() -> None:
 
 def test_giving_up_reports_the_servers_error() -> None:
     def server(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(503, headers={"Retry-After": "0"}, json={"error": {"code": "overloaded", "message": "busy"}})
+        return httpx.Response(
+            503, headers={"Retry-After": "0"}, json={"error": {"code": "overloaded", "message": "busy"}}
+        )
 
     client = Client("http://brimful.test", retry=RetryPolicy(attempts=2), transport=httpx.MockTransport(server))
     with pytest.raises(BrimfulError) as error:

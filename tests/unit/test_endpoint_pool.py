@@ -167,8 +167,14 @@ def test_the_running_call_is_expected_to_end_a_call_time_after_it_began_and_the_
     """The slot is taken at the flush, the call begins after the batch's tasks are marked
     running and its lease taken: the endpoint frees a fitted call time after the call began,
     and the queueing slot is offered that hand-over (measured, smoothed, plus a margin) before."""
-    p = EndpointPool(2, lambda: CircuitBreaker(rng=random.Random(1)), initial_call_s=0.02, instances=1,
-                     handoff_s=0.003, handoff_margin_s=0.001)
+    p = EndpointPool(
+        2,
+        lambda: CircuitBreaker(rng=random.Random(1)),
+        initial_call_s=0.02,
+        instances=1,
+        handoff_s=0.003,
+        handoff_margin_s=0.001,
+    )
     p.sync(["a:1"])
     a = p.endpoints["a:1"]
     for _ in range(30):

@@ -9,8 +9,14 @@ from brimful.core.task_store import FinishedMessage, TaskRecord
 def test_an_entry_carries_the_task_s_model() -> None:
     entry = b'4f2a\ndone\n100\n130\nacme\nbrimful_reference_16\noutputs\n{"LENGTH":[2],"T":"a\\nb"}'
     assert FinishedMessage.record(entry) == TaskRecord(
-        task_id="4f2a", status=TaskStatus.DONE, submitted_at_ms=100, updated_at_ms=130,
-        outputs={"LENGTH": [2], "T": "a\nb"}, error=None, tenant="acme", model="brimful_reference_16",
+        task_id="4f2a",
+        status=TaskStatus.DONE,
+        submitted_at_ms=100,
+        updated_at_ms=130,
+        outputs={"LENGTH": [2], "T": "a\nb"},
+        error=None,
+        tenant="acme",
+        model="brimful_reference_16",
     )
 
 

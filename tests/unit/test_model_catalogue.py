@@ -38,6 +38,9 @@ def test_a_catalogue_serves_each_name_once_and_at_least_one_model() -> None:
 
 def test_the_description_gives_each_model_its_rows_a_call_and_row_shapes() -> None:
     described = ModelCatalogue.of([signature("large", 64), signature("small", 16)]).describe()
-    assert [(m["name"], m["batch_size"], m["default"]) for m in described] == [("large", 64, True), ("small", 16, False)]
+    assert [(m["name"], m["batch_size"], m["default"]) for m in described] == [
+        ("large", 64, True),
+        ("small", 16, False),
+    ]
     assert described[1]["inputs"] == [{"name": "TEXT", "datatype": "BYTES", "shape": [1]}]
     assert described[1]["outputs"] == [{"name": "EMBEDDING", "datatype": "FP32", "shape": [4, 2]}]

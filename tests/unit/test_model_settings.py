@@ -32,7 +32,9 @@ def test_another_model_has_a_topic_group_and_keys_of_its_own() -> None:
         assert default != other and "small" in other and "small" not in default
     assert keys.endpoint_slots("h:1", None) != keys.endpoint_slots("h:1", "small")
     # The policy and its history share a hash slot on a Redis Cluster, per model.
-    assert keys.model_policy("small").startswith("{p:policy}") and keys.model_policy_history("small").startswith("{p:policy}")
+    assert keys.model_policy("small").startswith("{p:policy}") and keys.model_policy_history("small").startswith(
+        "{p:policy}"
+    )
 
 
 @pytest.mark.parametrize(

@@ -69,18 +69,28 @@ def test_numeric_rows_round_trip_through_the_wire() -> None:
         (COUNT, 1.5, "must be an integer"),
     ],
 )
-def test_invalid_values_are_refused_with_a_message_naming_the_problem(spec: TensorSpec, value: object, message: str) -> None:
-    with pytest.raises(InputValidationError, match=message.replace("[", r"\[").replace("]", r"\]").replace("(", r"\(").replace(")", r"\)")):
+def test_invalid_values_are_refused_with_a_message_naming_the_problem(
+    spec: TensorSpec, value: object, message: str
+) -> None:
+    with pytest.raises(
+        InputValidationError,
+        match=message.replace("[", r"\[").replace("]", r"\]").replace("(", r"\(").replace(")", r"\)"),
+    ):
         encode_input(spec, value)
 
 
 def test_output_rows_become_json() -> None:
-    assert output_rows_to_json(TEXT, np.array([[b"abc"], [b"\xff"], [b""]], dtype=object)) == ["abc", {"base64": "/w=="}, ""]
+    assert output_rows_to_json(TEXT, np.array([[b"abc"], [b"\xff"], [b""]], dtype=object)) == [
+        "abc",
+        {"base64": "/w=="},
+        "",
+    ]
     assert output_rows_to_json(TEXT, np.array([[b"abc"], [b"de"]], dtype="S3")) == ["abc", "de"]
     counts = output_rows_to_json(COUNT, np.array([[7], [-3]], dtype=np.int8))
     assert counts == [7, -3] and all(type(count) is int for count in counts)
     assert output_rows_to_json(VECTOR, np.array([[1.0, 2.0, 3.0], [0.5, 0.0, -1.0]], dtype=np.float32)) == [
-        [1.0, 2.0, 3.0], [0.5, 0.0, -1.0]
+        [1.0, 2.0, 3.0],
+        [0.5, 0.0, -1.0],
     ]
     assert output_rows_to_json(TensorSpec("W", "BYTES", (2,)), np.array([[b"a", b"\xff"]], dtype=object)) == [
         ["a", {"base64": "/w=="}]
@@ -150,7 +160,13 @@ def test_a_row_that_does_not_fit_its_spec_says_why() -> None:
     assert row_mismatch(text, encode_input(text, "hello")) is None
     assert row_mismatch(vector, encode_input(vector, [1.0, 2.0, 3.0])) is None
     assert row_mismatch(text, None) == "input TEXT is missing"
-    assert "is FP32, the model takes BYTES" in str(row_mismatch(text, encode_input(TensorSpec("TEXT", "FP32", (1,)), 1.0)))
-    assert "row shape [2]" in str(row_mismatch(text, InputTensor(datatype="BYTES", shape=[2], bytes_contents=[b"a", b"b"])))
-    assert "holds 2 elements" in str(row_mismatch(text, InputTensor(datatype="BYTES", shape=[1], bytes_contents=[b"a", b"b"])))
+    assert "is FP32, the model takes BYTES" in str(
+        row_mismatch(text, encode_input(TensorSpec("TEXT", "FP32", (1,)), 1.0))
+    )
+    assert "row shape [2]" in str(
+        row_mismatch(text, InputTensor(datatype="BYTES", shape=[2], bytes_contents=[b"a", b"b"]))
+    )
+    assert "holds 2 elements" in str(
+        row_mismatch(text, InputTensor(datatype="BYTES", shape=[1], bytes_contents=[b"a", b"b"]))
+    )
     assert "holds 8 bytes" in str(row_mismatch(vector, InputTensor(datatype="FP32", shape=[3], raw_contents=b"\0" * 8)))

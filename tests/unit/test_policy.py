@@ -19,7 +19,9 @@ def accumulator(params: PolicyParams = PARAMS) -> Accumulator[int]:
     return Accumulator(WaitOrFullPolicy(params))
 
 
-def run_until_flush(acc: Accumulator[int], start: float, arrival_gap: float | None, limit: float = 10.0) -> tuple[float, FlushReason, int]:
+def run_until_flush(
+    acc: Accumulator[int], start: float, arrival_gap: float | None, limit: float = 10.0
+) -> tuple[float, FlushReason, int]:
     """Step a virtual clock in 1 ms ticks, adding a row every ``arrival_gap`` seconds,
     until the accumulator is due. Returns (time, reason, rows)."""
     now = start
@@ -70,7 +72,7 @@ def test_steady_traffic_that_fills_in_time_waits_for_a_full_batch() -> None:
             acc.take()
         now += 0.001
     acc.drain()
-    at, reason, rows = run_until_flush(acc, now, 0.001)
+    _at, reason, rows = run_until_flush(acc, now, 0.001)
     assert reason is FlushReason.FULL
     assert rows == 64
 
@@ -99,7 +101,7 @@ def test_sudden_drop_does_not_hold_rows_for_traffic_that_stopped() -> None:
     for _ in range(5):
         now += 0.4
         acc.add(0, now)
-        at, reason, rows = run_until_flush(acc, now, None)
+        at, _reason, rows = run_until_flush(acc, now, None)
         assert rows == 1
         assert at - now <= PARAMS.min_wait + 0.0011
         acc.take()

@@ -26,8 +26,14 @@ async def server(answer: Answer) -> AsyncIterator[tuple[str, list[int]]]:
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
-                length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                               if line.lower().startswith(b"content-length:")), 0)
+                length = next(
+                    (
+                        int(line.split(b":")[1])
+                        for line in head.split(b"\r\n")
+                        if line.lower().startswith(b"content-length:")
+                    ),
+                    0,
+                )
                 body = await reader.readexactly(length)
                 connections[mine] += 1
                 for piece in answer(head + body):
@@ -110,8 +116,10 @@ async def test_a_chunked_answer_comes_back_whole_and_the_connection_is_kept() ->
 
 
 async def test_an_answer_without_framing_or_with_another_encoding_is_refused_by_name() -> None:
-    for head, named in ((b"HTTP/1.1 200 OK\r\n\r\nabc", "neither Content-Length"),
-                        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n", "Transfer-Encoding")):
+    for head, named in (
+        (b"HTTP/1.1 200 OK\r\n\r\nabc", "neither Content-Length"),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n", "Transfer-Encoding"),
+    ):
         async with server(lambda request, head=head: [head]) as (url, _):  # type: ignore[misc]
             pool = HttpPool(url)
             try:

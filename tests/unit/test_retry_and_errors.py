@@ -26,8 +26,11 @@ def test_transient_classes_are_the_retry_worthy_ones() -> None:
 def test_summarize_keeps_the_exception_line_of_a_traceback() -> None:
     message = (
         "Failed to process the request(s) for model 'm_0_0', message: TritonModelException: Traceback "
-        "(most recent call last):\n  File \"/x/model.py\", line 1, in execute\n    raise e\n"
+        '(most recent call last):\n  File "/x/model.py", line 1, in execute\n    raise e\n'
         "workers.reference_model.ReferenceModelFault: row 0 starts with '!fail': fault hook triggered\n\nAt:\n  /x(1): execute\n"
     )
-    assert summarize(message) == "workers.reference_model.ReferenceModelFault: row 0 starts with '!fail': fault hook triggered"
+    assert (
+        summarize(message)
+        == "workers.reference_model.ReferenceModelFault: row 0 starts with '!fail': fault hook triggered"
+    )
     assert summarize("plain message") == "plain message"

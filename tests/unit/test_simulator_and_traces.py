@@ -106,12 +106,19 @@ def test_traces_round_trip_through_parquet_files_and_directories(tmp_path: Path)
 
 
 def test_policy_changes_are_validated_as_a_whole() -> None:
-    current = {"max_wait_ms": 250.0, "min_wait_ms": 20.0, "latency_target_ms": 50.0, "rate_halflife_ms": 500.0, "fill_slack": 1.25,
-               "min_worthwhile_rows": 4.0, "low_max_wait_ms": 30000.0}
+    current = {
+        "max_wait_ms": 250.0,
+        "min_wait_ms": 20.0,
+        "latency_target_ms": 50.0,
+        "rate_halflife_ms": 500.0,
+        "fill_slack": 1.25,
+        "min_worthwhile_rows": 4.0,
+        "low_max_wait_ms": 30000.0,
+    }
     assert apply_changes(current, {"max_wait_ms": "100"}, 64)["max_wait_ms"] == 100.0
     with pytest.raises(TuningError, match="min_wait"):
         apply_changes(current, {"max_wait_ms": 10}, 64)
-    with pytest.raises(TuningError, match="unknown parameter.*batch_size"):
+    with pytest.raises(TuningError, match=r"unknown parameter.*batch_size"):
         apply_changes(current, {"batch_size": 32}, 64)
     with pytest.raises(TuningError, match="must be a number"):
         apply_changes(current, {"max_wait_ms": "soon"}, 64)

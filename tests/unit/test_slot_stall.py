@@ -18,7 +18,7 @@ from brimful.core.policy_params import PolicyParams
 from brimful.workers.circuit_breaker import CircuitBreaker
 from brimful.workers.endpoint_pool import EndpointPool
 from brimful.workers.model_pool import ModelPool, NoSlotInTime
-from tests.unit.test_batcher_shutdown import TOPIC, _Consumer, _record
+from tests.helpers.fake_consumer import TOPIC, FakeConsumer, record_at
 
 
 class _Clock:
@@ -33,7 +33,11 @@ def _pool(clock: _Clock, slot_wait_s: float) -> ModelPool:
     # A circuit, once open, stays open for far longer than any test here looks.
     endpoints = EndpointPool(1, lambda: CircuitBreaker(1, 1000.0, 1000.0, rng=random.Random(1)))
     return ModelPool(
-        ["model:8001"], endpoints, connect=lambda url: None, batch_size=64, clock=clock,  # type: ignore[arg-type, return-value]
+        ["model:8001"],
+        endpoints,
+        connect=lambda url: None,
+        batch_size=64,
+        clock=clock,  # type: ignore[arg-type, return-value]
         slot_wait_s=slot_wait_s,
     )
 
@@ -84,16 +88,26 @@ def test_rows_waiting_while_no_slot_moves_fail_liveness_after_the_bound() -> Non
     clock = _Clock()
     pool = _pool(clock, slot_wait_s=5.0)
     service = BatcherService(
-        _Consumer(), TOPIC, SimpleNamespace(pool=pool), dead_letters=None,  # type: ignore[arg-type]
-        params=PolicyParams(), limits=BatcherLimits(), clock=clock,
+        FakeConsumer(),
+        TOPIC,
+        SimpleNamespace(pool=pool),
+        dead_letters=None,  # type: ignore[arg-type]
+        params=PolicyParams(),
+        limits=BatcherLimits(),
+        clock=clock,
     )
-    probes = Probes(seconds_since_fetch=lambda: 0.0, consuming=lambda: True, status=dict,
-                    slots_stalled_s=service.slots_stalled_s, stall_after_s=10.0)
+    probes = Probes(
+        seconds_since_fetch=lambda: 0.0,
+        consuming=lambda: True,
+        status=dict,
+        slots_stalled_s=service.slots_stalled_s,
+        stall_after_s=10.0,
+    )
     clock.now += 3600.0  # idle for an hour: no row waits, so nothing is stalled
     assert service.slots_stalled_s() == 0.0
     tp = TopicPartition(TOPIC, 0)
     service.assign([tp])
-    service._accept({tp: [_record(7)]})
+    service._accept({tp: [record_at(7)]})
     clock.now += 9.0
     assert answer("GET", "/healthz", probes).status == 200
     clock.now += 2.0

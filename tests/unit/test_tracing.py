@@ -36,7 +36,7 @@ def test_accept_and_enqueue_continue_the_callers_trace_and_the_headers_carry_enq
     assert format(accept.parent.span_id, "016x") == CALLER_SPAN
     assert enqueue.parent.span_id == accept.context.span_id
     assert enqueue.attributes["brimful.task_id"] == "t1"
-    (name, value), = headers
+    ((name, value),) = headers
     assert name == "traceparent"
     assert value.decode() == f"00-{CALLER_TRACE}-{enqueue.context.span_id:016x}-01"
 
@@ -57,8 +57,16 @@ def test_a_batch_gives_each_traced_task_its_wait_call_and_store_spans() -> None:
     ]
     junk = TracedTask("untraced", [("traceparent", b"not a trace context")], 1_000)
     batch = BatchTrace(
-        batch_id="b" * 32, flush_reason="slot_free", partition=3, flushed_ns=2_000, call_started_ns=2_100,
-        call_ended_ns=3_000, stored_ns=3_500, endpoint="127.0.0.1:8001", rows=3, calls=1,
+        batch_id="b" * 32,
+        flush_reason="slot_free",
+        partition=3,
+        flushed_ns=2_000,
+        call_started_ns=2_100,
+        call_ended_ns=3_000,
+        stored_ns=3_500,
+        endpoint="127.0.0.1:8001",
+        rows=3,
+        calls=1,
     )
     tracing.record_batch(batch, [*tasks, junk])
     spans = exporter.get_finished_spans()
@@ -81,8 +89,16 @@ def test_a_batch_that_never_reached_the_model_records_only_its_wait() -> None:
     tracing, exporter = traced()
     task = TracedTask("t", [("traceparent", f"00-{0xA1:032x}-{0xB1:016x}-01".encode())], 1_000)
     batch = BatchTrace(
-        batch_id="b", flush_reason="full", partition=0, flushed_ns=2_000, call_started_ns=0, call_ended_ns=0,
-        stored_ns=3_000, endpoint="", rows=1, calls=0,
+        batch_id="b",
+        flush_reason="full",
+        partition=0,
+        flushed_ns=2_000,
+        call_started_ns=0,
+        call_ended_ns=0,
+        stored_ns=3_000,
+        endpoint="",
+        rows=1,
+        calls=0,
     )
     tracing.record_batch(batch, [task])
     assert [span.name for span in exporter.get_finished_spans()] == ["brimful.wait_in_batch"]

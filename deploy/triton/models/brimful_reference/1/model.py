@@ -11,8 +11,8 @@ import sys
 
 sys.path.insert(0, os.path.join(os.environ.get("REFERENCE_MODEL_SOURCE", "/opt/brimful"), "model_server"))
 
-import triton_python_backend_utils as pb_utils  # noqa: E402  (provided by the Python backend)
-from reference_model import ReferenceModelFault, reference_infer  # noqa: E402
+import triton_python_backend_utils as pb_utils
+from reference_model import ReferenceModelFault, reference_infer
 
 
 class TritonPythonModel:

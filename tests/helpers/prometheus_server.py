@@ -7,9 +7,10 @@ import shutil
 import subprocess
 import time
 import urllib.request
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import httpx
 import yaml
@@ -38,9 +39,15 @@ def running_prometheus(workdir: Path, targets: dict[str, list[str]]) -> Iterator
     url = f"http://127.0.0.1:{port}"
     log = (workdir / "prometheus.log").open("w")
     process = subprocess.Popen(
-        [binary, f"--config.file={config_file}", f"--storage.tsdb.path={workdir / 'data'}",
-         f"--web.listen-address=127.0.0.1:{port}", "--web.enable-lifecycle"],
-        stdout=log, stderr=subprocess.STDOUT,
+        [
+            binary,
+            f"--config.file={config_file}",
+            f"--storage.tsdb.path={workdir / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--web.enable-lifecycle",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     try:
         deadline = time.monotonic() + 30

@@ -18,10 +18,8 @@ class TaskClient:
         self._connections = connections
         self._session: aiohttp.ClientSession | None = None
 
-    async def __aenter__(self) -> "TaskClient":
-        self._session = aiohttp.ClientSession(
-            self._base_url, connector=aiohttp.TCPConnector(limit=self._connections)
-        )
+    async def __aenter__(self) -> TaskClient:
+        self._session = aiohttp.ClientSession(self._base_url, connector=aiohttp.TCPConnector(limit=self._connections))
         return self
 
     async def __aexit__(self, *exc: object) -> None:

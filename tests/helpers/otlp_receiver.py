@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import gzip
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Iterator
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
@@ -49,10 +49,18 @@ class Spans:
                     for attribute in span.attributes:
                         kind = attribute.value.WhichOneof("value")
                         attributes[attribute.key] = getattr(attribute.value, kind) if kind else None
-                    found.append(ReceivedSpan(
-                        service, span.name, span.trace_id.hex(), span.span_id.hex(), span.parent_span_id.hex(),
-                        span.start_time_unix_nano, span.end_time_unix_nano, attributes,
-                    ))
+                    found.append(
+                        ReceivedSpan(
+                            service,
+                            span.name,
+                            span.trace_id.hex(),
+                            span.span_id.hex(),
+                            span.parent_span_id.hex(),
+                            span.start_time_unix_nano,
+                            span.end_time_unix_nano,
+                            attributes,
+                        )
+                    )
         with self._lock:
             self._spans.extend(found)
 
@@ -72,7 +80,7 @@ def running_otlp_receiver() -> Iterator[tuple[str, Spans]]:
     spans = Spans()
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length", "0"))
             if self.path != "/v1/traces" or not 0 < length <= MAX_BODY_BYTES:
                 self.send_error(404 if self.path != "/v1/traces" else 413)
