@@ -29,7 +29,8 @@ from aiokafka.structs import RecordMetadata
 from redis.exceptions import RedisError
 
 from brimful.core import metrics
-from brimful.core.task_store import NewTask, TaskStore
+from brimful.core.task_record import NewTask
+from brimful.core.task_store import TaskStore
 
 log = logging.getLogger("brimful.api")
 

@@ -25,8 +25,8 @@ from brimful.core import metrics
 from brimful.core.clock import now_ms
 from brimful.core.model_catalogue import ModelCatalogue, UnknownModelError
 from brimful.core.model_signature import ModelSignature
+from brimful.core.task_record import NewTask
 from brimful.core.task_status import TaskStatus
-from brimful.core.task_store import NewTask
 from brimful.core.tenant_limits import TenantLimits
 from brimful.core.tensor_codec import InputValidationError, encode_input
 from brimful.schemas import InputTensor, TaskRequest
@@ -192,7 +192,7 @@ async def claim_idempotency_key(state: ApiState, key: str, task_id: str, submiss
     stale_after_ms = 1000 * (2 * (settings.kafka_request_timeout_ms / 1000 + settings.redis_pool_timeout_s) + 5)
     deadline = time.monotonic() + IDEMPOTENCY_WAIT_S
     while True:
-        held = await state.store.claim_idempotency_key(key, task_id)
+        held = await state.store.idempotency.claim(key, task_id)
         if held is None:
             return None
         if not held.pending:
@@ -200,10 +200,10 @@ async def claim_idempotency_key(state: ApiState, key: str, task_id: str, submiss
         if now_ms() - held.claimed_at_ms > stale_after_ms:
             record = await state.store.get(held.task_id)
             if record is None:
-                if await state.store.take_over_idempotency_key(key, held, task_id):
+                if await state.store.idempotency.take_over(key, held, task_id):
                     return None
                 continue
-            if await state.store.take_over_idempotency_key(key, held, held.task_id):
+            if await state.store.idempotency.take_over(key, held, held.task_id):
                 if record.status is TaskStatus.QUEUED:
                     await resend(state, submission, held.task_id, record.tenant, record.submitted_at_ms)
                 await commit_idempotency_key(state, key, held.task_id)
@@ -227,7 +227,7 @@ async def commit_idempotency_key(state: ApiState, key: str, task_id: str) -> Non
     """Bind the key to its task for the retention time, now that the task is accepted. The
     task is on the broker whatever happens here: a failure is logged, never answered."""
     try:
-        if not await state.store.commit_idempotency_key(key, task_id):
+        if not await state.store.idempotency.commit(key, task_id):
             log.error("Idempotency-Key claim lapsed before its task was accepted", extra={"task_id": task_id})
     except RedisError as error:
         log.error("could not bind an Idempotency-Key to its task", extra={"task_id": task_id, "error": str(error)})
@@ -237,7 +237,7 @@ async def release_idempotency_key(state: ApiState, key: str, task_id: str) -> No
     """Free the key of a submission that was not accepted; if Redis fails now, the claim
     lapses by itself (and retries meanwhile hear 409, never a task that does not exist)."""
     try:
-        await state.store.release_idempotency_key(key, task_id)
+        await state.store.idempotency.release(key, task_id)
     except RedisError as error:
         log.warning(
             "could not free an Idempotency-Key; it lapses by itself", extra={"task_id": task_id, "error": str(error)}

@@ -30,8 +30,8 @@ from brimful.api.submission import (
 )
 from brimful.api.task_waiters import read_own_task
 from brimful.core.api_keys import Scope
+from brimful.core.task_record import TaskRecord
 from brimful.core.task_status import TaskStatus
-from brimful.core.task_store import TaskRecord
 
 router = APIRouter(tags=["tasks"])
 

@@ -18,9 +18,11 @@ from types import TracebackType
 from brimful.api.errors import ApiError
 from brimful.core import metrics
 from brimful.core.channel_follower import follow_channel
+from brimful.core.finished_message import FinishedMessage
 from brimful.core.redis_client import RedisClient
 from brimful.core.redis_keys import RedisKeys
-from brimful.core.task_store import FinishedMessage, TaskRecord, TaskStore
+from brimful.core.task_record import TaskRecord
+from brimful.core.task_store import TaskStore
 
 
 async def read_own_task(store: TaskStore, task_id: str, tenant: str) -> TaskRecord | None:

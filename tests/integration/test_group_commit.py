@@ -21,7 +21,8 @@ from brimful.core.clock import now_ms
 from brimful.core.kafka import ensure_topics, make_producer, read_whole_topic
 from brimful.core.redis_client import make_redis
 from brimful.core.redis_keys import RedisKeys
-from brimful.core.task_store import NewTask, TaskStore
+from brimful.core.task_record import NewTask
+from brimful.core.task_store import TaskStore
 from brimful.stack import EmbeddedStack
 from tests.helpers.polling import wait_for
 from tests.helpers.stacks import stack_settings

@@ -10,7 +10,8 @@ from redis.asyncio import Redis
 
 from brimful.core.clock import now_ms
 from brimful.core.redis_keys import RedisKeys
-from brimful.core.task_store import NewTask, TaskStore
+from brimful.core.task_record import NewTask
+from brimful.core.task_store import TaskStore
 from brimful.stack import EmbeddedStack
 from tests.helpers.pipeline import expected_outputs
 from tests.helpers.stacks import rows_seen_by_model

@@ -31,7 +31,8 @@ from brimful.core.kafka import ensure_topics, make_producer
 from brimful.core.model_signature import TensorSpec
 from brimful.core.redis_keys import RedisKeys
 from brimful.core.settings import Settings
-from brimful.core.task_store import TaskStatus, TaskStore
+from brimful.core.task_status import TaskStatus
+from brimful.core.task_store import TaskStore
 from brimful.core.tensor_codec import encode_input
 from brimful.schemas import TaskRequest
 from brimful.stack import EmbeddedStack

@@ -17,8 +17,9 @@ from redis.asyncio.cluster import RedisCluster
 
 from brimful.core.channel_follower import follow_channel
 from brimful.core.clock import now_ms
+from brimful.core.finished_message import FinishedMessage
 from brimful.core.redis_keys import RedisKeys
-from brimful.core.task_store import FinishedMessage, TaskStore
+from brimful.core.task_store import TaskStore
 from brimful.stack import EmbeddedStack
 from brimful.stack.embedded import REDIS_CLUSTER_MASTERS
 from brimful.stack.processes import wait_until

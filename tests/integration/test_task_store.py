@@ -6,17 +6,21 @@ import asyncio
 import uuid
 from collections.abc import AsyncIterator
 
+import orjson
 import pytest
 from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 
 from brimful.core.clock import now_ms
+from brimful.core.finished_message import FINISHED_MESSAGE_LUA, FinishedMessage
 from brimful.core.redis_keys import RedisKeys
 from brimful.core.stats import SharedStats, StatsField
+from brimful.core.task_record import KnownTask, NewTask
 from brimful.core.task_status import TaskStatus
-from brimful.core.task_store import FinishedMessage, KnownTask, NewTask, TaskStore
+from brimful.core.task_store import TaskStore
 from brimful.core.tenant_limits import TenantLimits, TenantLimitStore
 from brimful.stack import EmbeddedStack
+from tests.helpers.polling import wait_for
 from tests.helpers.redis_sends import SendCounter
 
 
@@ -213,17 +217,17 @@ async def test_requests_that_find_a_tenants_limits_stale_share_one_read(
 
 async def test_an_idempotency_key_names_a_task_only_once_it_was_accepted(store: TaskStore) -> None:
     first, second = uuid.uuid4().hex, uuid.uuid4().hex
-    assert await store.claim_idempotency_key("k", first) is None
-    held = await store.claim_idempotency_key("k", second)
+    assert await store.idempotency.claim("k", first) is None
+    held = await store.idempotency.claim("k", second)
     assert held is not None and held.task_id == first and held.pending  # under way: not yet a task to name
-    await store.release_idempotency_key("k", second)  # another submission's release frees nothing
-    assert (await store.claim_idempotency_key("k", second)).pending  # type: ignore[union-attr]
-    await store.release_idempotency_key("k", first)  # the first was refused: the key is free again
-    assert await store.claim_idempotency_key("k", second) is None
-    assert await store.commit_idempotency_key("k", second)
-    held = await store.claim_idempotency_key("k", first)
+    await store.idempotency.release("k", second)  # another submission's release frees nothing
+    assert (await store.idempotency.claim("k", second)).pending  # type: ignore[union-attr]
+    await store.idempotency.release("k", first)  # the first was refused: the key is free again
+    assert await store.idempotency.claim("k", second) is None
+    assert await store.idempotency.commit("k", second)
+    held = await store.idempotency.claim("k", first)
     assert held is not None and held.task_id == second and not held.pending
-    assert not await store.commit_idempotency_key("k", first)  # only the claim's owner binds it
+    assert not await store.idempotency.commit("k", first)  # only the claim's owner binds it
 
 
 async def test_an_idempotency_key_lives_as_long_as_its_task_waits_then_as_its_result(stack: EmbeddedStack) -> None:
@@ -231,16 +235,16 @@ async def test_an_idempotency_key_lives_as_long_as_its_task_waits_then_as_its_re
     store = TaskStore(redis, RedisKeys(f"idem-test-{uuid.uuid4().hex[:8]}"), ttl_s=60, waiting_ttl_s=600)
     try:
         task_id = uuid.uuid4().hex
-        assert await store.claim_idempotency_key("t1/order-7", task_id) is None
+        assert await store.idempotency.claim("t1/order-7", task_id) is None
         assert 60 < await redis.ttl(store.keys.idempotency("t1/order-7")) <= 600  # a claim outlives a stop too
         (outcome,) = await store.create_queued_many([NewTask(task_id, now_ms(), "t1", 0, "m", "t1/order-7")])
-        assert outcome is None and await store.commit_idempotency_key("t1/order-7", task_id)
+        assert outcome is None and await store.idempotency.commit("t1/order-7", task_id)
         # Accepted, and waiting in a backlog maybe past the result retention: the key waits with it.
         assert 60 < await redis.ttl(store.keys.idempotency("t1/order-7")) <= 600
         await store.mark_running([task_id])
         assert await store.mark_done({task_id: {"Y": 1}}) == 1
         assert 0 < await redis.ttl(store.keys.idempotency("t1/order-7")) <= 60  # final: as long as its result
-        held = await store.claim_idempotency_key("t1/order-7", uuid.uuid4().hex)
+        held = await store.idempotency.claim("t1/order-7", uuid.uuid4().hex)
         assert held is not None and held.task_id == task_id and not held.pending
     finally:
         await redis.aclose()
@@ -356,4 +360,51 @@ async def test_a_group_is_recorded_in_one_round_trip_each_task_on_its_own(
         records = [await store.get(task.task_id) for task in ok]
         assert all(r is not None and r.status is TaskStatus.QUEUED and r.tenant == "ok" for r in records)
     finally:
+        await redis.aclose()
+
+
+async def test_the_finished_message_written_in_lua_reads_back_whole_in_python(stack: EmbeddedStack) -> None:
+    # The encoder runs in the real Redis, on values with every character the format leans
+    # on: escaped newlines and control characters inside the JSON, non-ASCII text.
+    redis = Redis.from_url(stack.settings.redis_url)
+    outputs = {"TEXT": 'a\nb\t"c"\x1e ñ 漢字', "LENGTH": [3]}
+    channel = f"finished-test-{uuid.uuid4().hex}"
+    pubsub = redis.pubsub()
+    await pubsub.subscribe(channel)
+    try:
+        script = (
+            FINISHED_MESSAGE_LUA
+            + "publish_finished(KEYS[1], {finished_entry(unpack(ARGV, 1, 8)), finished_entry(unpack(ARGV, 9, 16))})"
+        )
+        done = ["t1", "done", "100", "130", "acme", "brimful_reference", "outputs", orjson.dumps(outputs)]
+        failed = ["t2", "failed", "101", "131", "globex", "m", "error", orjson.dumps({"class": "model_error"})]
+        await redis.eval(script, 1, channel, *done, *failed)
+
+        payloads: list[bytes] = []
+
+        async def heard() -> bool:
+            message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=0.1)
+            if message is not None:
+                payloads.append(message["data"])
+            return bool(payloads)
+
+        await wait_for(heard, 5, "the finished message")
+        entries = FinishedMessage.entries(payloads[0])
+        assert [FinishedMessage.task_id(entry) for entry in entries] == ["t1", "t2"]
+        first, second = (FinishedMessage.record(entry) for entry in entries)
+        assert (first.status, first.outputs, first.tenant, first.model, first.updated_at_ms) == (
+            TaskStatus.DONE,
+            outputs,
+            "acme",
+            "brimful_reference",
+            130,
+        )
+        assert (second.status, second.error, second.outputs, second.submitted_at_ms) == (
+            TaskStatus.FAILED,
+            {"class": "model_error"},
+            None,
+            101,
+        )
+    finally:
+        await pubsub.aclose()
         await redis.aclose()

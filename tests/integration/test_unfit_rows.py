@@ -12,7 +12,8 @@ from redis.asyncio import Redis
 from brimful.core.clock import now_ms
 from brimful.core.kafka import make_producer
 from brimful.core.redis_keys import RedisKeys
-from brimful.core.task_store import NewTask, TaskStore
+from brimful.core.task_record import NewTask
+from brimful.core.task_store import TaskStore
 from brimful.schemas import InputTensor, TaskRequest
 from brimful.stack import EmbeddedStack
 from tests.helpers.live_policy import tune_live

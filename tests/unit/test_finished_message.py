@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from brimful.core.finished_message import FinishedMessage
+from brimful.core.task_record import TaskRecord
 from brimful.core.task_status import TaskStatus
-from brimful.core.task_store import FinishedMessage, TaskRecord
 
 
 def test_an_entry_carries_the_task_s_model() -> None:

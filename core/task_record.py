@@ -1,0 +1,125 @@
+"""A task's record in Redis (``RedisKeys.task``): its fields, the one Lua function that
+writes a new record, and the record as ``GET /v1/tasks/{id}`` shows it.
+
+Three paths write a record from nothing: admission (a new task), the re-creation of a
+task whose record Redis lost, and a replay. They all go through ``WRITE_RECORD_LUA``
+(on a Redis Cluster admission writes the same fields through ``record_fields``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import orjson
+
+from brimful.core.task_status import TaskStatus
+
+
+class Field:
+    """The fields of a task's hash."""
+
+    STATUS = "status"
+    SUBMITTED_AT_MS = "submitted_at_ms"
+    UPDATED_AT_MS = "updated_at_ms"
+    TENANT = "tenant"
+    MODEL = "model"
+    IDEMPOTENCY_KEY = "idem"  # the Redis key of the Idempotency-Key it was submitted with
+    RECREATED = "recreated"  # "1": written again from its Kafka record
+    # What a final task holds, one of: its own outputs, an identical task's (the result
+    # cache: the same JSON, and the answer says cached), or its error.
+    OUTPUTS = "outputs"
+    CACHED_OUTPUTS = "cached_outputs"
+    ERROR = "error"
+
+
+def _fields_lua() -> str:
+    pairs = ", ".join(f"{name} = '{value}'" for name, value in vars(Field).items() if name.isupper())
+    return f"local F = {{{pairs}}}\n"
+
+
+# The field names for Lua, as ``F.STATUS`` and so on: every script that touches a record
+# starts with this.
+FIELDS_LUA = _fields_lua()
+
+# write_record(call, key, ttl_s, status, submitted_at_ms, updated_at_ms, tenant, model,
+# extra...): the record from nothing (extra: more field, value pairs), kept ttl_s; returns
+# the HSET's reply. ``call`` is redis.call, or redis.pcall for a caller that must survive a
+# key of the wrong type (the error reply is returned and nothing expires).
+WRITE_RECORD_LUA = (
+    FIELDS_LUA
+    + """
+local function write_record(call, key, ttl, status, submitted, updated, tenant, model, ...)
+  local reply = call('HSET', key, F.STATUS, status, F.SUBMITTED_AT_MS, submitted, F.UPDATED_AT_MS, updated,
+                     F.TENANT, tenant, F.MODEL, model, ...)
+  if type(reply) == 'table' and reply.err then
+    return reply
+  end
+  redis.call('EXPIRE', key, ttl)
+  return reply
+end
+"""
+)
+
+
+def record_fields(status: TaskStatus, submitted_at_ms: int, tenant: str, model: str) -> dict[str, str | int]:
+    """A new record's fields as ``WRITE_RECORD_LUA`` writes them, for a writer in Python."""
+    return {
+        Field.STATUS: status.value,
+        Field.SUBMITTED_AT_MS: submitted_at_ms,
+        Field.UPDATED_AT_MS: submitted_at_ms,
+        Field.TENANT: tenant,
+        Field.MODEL: model,
+    }
+
+
+class KnownTask(NamedTuple):
+    """What a task's Kafka record says of it: enough to write its record again."""
+
+    task_id: str
+    submitted_at_ms: int
+    tenant: str
+    model: str
+
+
+class NewTask(NamedTuple):
+    """A task to record as queued: its id, when it was submitted, its tenant, the
+    tenant's limit of tasks in flight (0: none), the model it is for, and the
+    Idempotency-Key it was submitted with ("": none; its lifetime then follows the task's)."""
+
+    task_id: str
+    submitted_at_ms: int
+    tenant: str = ""
+    max_in_flight: int = 0
+    model: str = ""
+    idempotency_key: str = ""
+
+
+@dataclass(frozen=True)
+class TaskRecord:
+    """A task as stored: what ``GET /v1/tasks/{id}`` shows."""
+
+    task_id: str
+    status: TaskStatus
+    submitted_at_ms: int
+    updated_at_ms: int
+    outputs: dict[str, Any] | None
+    error: dict[str, Any] | None
+    tenant: str = ""
+    model: str = ""  # empty for a task recorded before tasks named their model
+    cached: bool = False  # done with a result computed for an identical task, not its own call
+
+    @classmethod
+    def from_fields(cls, task_id: str, fields: dict[str, str]) -> TaskRecord:
+        """The record from its hash's fields, as text."""
+        outputs = fields.get(Field.OUTPUTS, fields.get(Field.CACHED_OUTPUTS))
+        return cls(
+            task_id=task_id,
+            status=TaskStatus(fields[Field.STATUS]),
+            submitted_at_ms=int(fields.get(Field.SUBMITTED_AT_MS, 0)),
+            updated_at_ms=int(fields.get(Field.UPDATED_AT_MS, 0)),
+            outputs=orjson.loads(outputs) if outputs else None,
+            error=orjson.loads(fields[Field.ERROR]) if Field.ERROR in fields else None,
+            tenant=fields.get(Field.TENANT, ""),
+            model=fields.get(Field.MODEL, ""),
+            cached=Field.CACHED_OUTPUTS in fields,
+        )
