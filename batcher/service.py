@@ -33,7 +33,8 @@ from brimful.core.fetch_pacer import FetchPacer
 from brimful.core.policy_params import PolicyParams
 from brimful.core.pool_capacity import PoolCapacity
 from brimful.schemas import TaskRequest
-from brimful.workers.batch_runner import Batch, BatchItem, BatchRunner
+from brimful.workers.batch import Batch, BatchItem
+from brimful.workers.batch_runner import BatchRunner
 from brimful.workers.dead_letters import DeadLetterWriter, dead_letter
 from brimful.workers.model_pool import Slot
 

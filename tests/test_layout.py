@@ -87,7 +87,7 @@ def test_the_rule_catches_what_it_forbids() -> None:
     assert violations("workers", "from api.state import ApiState")  # a bare room name
     assert violations("client", "from brimful.core.settings import Settings")
     assert violations("api", "from .state import ApiState")
-    assert not violations("batcher", "from brimful.workers.batch_runner import Batch\nfrom brimful.core import metrics")
+    assert not violations("batcher", "from brimful.workers.batch import Batch\nfrom brimful.core import metrics")
     assert not violations("brimful", "from brimful.batcher.simulator import simulate")
 
 

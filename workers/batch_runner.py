@@ -7,24 +7,13 @@ Failures are handled by class (``brimful.workers.model_errors``):
   a backoff; each endpoint's circuit breaker hears it, and the batcher pauses consumption
   while every circuit is open. Such retries use up no attempts, so an outage sends
   nothing to the DLQ. Only an outage longer than ``transient_give_up_s`` does.
-- **the model rejects the batch** (model error, malformed request): the batch is split in
-  halves, each padded back to the full size, until the failing rows are alone; the good
-  rows complete. A row that still fails alone is retried up to ``max_attempts`` calls in
-  all, then its task becomes ``failed`` and its request goes to the DLQ. A refused batch
-  of several tenants is split by tenant first, and every call made to isolate a tenant's
-  rows is charged to that tenant's ``IsolationBudget``; once it is spent, that tenant's
-  refused rows fail at once.
+- **the model rejects the batch** (model error, malformed request): the failing rows are
+  isolated (``workers/isolation.py``) and fail with their dead letters
+  (``workers/task_failures.py``); the good rows complete.
 
-Identical tasks (the same model, version, inputs and, unless results may cross tenants,
-tenant: ``workers/result_cache.py``) are computed once: a task whose result the batcher's
-cache holds is answered from it; of the identical tasks in one batch the model sees one
-row, whose result or failure every one of them gets; and a task identical to one that
-another batch of this batcher is computing waits for that row's result (if that row
-fails, the waiting task is computed in its own batch: a failure is never shared beyond
-the batch). A task may opt out, and a model may be marked not cacheable.
-
-Running the same batch twice is harmless: final tasks are skipped and the store lets a
-task reach a final state once.
+Identical tasks are computed once (``workers/shared_rows.py``). Running the same batch
+twice is harmless: final tasks are skipped and the store lets a task reach a final state
+once.
 """
 
 from __future__ import annotations
@@ -32,123 +21,31 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
+from numpy.typing import NDArray
 
 from brimful.core import metrics
-from brimful.core.clock import now_ms
 from brimful.core.model_signature import ModelSignature
 from brimful.core.stats import SharedStats, StatsField
-from brimful.core.task_store import KnownTask, TaskStore
-from brimful.core.tensor_codec import non_finite_rows, output_rows_to_json, row_mismatch, stack_rows
+from brimful.core.task_record import KnownTask
+from brimful.core.task_store import TaskStore
+from brimful.core.tensor_codec import non_finite_rows, output_rows_to_json, stack_rows
 from brimful.core.tracing import BatchTrace, TracedTask, Tracing
-from brimful.schemas import Attempt, TaskRequest
-from brimful.workers.dead_letters import DeadLetterWriter, dead_letter
+from brimful.workers.batch import Batch, BatchItem, BatchOutcome, Seat, observe_latency
+from brimful.workers.dead_letters import DeadLetterWriter
+from brimful.workers.isolation import Isolation
 from brimful.workers.isolation_budget import IsolationBudget
-from brimful.workers.model_errors import ErrorClass, ModelCallError
+from brimful.workers.model_errors import ErrorClass, ModelCallError, TransientOutageTooLong
 from brimful.workers.model_pool import ModelPool, Slot
 from brimful.workers.padding import pad_batch, unpad
-from brimful.workers.result_cache import ResultCache, cache_key, plan_batch
+from brimful.workers.result_cache import ResultCache
 from brimful.workers.retry_policy import BatchRetryPolicy
+from brimful.workers.shared_rows import Followers, Group, SharedRows
+from brimful.workers.task_failures import Attempts, TaskFailures
 
 log = logging.getLogger("brimful.worker")
-
-
-@dataclass(frozen=True)
-class BatchItem:
-    """One task in a batch, with where it came from."""
-
-    request: TaskRequest
-    partition: int
-    offset: int
-    trace_headers: tuple[tuple[str, bytes], ...] = ()  # the task's trace context (tracing on)
-    arrived_ns: int = 0  # when the batcher fetched it, wall clock
-
-    @property
-    def task_id(self) -> str:
-        return self.request.task_id
-
-
-@dataclass
-class Batch:
-    """Rows flushed together from one partition."""
-
-    batch_id: str
-    partition: int
-    items: list[BatchItem]
-    reason: str
-    slot: Slot | None = None  # the model slot taken when it was dispatched; used by its first run
-    flushed_ns: int = 0  # when it left its accumulator, wall clock
-
-
-@dataclass
-class _Seat:
-    """The slot a running batch holds while it calls the model (None between calls: its
-    Redis and broker work leaves the endpoint to others); a transient failure moves it to
-    another endpoint."""
-
-    slot: Slot | None
-
-
-@dataclass
-class BatchOutcome:
-    """What running a batch did."""
-
-    done: int = 0
-    failed: int = 0
-    skipped: int = 0
-    calls: int = 0
-    isolation_calls: int = 0  # calls made on halves to find poison rows
-    # Shared counters of the flush and of the calls that went through, not yet in Redis: they
-    # go with the batch's results in the same round trip (the tasks done are counted there),
-    # or when the batch ends (failures are added at once: an outage shows live).
-    stats: Counter[str] = field(default_factory=Counter)
-    # The last successful model call, wall clock (for traces).
-    call_started_ns: int = 0
-    call_ended_ns: int = 0
-    endpoint: str = ""
-    # The result cache's view of the rows the model computes: each one's key, and the
-    # identical tasks that share its result (by the computed task's id).
-    keys: dict[str, bytes] = field(default_factory=dict)
-    twins: dict[str, list[BatchItem]] = field(default_factory=dict)
-    # The keys this batch computes for other batches too, with the result they wait on.
-    leading: dict[bytes, asyncio.Future[dict[str, Any] | None]] = field(default_factory=dict)
-
-
-@dataclass
-class _Followers:
-    """Identical tasks of this batch whose row another batch is computing right now."""
-
-    key: bytes
-    computing: asyncio.Future[dict[str, Any] | None]  # its result; None: that row failed or its batch stopped
-    items: list[BatchItem]
-
-
-@dataclass
-class _Attempts:
-    """Failed calls per task, for the dead letters."""
-
-    by_task: dict[str, list[Attempt]] = field(default_factory=dict)
-
-    def record(self, items: list[BatchItem], error: ModelCallError) -> None:
-        attempt = Attempt(at_ms=now_ms(), error_class=error.error_class.value, error_message=error.message)
-        for item in items:
-            self.by_task.setdefault(item.task_id, []).append(attempt)
-
-    def of(self, item: BatchItem) -> list[Attempt]:
-        return self.by_task.get(item.task_id, [])
-
-
-class TransientOutageTooLong(Exception):
-    """Transient failures outlasted ``transient_give_up_s``."""
-
-    def __init__(self, error: ModelCallError) -> None:
-        super().__init__(str(error))
-        self.error = error
 
 
 def _ignore_outcome(task: asyncio.Future[Any]) -> None:
@@ -184,19 +81,23 @@ class BatchRunner:
         self.signature = signature
         self.store = store
         self.stats = stats
-        self.dead_letters = dead_letters
         self.retry = retry
         self.transient_give_up_s = transient_give_up_s
-        self.isolation = isolation or IsolationBudget()
         self._sleep = sleep
         self._clock = clock
         self.tracing = tracing
-        self.cache = cache
         self.cacheable = cacheable
-        self.cache_across_tenants = cache_across_tenants
-        # Keys some running batch is computing now: a later batch's identical task waits
-        # for that result instead of computing it again.
-        self._computing: dict[bytes, asyncio.Future[dict[str, Any] | None]] = {}
+        self.shared = SharedRows(signature, store, cache, cache_across_tenants)
+        self.failures = TaskFailures(signature, store, stats, dead_letters, self.shared)
+        self.isolation = Isolation(
+            self._call_through_outages,
+            self._store_outputs,
+            self.failures.fail,
+            retry,
+            isolation or IsolationBudget(),
+            clock,
+            sleep,
+        )
 
     async def run(self, batch: Batch) -> BatchOutcome:
         """Run the batch to a final state for every task in it; raises only on store or
@@ -204,7 +105,7 @@ class BatchRunner:
         outcome = BatchOutcome()
         outcome.stats[StatsField.flushes(batch.reason)] += 1
         slot, batch.slot = batch.slot, None  # a run repeated after a store error takes a new one
-        seat = _Seat(slot)
+        seat = Seat(slot)
         try:
             # Only tasks that this atomic move takes from queued to running reach the model:
             # tasks already final (redelivered) or cancelled are left out.
@@ -213,8 +114,8 @@ class BatchRunner:
                 running.update(await self._recreate_missing(batch, running))
             items = [item for item in batch.items if item.task_id in running]
             outcome.skipped = len(batch.items) - len(items)
-            items = await self._fail_unfit(batch, items, outcome)
-            computed, followers = await self._answer_identical(items, outcome) if self.cacheable else (items, [])
+            items = await self.failures.fail_unfit(batch, items, outcome)
+            computed, followers = await self.shared.answer_identical(items, outcome) if self.cacheable else (items, [])
             if followers:
                 if not computed:
                     # Waiting for rows other batches compute holds no model slot: the batch
@@ -223,14 +124,13 @@ class BatchRunner:
                     self._leave_seat(seat)
                 # Rows whose computing batch failed or stopped come back: computed here after all.
                 orphans = await self._follow_beside(batch, seat, computed, followers, outcome)
-                computed = self._lead(orphans, outcome)
+                computed = self.shared.lead(orphans, outcome)
             if computed:
-                await self._resolve(batch, seat, computed, _Attempts(), outcome, isolating=False)
+                await self.isolation.resolve(batch, seat, computed, Attempts(), outcome)
         finally:
             if seat.slot is not None:
                 self.pool.release(seat.slot)
-            for key in list(outcome.leading):  # what it never computed, its followers compute
-                self._settle(outcome, key, None)
+            self.shared.release(outcome)  # what it never computed, its followers compute
         if any(outcome.stats.values()):  # what no store call carried (a batch with no result)
             await self.stats.add(outcome.stats)
         if (
@@ -282,99 +182,16 @@ class BatchRunner:
                 )
         return recreated
 
-    async def _fail_unfit(self, batch: Batch, items: list[BatchItem], outcome: BatchOutcome) -> list[BatchItem]:
-        """Fail at once, each with its dead letter, the tasks whose inputs do not fit the
-        signature the model is called with (checked against another version of it: a
-        replayed dead letter, a model changed under a backlog), before any is stacked into
-        a tensor: one unfit row must not fail its neighbours. Returns the rest."""
-        fit: list[BatchItem] = []
-        unfit: dict[str, list[BatchItem]] = {}  # by reason
-        for item in items:
-            inputs = item.request.inputs
-            reason = None
-            for spec in self.signature.inputs:
-                reason = row_mismatch(spec, inputs.get(spec.name, None))
-                if reason is not None:
-                    break
-            if reason is None:
-                fit.append(item)
-            else:
-                unfit.setdefault(reason, []).append(item)
-        for reason, group in unfit.items():
-            error = ModelCallError(ErrorClass.REJECTED, f"{reason} ({self.signature.name} {self.signature.version})")
-            await self._fail(batch, group, error, _Attempts(), outcome)
-        return fit
-
-    def _key(self, item: BatchItem) -> bytes | None:
-        return cache_key(item.request, self.signature.name, self.signature.version, self.cache_across_tenants)
-
-    async def _answer_identical(
-        self, items: list[BatchItem], outcome: BatchOutcome
-    ) -> tuple[list[BatchItem], list[_Followers]]:
-        """Answer the tasks whose result the cache holds, note the identical ones among the
-        rest, and return the rows the model must compute (one per distinct task) and the
-        tasks that wait for a row another batch is computing."""
-        cache = self.cache
-        plan = plan_batch(items, self._key, lambda key: None if cache is None else cache.get(key))
-        own: list[tuple[bytes | None, list[BatchItem]]] = []
-        followers: list[_Followers] = []
-        for row, (item, key) in enumerate(zip(plan.computed, plan.keys)):
-            group = [item, *plan.duplicates.get(row, ())]
-            computing = None if key is None else self._computing.get(key)
-            if key is None or computing is None:
-                own.append((key, group))
-            else:
-                followers.append(_Followers(key, computing, group))
-        computed = self._lead(own, outcome)
-        outcome.stats[StatsField.CACHE_HITS] += len(plan.hits)
-        metrics.CACHE_HITS.inc(len(plan.hits))
-        if plan.hits:
-            # The batch's counters so far ride along: the round trip is needed anyway.
-            outcome.done += await self.store.mark_done(
-                {item.task_id: outputs for item, outputs in plan.hits},
-                outcome.stats,
-                done_counter=StatsField.TASKS_DONE,
-                cached=True,
-            )
-            outcome.stats.clear()
-            self._observe_latency([item for item, _ in plan.hits])
-        return computed, followers
-
-    def _lead(self, groups: list[tuple[bytes | None, list[BatchItem]]], outcome: BatchOutcome) -> list[BatchItem]:
-        """The rows this batch computes, one per group of identical tasks (with its key, if
-        it has one): noted so the group's other tasks share its result and, while it is
-        computed, so later batches' identical tasks wait for it."""
-        rows: list[BatchItem] = []
-        hits = misses = 0
-        for key, (item, *twins) in groups:
-            rows.append(item)
-            if key is None:
-                continue
-            outcome.keys[item.task_id] = key
-            if twins:
-                outcome.twins[item.task_id] = twins
-            if key not in self._computing:
-                future: asyncio.Future[dict[str, Any] | None] = asyncio.get_running_loop().create_future()
-                self._computing[key] = outcome.leading[key] = future
-            hits += len(twins)
-            misses += 1
-        # Counted once a batch, not once a row: this is on every batch's path.
-        outcome.stats[StatsField.CACHE_HITS] += hits
-        outcome.stats[StatsField.CACHE_MISSES] += misses
-        metrics.CACHE_HITS.inc(hits)
-        metrics.CACHE_MISSES.inc(misses)
-        return rows
-
     async def _follow_beside(
-        self, batch: Batch, seat: _Seat, computed: list[BatchItem], followers: list[_Followers], outcome: BatchOutcome
-    ) -> list[tuple[bytes | None, list[BatchItem]]]:
+        self, batch: Batch, seat: Seat, computed: list[BatchItem], followers: list[Followers], outcome: BatchOutcome
+    ) -> list[Group]:
         """Compute the batch's own rows while its followers wait for theirs; return the
         followers' groups left to compute."""
         if not computed:
-            return await self._follow(followers, outcome)
-        resolving = asyncio.ensure_future(self._resolve(batch, seat, computed, _Attempts(), outcome, isolating=False))
+            return await self.shared.follow(followers, outcome)
+        resolving = asyncio.ensure_future(self.isolation.resolve(batch, seat, computed, Attempts(), outcome))
         try:
-            orphans = await self._follow(followers, outcome)
+            orphans = await self.shared.follow(followers, outcome)
         except BaseException:
             resolving.cancel()
             await asyncio.gather(resolving, return_exceptions=True)
@@ -382,54 +199,7 @@ class BatchRunner:
         await resolving
         return orphans
 
-    async def _follow(
-        self, followers: list[_Followers], outcome: BatchOutcome
-    ) -> list[tuple[bytes | None, list[BatchItem]]]:
-        """Store each waiting group's result as the batch computing it finishes; return the
-        groups whose row failed or whose batch stopped, to be computed here."""
-        orphans: list[tuple[bytes | None, list[BatchItem]]] = []
-        # asyncio.wait never cancels what it waits on: if this batch stops, the computing
-        # batch is untouched.
-        pending = {group.computing for group in followers}
-        while pending:
-            finished, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-            answered: dict[str, dict[str, Any]] = {}
-            items: list[BatchItem] = []
-            for group in followers:
-                if group.computing not in finished:
-                    continue
-                result = group.computing.result()
-                if result is None:
-                    orphans.append((group.key, group.items))
-                    continue
-                answered.update((item.task_id, result) for item in group.items)
-                items += group.items
-            if answered:
-                hits = Counter({StatsField.CACHE_HITS: len(answered)})
-                outcome.done += await self.store.mark_done(
-                    answered, hits, done_counter=StatsField.TASKS_DONE, cached=True
-                )
-                metrics.CACHE_HITS.inc(len(answered))
-                self._observe_latency(items)
-        return orphans
-
-    def _settle(self, outcome: BatchOutcome, key: bytes, result: dict[str, Any] | None) -> None:
-        """Give the batches waiting on ``key`` its result (None: compute it yourselves)."""
-        future = outcome.leading.pop(key, None)
-        if future is None:
-            return
-        if self._computing.get(key) is future:
-            del self._computing[key]
-        if not future.done():
-            future.set_result(result)
-
-    @staticmethod
-    def _observe_latency(items: list[BatchItem]) -> None:
-        finished_ms = now_ms()
-        for item in items:
-            metrics.TASK_LATENCY.observe(max(0, finished_ms - item.request.submitted_at_ms) / 1000)
-
-    async def _mark_running_while_leasing(self, batch: Batch, seat: _Seat) -> list[str]:
+    async def _mark_running_while_leasing(self, batch: Batch, seat: Seat) -> list[str]:
         """Mark the batch's tasks running while its slot is leased across batchers: the call
         needs both, and the two round trips to Redis overlap (where the client's own CPU
         dominates, as on two shared cores, they still take nearly the time of two: 0.8-0.9
@@ -485,75 +255,18 @@ class BatchRunner:
         items = [item for item in batch.items if item.task_id in unfinished]
         if items:
             failure = ModelCallError(ErrorClass.INTERNAL, f"{type(error).__name__}: {error}"[:500])
-            await self._fail(batch, items, failure, _Attempts(), BatchOutcome())
+            await self.failures.fail(batch, items, failure, Attempts(), BatchOutcome())
         log.error("batch given up", extra={"batch_id": batch.batch_id, "tasks": len(items), "error": repr(error)})
-
-    async def _resolve(
-        self,
-        batch: Batch,
-        seat: _Seat,
-        items: list[BatchItem],
-        attempts: _Attempts,
-        outcome: BatchOutcome,
-        isolating: bool,
-    ) -> None:
-        """Bring every item to done or failed, splitting on model errors."""
-        non_transient_calls = 0
-        while True:
-            if isolating:  # only single-tenant groups are isolated: see the tenant split below
-                tenant = items[0].request.tenant
-                if not self.isolation.take(tenant, self._clock()):
-                    error = ModelCallError(
-                        ErrorClass.MODEL_ERROR,
-                        f"the model refused a batch holding this row, and tenant {tenant!r} has spent its budget of "
-                        "calls to find which of its rows fail; retry later or replay from the DLQ",
-                    )
-                    attempts.record(items, error)
-                    await self._fail(batch, items, error, attempts, outcome)
-                    return
-            try:
-                outputs = await self._call_through_outages(batch, seat, items, attempts, outcome, isolating)
-            except TransientOutageTooLong as gave_up:
-                await self._fail(batch, items, gave_up.error, attempts, outcome)
-                return
-            except ModelCallError as error:
-                non_transient_calls += 1
-                tenants = sorted({item.request.tenant for item in items})
-                if len(tenants) > 1:
-                    # Each tenant's rows are isolated apart, on its own budget: one tenant's
-                    # failing rows never cost another tenant calls or hold its rows back.
-                    for tenant in tenants:
-                        group = [item for item in items if item.request.tenant == tenant]
-                        await self._resolve(batch, seat, group, attempts, outcome, isolating=True)
-                    return
-                if len(items) > 1:
-                    middle = len(items) // 2
-                    log.warning(
-                        "model refused a batch; splitting it to find the failing rows",
-                        extra={"batch_id": batch.batch_id, "rows": len(items), "error": error.message},
-                    )
-                    for half in (items[:middle], items[middle:]):
-                        await self._resolve(batch, seat, half, attempts, outcome, isolating=True)
-                    return
-                delay = self.retry.delay_before(non_transient_calls + 1)
-                if delay is None:
-                    await self._fail(batch, items, error, attempts, outcome)
-                    return
-                metrics.MODEL_RETRIES.labels("model_error").inc()
-                await self._sleep(delay)
-                continue
-            await self._store_outputs(batch, items, outputs, attempts, outcome)
-            return
 
     async def _call_through_outages(
         self,
         batch: Batch,
-        seat: _Seat,
+        seat: Seat,
         items: list[BatchItem],
-        attempts: _Attempts,
+        attempts: Attempts,
         outcome: BatchOutcome,
         isolating: bool,
-    ) -> dict[str, np.ndarray]:
+    ) -> dict[str, NDArray[Any]]:
         """One successful call, waiting out transient failures; raises ModelCallError
         for what the model itself refused."""
         inputs = {
@@ -627,12 +340,12 @@ class BatchRunner:
             outcome.stats.update(call_stats)
             return outputs
 
-    def _leave_seat(self, seat: _Seat) -> None:
+    def _leave_seat(self, seat: Seat) -> None:
         if seat.slot is not None:
             slot, seat.slot = seat.slot, None
             self.pool.release(slot)
 
-    async def _call(self, slot: Slot, padded: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    async def _call(self, slot: Slot, padded: dict[str, NDArray[Any]]) -> dict[str, NDArray[Any]]:
         endpoint = slot.endpoint.url
         try:
             outputs = await slot.model.infer(padded, self.signature)
@@ -646,8 +359,8 @@ class BatchRunner:
         self,
         batch: Batch,
         items: list[BatchItem],
-        outputs: dict[str, np.ndarray],
-        attempts: _Attempts,
+        outputs: dict[str, NDArray[Any]],
+        attempts: Attempts,
         outcome: BatchOutcome,
     ) -> None:
         outputs = unpad(outputs, len(items))
@@ -658,7 +371,7 @@ class BatchRunner:
             for row, name in sorted(unfit.items()):
                 error = ModelCallError(ErrorClass.MODEL_ERROR, f"the model's output {name} holds NaN or infinity")
                 attempts.record([items[row]], error)
-                await self._fail(batch, [items[row]], error, attempts, outcome)
+                await self.failures.fail(batch, [items[row]], error, attempts, outcome)
             keep = [row for row in range(len(items)) if row not in unfit]
             items = [items[row] for row in keep]
             outputs = {name: array[keep] for name, array in outputs.items()}
@@ -666,77 +379,11 @@ class BatchRunner:
         results = {
             item.task_id: {name: column[row] for name, column in columns.items()} for row, item in enumerate(items)
         }
-        shared: dict[str, dict[str, object]] = {}  # the identical tasks' copies of these results
-        twins: list[BatchItem] = []
-        for item in items:
-            key = outcome.keys.get(item.task_id)
-            if key is not None:
-                if self.cache is not None:
-                    self.cache.put(key, results[item.task_id])
-                self._settle(outcome, key, results[item.task_id])
-            for twin in outcome.twins.get(item.task_id, ()):
-                shared[twin.task_id] = results[item.task_id]
-                twins.append(twin)
+        shared, twins = self.shared.computed(outcome, items, results)
         # The batch's counters so far ride along with its results: one round trip for both.
         done = await self.store.mark_done(results, outcome.stats, done_counter=StatsField.TASKS_DONE)
         outcome.stats.clear()
         outcome.done += done
         if shared:
             outcome.done += await self.store.mark_done(shared, done_counter=StatsField.TASKS_DONE, cached=True)
-        if self.cache is not None:
-            metrics.CACHE_BYTES.set(self.cache.bytes)
-        self._observe_latency(items + twins)
-
-    async def _fail(
-        self, batch: Batch, items: list[BatchItem], error: ModelCallError, attempts: _Attempts, outcome: BatchOutcome
-    ) -> None:
-        # An identical task fails as its computed twin did, with the same attempts: the
-        # same inputs to the same model.
-        for item in items:
-            key = outcome.keys.get(item.task_id)
-            if key is not None:
-                self._settle(outcome, key, None)  # a failure is not shared beyond this batch
-        twins = [(item, twin) for item in items for twin in outcome.twins.get(item.task_id, ())]
-        for item, twin in twins:
-            attempts.by_task[twin.task_id] = attempts.of(item)
-        items = items + [twin for _, twin in twins]
-        failed_at = now_ms()
-        letters = [
-            dead_letter(
-                item.request,
-                error.error_class.value,
-                error.message,
-                item.partition,
-                item.offset,
-                failed_at,
-                attempts=attempts.of(item),
-                batch_id=batch.batch_id,
-                batch_task_ids=[i.task_id for i in batch.items],
-                signature=self.signature,
-            )
-            for item in items
-        ]
-        # The dead letter is written before the task reads ``failed``: a crash in
-        # between repeats the batch, never loses the request.
-        await self.dead_letters.write(letters)
-        # One store call per attempt count (the only part of the error that differs by
-        # task), so a whole failed batch is usually one round trip.
-        by_attempts: dict[int, list[str]] = {}
-        for item in items:
-            by_attempts.setdefault(len(attempts.of(item)), []).append(item.task_id)
-        for count, task_ids in by_attempts.items():
-            outcome.failed += await self.store.mark_failed(
-                task_ids,
-                {
-                    "class": error.error_class.value,
-                    "message": error.message,
-                    "attempts": count,
-                    "batch_id": batch.batch_id,
-                },
-            )
-        await self.stats.add({StatsField.TASKS_FAILED: len(items)})
-        for item in items:
-            log.error(
-                "task failed to the DLQ",
-                extra={"task_id": item.task_id, "batch_id": batch.batch_id, "error_class": error.error_class.value},
-            )
+        observe_latency(items + twins)

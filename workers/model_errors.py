@@ -40,3 +40,11 @@ def summarize(message: str) -> str:
         if ": " in line and not line.startswith("/"):
             return line[:500]
     return (meaningful[-1] if meaningful else message)[:500]
+
+
+class TransientOutageTooLong(Exception):
+    """Transient failures outlasted ``transient_give_up_s``: the batch's tasks fail."""
+
+    def __init__(self, error: ModelCallError) -> None:
+        super().__init__(str(error))
+        self.error = error

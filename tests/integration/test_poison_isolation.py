@@ -18,7 +18,8 @@ from brimful.core.task_store import TaskStore
 from brimful.core.tensor_codec import encode_input
 from brimful.schemas import TaskRequest
 from brimful.stack import EmbeddedStack
-from brimful.workers.batch_runner import Batch, BatchItem, BatchRunner
+from brimful.workers.batch import Batch, BatchItem
+from brimful.workers.batch_runner import BatchRunner
 from brimful.workers.dead_letters import DeadLetterWriter
 from brimful.workers.isolation_budget import IsolationBudget
 from brimful.workers.retry_policy import BatchRetryPolicy

@@ -1,0 +1,82 @@
+"""What the batcher hands the GPU side, and what running it did: the batch types. The
+batcher imports these, not the runner."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from brimful.core import metrics
+from brimful.core.clock import now_ms
+from brimful.schemas import TaskRequest
+from brimful.workers.model_pool import Slot
+
+
+@dataclass(frozen=True)
+class BatchItem:
+    """One task in a batch, with where it came from."""
+
+    request: TaskRequest
+    partition: int
+    offset: int
+    trace_headers: tuple[tuple[str, bytes], ...] = ()  # the task's trace context (tracing on)
+    arrived_ns: int = 0  # when the batcher fetched it, wall clock
+
+    @property
+    def task_id(self) -> str:
+        return self.request.task_id
+
+
+@dataclass
+class Batch:
+    """Rows flushed together from one partition."""
+
+    batch_id: str
+    partition: int
+    items: list[BatchItem]
+    reason: str
+    slot: Slot | None = None  # the model slot taken when it was dispatched; used by its first run
+    flushed_ns: int = 0  # when it left its accumulator, wall clock
+
+
+@dataclass
+class Seat:
+    """The slot a running batch holds while it calls the model (None between calls: its
+    Redis and broker work leaves the endpoint to others); a transient failure moves it to
+    another endpoint."""
+
+    slot: Slot | None
+
+
+@dataclass
+class BatchOutcome:
+    """What running a batch did."""
+
+    done: int = 0
+    failed: int = 0
+    skipped: int = 0
+    calls: int = 0
+    isolation_calls: int = 0  # calls made on halves to find poison rows
+    # Shared counters of the flush and of the calls that went through, not yet in Redis: they
+    # go with the batch's results in the same round trip (the tasks done are counted there),
+    # or when the batch ends (failures are added at once: an outage shows live).
+    stats: Counter[str] = field(default_factory=Counter)
+    # The last successful model call, wall clock (for traces).
+    call_started_ns: int = 0
+    call_ended_ns: int = 0
+    endpoint: str = ""
+    # The view of identical rows (workers/shared_rows.py): each computed row's key, the
+    # identical tasks that share its result (by the computed task's id), and the keys this
+    # batch computes for other batches too, with the result they wait on.
+    keys: dict[str, bytes] = field(default_factory=dict)
+    twins: dict[str, list[BatchItem]] = field(default_factory=dict)
+    leading: dict[bytes, asyncio.Future[dict[str, Any] | None]] = field(default_factory=dict)
+
+
+def observe_latency(items: list[BatchItem]) -> None:
+    """Each task's time from submission to its stored result."""
+    finished_ms = now_ms()
+    for item in items:
+        metrics.TASK_LATENCY.observe(max(0, finished_ms - item.request.submitted_at_ms) / 1000)
