@@ -12,7 +12,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from brimful.batcher.health_server import HealthServer, Probes
-from brimful.batcher.service import BatcherLimits, BatcherService
+from brimful.batcher.limits import BatcherLimits
+from brimful.batcher.service import BatcherService
 from brimful.batcher.traces import ArrivalRecorder
 from brimful.core.channel_follower import follow_channel
 from brimful.core.dead_letter_index import DeadLetterIndex
@@ -165,17 +166,18 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
             settings.kafka_max_message_bytes,
             DeadLetterIndex(redis, keys, settings.task_wait_ttl_s),
         )
+        retry = BatchRetryPolicy(
+            max_attempts=settings.max_attempts,
+            base_delay=settings.retry_backoff_ms / 1000,
+            max_delay=settings.retry_backoff_max_ms / 1000,
+        )
         runner = BatchRunner(
             pool=pool,
             signature=signature,
             store=TaskStore(redis, keys, settings.result_ttl_s, settings.task_wait_ttl_s, stats_model=scope),
             stats=SharedStats(redis, keys, scope),
             dead_letters=dead_letters,
-            retry=BatchRetryPolicy(
-                max_attempts=settings.max_attempts,
-                base_delay=settings.retry_backoff_ms / 1000,
-                max_delay=settings.retry_backoff_max_ms / 1000,
-            ),
+            retry=retry,
             transient_give_up_s=settings.transient_give_up_s,
             isolation=IsolationBudget(settings.tenant_isolation_calls_per_s, settings.tenant_isolation_burst),
             tracing=tracing,
@@ -190,17 +192,11 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
             consumer=consumer,
             topic=settings.requests_topic_for(settings.model_name),
             runner=runner,
+            pool=pool,
+            retry=retry,
             dead_letters=dead_letters,
             params=await tuning.params(),
-            limits=BatcherLimits(
-                max_in_flight=settings.max_in_flight,
-                max_in_flight_per_partition=settings.max_in_flight_per_partition,
-                max_pending_per_partition=settings.max_pending_per_partition,
-                max_low_pending_per_partition=settings.max_low_pending_per_partition,
-                commit_timeout_s=settings.kafka_commit_timeout_s,
-                commit_every_s=settings.kafka_commit_every_ms / 1000,
-                commit_after_stored_s=settings.kafka_commit_after_stored_ms / 1000,
-            ),
+            limits=BatcherLimits.from_settings(settings),
             on_arrival=recorder.record if recorder else None,
             fetch_pacer=FetchPacer(
                 consumer, settings.kafka_fetch_max_wait_ms, settings.kafka_fetch_lagging_max_wait_ms, "batcher"
@@ -263,7 +259,7 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
 
         pool.on_opened = announce_down
         endpoint_news = asyncio.create_task(
-            follow_channel(redis, endpoint_down, lambda url: service.endpoint_down(url.decode()), stop=stop)
+            follow_channel(redis, endpoint_down, lambda url: service.health.endpoint_down(url.decode()), stop=stop)
         )
         resolver = asyncio.create_task(pool.keep_resolved(stop), name="brimful-endpoints")
         await service.run(stop)

@@ -16,6 +16,7 @@ a while before it is taken as real.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 
 
 class OffsetTracker:
@@ -55,11 +56,6 @@ class OffsetTracker:
         """The offset to commit: every offset below it is finished."""
         return self._safe
 
-    @property
-    def outstanding(self) -> int:
-        """Offsets received but not yet finished."""
-        return len(self._received)
-
 
 class GapPatience:
     """How long one gap in a partition's offsets is read again before it is taken as real.
@@ -77,3 +73,21 @@ class GapPatience:
         if gap != self._gap:
             self._gap, self._since = gap, now
         return now - self._since < self._patience_s
+
+
+def first_gap(offsets: Sequence[int], gap_before: int | None) -> tuple[int, int | None]:
+    """Where a fetch's records (their ``offsets``, rising) stop following on from what was
+    read before them (``gap_before``: ``OffsetTracker.gap_before`` of the first) or from
+    each other: how many of them to take, and the first offset missing (None: take all).
+    From a gap that may still fill the partition is read again: a record skipped would
+    never be read, and the commit would pass it."""
+    if not offsets:
+        return 0, None
+    if gap_before is not None:
+        return 0, gap_before
+    if offsets[-1] - offsets[0] + 1 == len(offsets):  # contiguous: the common case
+        return len(offsets), None
+    index = next((i for i in range(1, len(offsets)) if offsets[i] > offsets[i - 1] + 1), None)
+    if index is None:  # no hole, only repeats (which the tracker skips)
+        return len(offsets), None
+    return index, offsets[index - 1] + 1

@@ -5,115 +5,48 @@ nearest flush deadline, a finished batch, or the stop signal; then it adds recor
 their accumulators and dispatches every batch that is due, within the in-flight bounds
 and the free slots of the model pool. The policy plans with the pool's capacity, so a
 batch keeps filling while every slot is busy and leaves when one frees.
-Finished batches advance their partition's OffsetTracker, and a committer task commits
-the safe offsets, so a crash can only cause redelivery, never a skipped task.
+Finished batches advance their partition's OffsetTracker, and the committer
+(``batcher/offset_committer.py``) commits the safe offsets, so a crash can only cause
+redelivery, never a skipped task.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Protocol
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
-from aiokafka.structs import ConsumerRecord, OffsetAndMetadata
-from google.protobuf.message import DecodeError
 
 from brimful.batcher.accumulator import Accumulator, Pending
-from brimful.batcher.backfill import LowPriorityQueue, backfill_due
-from brimful.batcher.offsets import GapPatience, OffsetTracker
+from brimful.batcher.backfill import backfill_due
+from brimful.batcher.intake import Estimates, Intake, upstream_seconds
+from brimful.batcher.limits import BatcherLimits
+from brimful.batcher.model_health import ModelHealth
+from brimful.batcher.offset_committer import OffsetCommitter
+from brimful.batcher.offsets import GapPatience
+from brimful.batcher.partition_state import PartitionState
 from brimful.batcher.policy import FlushReason, WaitOrFullPolicy
+from brimful.batcher.status_snapshot import partition_status, pool_status
+from brimful.batcher.until_done import until_done
+from brimful.batcher.waiting_rows import WaitingRows
 from brimful.core import metrics
 from brimful.core.clock import now_ms
 from brimful.core.fetch_pacer import FetchPacer
 from brimful.core.policy_params import PolicyParams
 from brimful.core.pool_capacity import PoolCapacity
-from brimful.schemas import TaskRequest
 from brimful.workers.batch import Batch, BatchItem
-from brimful.workers.batch_runner import BatchRunner
-from brimful.workers.dead_letters import DeadLetterWriter, dead_letter
-from brimful.workers.model_pool import Slot
+from brimful.workers.dead_letters import DeadLetterWriter
+from brimful.workers.model_pool import ModelPool, Slot
+from brimful.workers.retry_policy import BatchRetryPolicy
 
 log = logging.getLogger("brimful.batcher")
 
-UPSTREAM_ALPHA = 0.05  # weight of each row in the submit-to-fetch EWMA (a half-life of ~14 rows)
-UPSTREAM_SAMPLE_MAX_S = 1.0
 BACKFILL_LOOK_S = 0.05  # how often low-priority rows look for a slot while normal rows have none waiting
-
-
-def upstream_seconds(item: BatchItem) -> float:
-    """A row's submit-to-fetch time (the API's write and the Kafka hop), bounded: a skewed
-    clock or a backlog's old rows must not blind an estimate built on it for long."""
-    if not item.request.submitted_at_ms:
-        return 0.0
-    return min(max(0.0, item.arrived_ns / 1e9 - item.request.submitted_at_ms / 1000), UPSTREAM_SAMPLE_MAX_S)
-
-
-@dataclass(frozen=True)
-class BatcherLimits:
-    """Bounds on work held by one batcher process."""
-
-    max_in_flight: int = 8
-    max_in_flight_per_partition: int = 2
-    max_pending_per_partition: int = 512
-    max_low_pending_per_partition: int = 20000
-    commit_timeout_s: float = 5.0
-    commit_every_s: float = 0.1  # commits of batches finishing within this go as one
-    # How long after a batch's results are stored its offsets may be committed: a Redis
-    # that syncs its log every second can lose that much to a kill, and the records of
-    # what it lost must be read again (their tasks are re-created and computed).
-    commit_after_stored_s: float = 0.0
-    revoke_wait_s: float = 2.0
-    shutdown_wait_s: float = 30.0
-    store_retry_s: float = 0.5
-    # How long a gap in a partition's offsets is read again before it counts as real
-    # (batcher/offsets.py): the embedded broker's unreadable records become readable within
-    # milliseconds; on Apache Kafka a real gap (compaction, transaction markers) costs this once.
-    gap_patience_s: float = 1.0
-
-
-@dataclass
-class PartitionState:
-    """Everything the batcher holds for one assigned partition."""
-
-    tp: TopicPartition
-    accumulator: Accumulator[BatchItem]
-    gaps: GapPatience  # how long a gap in its offsets is read again
-    tracker: OffsetTracker | None = None  # created at the first record: its offset is the start
-    committed: int = -1
-    in_flight: set[asyncio.Task[None]] = field(default_factory=set)
-    paused: bool = False
-    fetched_to: int = -1  # offset after the last record fetched; -1: none yet
-    fetched_stamp: float | None = None  # produce time (wall-clock s) of the last record fetched
-    # Low-priority rows: they top up this partition's batches and fill idle slots.
-    low: LowPriorityQueue[BatchItem] = field(default_factory=LowPriorityQueue)
-
-    def _finished_to(self) -> int | None:
-        """The offset before which every record is finished here; None before the first fetch."""
-        if self.tracker is not None:
-            return self.tracker.safe_to_commit
-        return self.committed if self.committed >= 0 else None
-
-    def lag_rows(self, highwater: int) -> int:
-        """Records not yet finished (0 until this batcher has fetched from the partition)."""
-        finished = self._finished_to()
-        return 0 if finished is None else max(0, highwater - finished)
-
-    def lag_seconds(self, highwater: int, now: float, wall_now: float) -> float:
-        """How far behind the head in time: the oldest waiting row's age, or while records
-        wait unfetched in the broker, the age of the last one fetched (the next is younger,
-        so this bounds it from above); 0 when caught up."""
-        oldest = self.accumulator.oldest_arrival
-        waiting = now - oldest if oldest is not None else 0.0
-        unfetched = 0.0
-        finished = self._finished_to()
-        if finished is not None and highwater > max(self.fetched_to, finished) and self.fetched_stamp is not None:
-            unfetched = wall_now - self.fetched_stamp
-        return max(0.0, waiting, unfetched)
 
 
 class _Rebalance(ConsumerRebalanceListener):
@@ -127,14 +60,24 @@ class _Rebalance(ConsumerRebalanceListener):
         self._service.assign(assigned)
 
 
+class Runner(Protocol):
+    """What the batcher needs of the GPU side (``workers.batch_runner.BatchRunner``)."""
+
+    async def run(self, batch: Batch) -> object: ...
+
+    async def abandon(self, batch: Batch, error: BaseException) -> None: ...
+
+
 class BatcherService:
-    """Consumes the requests topic and runs wait-or-full batches through a BatchRunner."""
+    """Consumes the requests topic and runs wait-or-full batches through a runner."""
 
     def __init__(
         self,
         consumer: AIOKafkaConsumer,
         topic: str,
-        runner: BatchRunner,
+        runner: Runner,
+        pool: ModelPool,
+        retry: BatchRetryPolicy,
         dead_letters: DeadLetterWriter,
         params: PolicyParams,
         limits: BatcherLimits,
@@ -144,35 +87,45 @@ class BatcherService:
         keep_trace_context: bool = False,
     ) -> None:
         self._consumer = consumer
-        self._keep_trace_context = keep_trace_context  # tracing on: records' headers travel with their rows
-        self._fetch_pacer = fetch_pacer  # lengthens fetch waits while lagging behind a slow broker
         self._topic = topic
         self._runner = runner
+        self._pool = pool
+        self._retry = retry
         self._dead_letters = dead_letters
         self._params = params
         self._export_params()
         self._limits = limits
         self._clock = clock
-        self._on_arrival = on_arrival  # (partition, wall-clock seconds): trace recording
-        # Expected time from flush to stored result, so a row with its own deadline
-        # leaves early enough; an EWMA of measured batch durations.
-        self._service_estimate = 0.05
-        # Submit-to-fetch time of the rows read (the API's write and the Kafka hop): an EWMA
-        # over rows. With the service estimate it tells the policy how much of the latency
-        # target is spent around a batch rather than in it.
-        self._upstream = 0.0
+        self._estimates = Estimates()
         self._partitions: dict[int, PartitionState] = {}
         self._in_flight_total = 0
-        self._paused_for_outage = False  # all partitions paused while the model is unreachable
-        self._probe: asyncio.Task[None] | None = None
         self._wakeup = asyncio.Event()
-        self._commit_wanted = asyncio.Event()
-        # Rows waiting here (normal or low priority), by task id -> partition: a cancel of
-        # a task this batcher does not hold costs a lookup, not a scan.
-        self._waiting: dict[str, int] = {}
-        self._cancelled: set[str] = set()  # held here, to leave at the loop's next turn
+        self._committer = OffsetCommitter(
+            consumer,
+            lambda: self._partitions,
+            timeout_s=limits.commit_timeout_s,
+            every_s=limits.commit_every_s,
+            after_stored_s=limits.commit_after_stored_s,
+        )
+        self._waiting = WaitingRows()  # rows waiting here (normal or low priority), by task id
+        # Pauses consumption through outages; hears other batchers' news of an endpoint down.
+        self.health = ModelHealth(pool, consumer, self._partitions, self._wakeup.set)
+        self._intake = Intake(
+            consumer,
+            self._partitions,
+            self._waiting,
+            self._estimates,
+            limits,
+            dead_letters,
+            retry,
+            clock,
+            self._wakeup.set,
+            self._finish_offsets,
+            on_arrival=on_arrival,
+            fetch_pacer=fetch_pacer,
+            keep_trace_context=keep_trace_context,
+        )
         self.running = False  # consuming: joined the group and fetching
-        self.last_fetch_at: float | None = None  # when the fetch loop last came back (liveness)
 
     # --- assignment ------------------------------------------------------------------
 
@@ -196,13 +149,13 @@ class BatcherService:
         for state in states:
             dropped = state.accumulator.drain() + state.low.drain()
             for row in dropped:
-                self._waiting.pop(row.item.task_id, None)
+                self._waiting.left(row.item.task_id)
             if dropped:
                 log.info("released undispatched rows", extra={"partition": state.tp.partition, "rows": len(dropped)})
         in_flight = [task for state in states for task in state.in_flight]
         if in_flight:
             await asyncio.wait(in_flight, timeout=self._limits.revoke_wait_s)
-        await self._commit(states)
+        await self._committer.commit(states)
         log.info("partitions revoked", extra={"partitions": [tp.partition for tp in revoked]})
 
     # --- live tuning and status ----------------------------------------------------
@@ -224,63 +177,30 @@ class BatcherService:
         now = self._clock()
         wall_now = now_ms() / 1000
         capacity = self._capacity()
-        partitions: dict[str, dict[str, float | int]] = {}
-        for number, state in sorted(self._partitions.items()):
-            accumulator = state.accumulator
-            rate = accumulator.effective_rate(now)
-            plan = accumulator.plan(now, capacity)
-            oldest = accumulator.oldest_arrival
-            budget = 0.0 if plan is None or oldest is None else max(0.0, plan.at - oldest)
-            highwater = self._consumer.highwater(state.tp) or 0
-            lag_s = state.lag_seconds(highwater, now, wall_now)
-            partitions[str(number)] = {
-                "arrival_rate": round(rate, 3),
-                "wait_budget_s": round(budget, 4),
-                "pending": len(accumulator),
-                "low_pending": len(state.low),
-                "patient": accumulator.patient,
-                "in_flight": len(state.in_flight),
-                "committed": state.committed,
-                "highwater": highwater,
-                "lag_s": round(lag_s, 3),
-            }
-            label = str(number)
-            metrics.ARRIVAL_RATE.labels(label).set(rate)
-            metrics.FLUSH_DEADLINE.labels(label).set(budget if len(accumulator) else 0.0)
-            metrics.PENDING_ROWS.labels(label).set(len(accumulator))
-            metrics.CONSUMER_LAG_ROWS.labels(label).set(state.lag_rows(highwater))
-            metrics.CONSUMER_LAG_SECONDS.labels(label).set(lag_s)
+        highwater = {number: self._consumer.highwater(state.tp) or 0 for number, state in self._partitions.items()}
         return {
             "topic": self._topic,
-            "partitions": partitions,
-            "paused_for_outage": self._paused_for_outage,
-            "in_flight": self._in_flight_total,
-            "service_estimate_s": round(self._service_estimate, 4),
-            "upstream_estimate_s": round(self._upstream, 4),
-            "pool": {
-                "free_slots": capacity.free_slots,
-                "next_free_in_s": round(capacity.next_free_in, 4),
-                "call_s": round(capacity.call_time, 4),
-                "around_call_s": round(capacity.around_call, 4),
+            "partitions": {
+                str(number): partition_status(number, state, highwater[number], capacity, now, wall_now)
+                for number, state in sorted(self._partitions.items())
             },
-            "endpoints": self._runner.pool.summary(),
+            "paused_for_outage": self.health.paused,
+            "in_flight": self._in_flight_total,
+            "service_estimate_s": round(self._estimates.service, 4),
+            "upstream_estimate_s": round(self._estimates.upstream, 4),
+            "pool": pool_status(capacity),
+            "endpoints": self._pool.summary(),
         }
 
     def seconds_since_fetch(self) -> float | None:
         """How long ago the fetch loop last came back, on this service's clock (liveness);
         None before its first fetch."""
-        return None if self.last_fetch_at is None else self._clock() - self.last_fetch_at
+        fetched_at = self._intake.last_fetch_at
+        return None if fetched_at is None else self._clock() - fetched_at
 
     def slots_stalled_s(self) -> float:
-        """How long rows have waited here while no model slot was taken or given back (0
-        when none waits, or while the model is out: an outage is not a stall). Calls are
-        bounded by their timeout, so slots that stand still while rows wait are wedged."""
-        arrivals = [s.accumulator.oldest_arrival for s in self._partitions.values()]
-        waiting = [arrived for arrived in arrivals if arrived is not None]
-        pool = self._runner.pool
-        if not waiting or not pool.healthy:
-            return 0.0
-        return max(0.0, self._clock() - max(min(waiting), pool.moved_at))
+        """How long rows have waited while no model slot moved (``ModelHealth``)."""
+        return self.health.slots_stalled_s(self._clock())
 
     def _export_params(self) -> None:
         metrics.POLICY_LATENCY_TARGET.set(self._params.latency_target)
@@ -290,16 +210,9 @@ class BatcherService:
         """The model pool as the policy should plan with it: with the time a task spends
         before reaching this batcher and after its call, so the latency target holds from
         submit to result."""
-        capacity = self._runner.pool.capacity()
-        after_call = max(0.0, self._service_estimate - capacity.call_time)
-        return replace(capacity, around_call=self._upstream + after_call)
-
-    def endpoint_down(self, url: str) -> None:
-        """News that another batcher opened ``url``'s circuit: open it here too, and wake
-        the loop, which probes it while it is open (asleep with nothing to do, it would not
-        look until the next record arrived)."""
-        if self._runner.pool.trip(url):
-            self._wakeup.set()
+        capacity = self._pool.capacity()
+        after_call = max(0.0, self._estimates.service - capacity.call_time)
+        return replace(capacity, around_call=self._estimates.upstream + after_call)
 
     def cancel(self, task_id: str) -> bool:
         """Drop a task cancelled while it waits here, so its slot goes to the next row;
@@ -307,55 +220,32 @@ class BatcherService:
         together at the loop's next turn, one pass over each queue that holds any, so a
         flood of cancels costs a pass per turn, not a scan per cancel. (A task cancelled
         after its batch left is kept from the model by the store.)"""
-        if task_id not in self._waiting:
+        if not self._waiting.cancel(task_id):
             return False
-        self._cancelled.add(task_id)
         self._wakeup.set()
         return True
-
-    def _drop_cancelled(self) -> None:
-        by_partition: dict[int, set[str]] = {}
-        for task_id in self._cancelled:
-            number = self._waiting.pop(task_id, None)
-            if number is not None:
-                by_partition.setdefault(number, set()).add(task_id)
-        self._cancelled.clear()
-        for number, task_ids in by_partition.items():
-            state = self._partitions.get(number)
-            if state is None:
-                continue
-            removed = state.accumulator.remove(lambda item: item.task_id in task_ids)  # noqa: B023 (called here)
-            removed += state.low.remove(lambda item: item.task_id in task_ids)  # noqa: B023 (called here)
-            if state.tracker is not None:
-                for row in removed:
-                    state.tracker.finish(row.item.offset)
-            for row in removed:
-                log.debug("cancelled task left its batch", extra={"task_id": row.item.task_id, "partition": number})
-            log.info("cancelled tasks left their batches", extra={"partition": number, "tasks": len(removed)})
-        if by_partition:
-            self._commit_wanted.set()
 
     # --- main loop ---------------------------------------------------------------------
 
     async def run(self, stop: asyncio.Event) -> None:
         """Consume until ``stop`` is set, then flush what waits and drain in-flight work."""
         self._consumer.subscribe([self._topic], listener=_Rebalance(self))
-        committer = asyncio.create_task(self._commit_loop(), name="brimful-committer")
-        fetcher = asyncio.create_task(self._fetch_loop(), name="brimful-fetcher")
+        committer = asyncio.create_task(self._committer.run(), name="brimful-committer")
+        fetcher = asyncio.create_task(self._intake.fetch_loop(), name="brimful-fetcher")
         stop_wait = asyncio.create_task(stop.wait())
         self.running = True
         try:
             while not stop.is_set():
                 wake = asyncio.create_task(self._wakeup.wait())
                 timeout = self._seconds_to_next_flush()
-                if self._paused_for_outage or self._runner.pool.some_circuit_open:
+                if self.health.watching:
                     timeout = 0.25 if timeout is None else min(timeout, 0.25)  # watch for recovery
                 await asyncio.wait({wake, stop_wait, fetcher}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
                 wake.cancel()
                 self._wakeup.clear()
                 if fetcher.done():
                     fetcher.result()  # the fetch loop only ends by raising: surface it
-                self._follow_model_health()
+                self.health.follow(self._in_flight_total)
                 self._dispatch_due()
         finally:
             self.running = False
@@ -363,26 +253,6 @@ class BatcherService:
             stop_wait.cancel()
             await self._shutdown()
             committer.cancel()
-
-    async def _fetch_loop(self) -> None:
-        # Records are accepted in the same step getmany returns them, with no await in
-        # between: aiokafka returns only records of the current assignment, so no
-        # rebalance can slip between the fetch and the bookkeeping.
-        while True:
-            try:
-                fetched = await self._consumer.getmany(timeout_ms=1000)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("fetch failed; retrying")
-                await asyncio.sleep(0.5)
-                continue
-            self.last_fetch_at = self._clock()
-            if fetched:
-                self._accept(fetched)
-                self._wakeup.set()
-            if self._fetch_pacer is not None:
-                await self._fetch_pacer.after_fetch(fetched)
 
     def _seconds_to_next_flush(self) -> float | None:
         now = self._clock()
@@ -401,116 +271,18 @@ class BatcherService:
                 nearest = min(wakes)
         return None if nearest is None else max(0.0, nearest - now)
 
-    def _accept(self, fetched: dict[TopicPartition, list[ConsumerRecord]]) -> None:
-        now = self._clock()
-        wall_ns = time.time_ns()
-        wall_ms = wall_ns // 1_000_000
-        for tp, records in fetched.items():
-            state = self._partitions.get(tp.partition)
-            if state is None:
-                continue
-            records = self._readable(state, tp, records, now)
-            if records:
-                state.fetched_to = max(state.fetched_to, records[-1].offset + 1)
-                last = records[-1].timestamp
-                state.fetched_stamp = last / 1000 if last and last > 0 else wall_ms / 1000
-            for record in records:
-                if state.tracker is None:
-                    state.tracker = OffsetTracker(record.offset)
-                if not state.tracker.receive(record.offset):
-                    continue
-                try:
-                    request = TaskRequest.FromString(record.value)
-                except (DecodeError, TypeError) as error:  # TypeError: a record with no value
-                    task = asyncio.create_task(self._dead_letter_undecodable(state, record, error))
-                    state.in_flight.add(task)
-                    task.add_done_callback(functools.partial(self._letter_written, state))
-                    continue
-                flush_by = None
-                if request.deadline_at_ms:
-                    flush_by = now + (request.deadline_at_ms - wall_ms) / 1000 - self._service_estimate
-                stamp = record.timestamp / 1000 if record.timestamp and record.timestamp > 0 else None
-                headers = tuple(record.headers) if self._keep_trace_context and record.headers else ()
-                item = BatchItem(request, tp.partition, record.offset, headers, wall_ns)
-                self._waiting[request.task_id] = tp.partition
-                if request.submitted_at_ms:
-                    self._upstream += UPSTREAM_ALPHA * (upstream_seconds(item) - self._upstream)
-                if request.low_priority:
-                    state.low.add(item, now, stamp)
-                else:
-                    state.accumulator.add(item, now, flush_by, stamp)
-                if self._on_arrival is not None:
-                    self._on_arrival(tp.partition, wall_ms / 1000)
-            if self._full(state) and not state.paused:
-                self._consumer.pause(tp)
-                state.paused = True
-
-    def _readable(
-        self, state: PartitionState, tp: TopicPartition, records: list[ConsumerRecord], now: float
-    ) -> list[ConsumerRecord]:
-        """The records of this fetch up to a gap in the offsets that may still fill: from
-        there the partition is read again (a skipped record would never be read, and the
-        commit would pass it). Past ``gap_patience_s`` the gap is taken as real."""
-        if not records:
-            return records
-        first = records[0].offset
-        expected = state.tracker.gap_before(first) if state.tracker is not None else None
-        if expected is not None:  # between the last fetch and this one
-            kept: list[ConsumerRecord] = []
-        elif records[-1].offset - first + 1 == len(records):  # contiguous: the common case
-            return records
-        else:  # within this fetch (its offsets rise)
-            index = next(i for i in range(1, len(records)) if records[i].offset > records[i - 1].offset + 1)
-            expected, kept = records[index - 1].offset + 1, records[:index]
-        if state.gaps.keep_reading(expected, now):
-            self._consumer.seek(tp, expected)
-            metrics.OFFSET_GAPS_REREAD.labels(str(tp.partition)).inc()
-            return kept
-        log.warning("offsets skipped: a real gap", extra={"partition": tp.partition, "first_skipped": expected})
-        return records
-
-    def _follow_model_health(self) -> None:
-        """Pause every partition while the model's circuit is open, so an outage costs
-        neither retries nor dead letters; resume by itself once it closes."""
-        pool = self._runner.pool
-        healthy = pool.healthy
-        # No batch is calling the model to find out when it is back, or an endpoint out of a
-        # pool that still serves gets no batches (they go to the others): the batcher asks
-        # it itself, whenever its breaker would let a probe through (the loop looks again
-        # every 0.25 s while a circuit is open).
-        wanted = healthy or self._in_flight_total == 0
-        if wanted and pool.probe_due and (self._probe is None or self._probe.done()):
-            self._probe = asyncio.create_task(pool.probe(), name="brimful-probe")
-            self._probe.add_done_callback(lambda _: self._wakeup.set())
-        if not healthy and not self._paused_for_outage:
-            self._paused_for_outage = True
-            self._consumer.pause(*[state.tp for state in self._partitions.values()])
-            log.warning("model unreachable: consumption paused", extra={"partitions": sorted(self._partitions)})
-        elif healthy and self._paused_for_outage:
-            self._paused_for_outage = False
-            self._consumer.resume(*[state.tp for state in self._partitions.values() if not state.paused])
-            log.info("model reachable again: consumption resumed", extra={"partitions": sorted(self._partitions)})
-
-    def _full(self, state: PartitionState, share: float = 1.0) -> bool:
-        """Whether the partition holds ``share`` of the rows it may (all: its fetching
-        pauses; half: it may resume)."""
-        return (
-            len(state.accumulator) >= self._limits.max_pending_per_partition * share
-            or len(state.low) >= self._limits.max_low_pending_per_partition * share
-        )
-
     def _has_slot(self, state: PartitionState) -> bool:
         return (
-            not self._paused_for_outage
+            not self.health.paused
             and self._in_flight_total < self._limits.max_in_flight
             and len(state.in_flight) < self._limits.max_in_flight_per_partition
         )
 
     def _dispatch_due(self, force_reason: FlushReason | None = None) -> None:
-        if self._cancelled:
-            self._drop_cancelled()
+        if self._waiting.cancels_waiting and self._waiting.drop_cancelled(self._partitions):
+            self._committer.want()  # the cancelled rows' offsets are finished
         now = self._clock()
-        pool = self._runner.pool
+        pool = self._pool
         batch_size = self._params.batch_size
         for state in self._partitions.values():
             promoted = state.low.overdue(now, self._params.low_max_wait)
@@ -547,9 +319,9 @@ class BatcherService:
                         break
                     self._start_batch(state, state.low.take(batch_size), FlushReason.BACKFILL, slot)
         for state in self._partitions.values():
-            if state.paused and not self._full(state, share=0.5):
+            if state.paused and not self._intake.full(state, share=0.5):
                 state.paused = False
-                if not self._paused_for_outage:
+                if not self.health.paused:
                     self._consumer.resume(state.tp)
 
     def _start_batch(
@@ -562,7 +334,7 @@ class BatcherService:
         queue_wait = metrics.QUEUE_WAIT.labels(label)  # looked up once a batch, not once a row
         waiting = self._waiting
         for row in rows:
-            waiting.pop(row.item.task_id, None)
+            waiting.left(row.item.task_id)
             waited = now - row.arrived_at
             queue_wait.observe(waited)
             waited_total += waited
@@ -584,113 +356,26 @@ class BatcherService:
 
     async def _run_batch(self, state: PartitionState, batch: Batch) -> None:
         started = self._clock()
-        await self._until_done(
-            batch.batch_id, lambda: self._runner.run(batch), lambda error: self._runner.abandon(batch, error)
+        await until_done(
+            batch.batch_id,
+            lambda: self._runner.run(batch),
+            lambda error: self._runner.abandon(batch, error),
+            self._retry,
+            self._limits.store_retry_s,
         )
-        self._service_estimate += 0.2 * ((self._clock() - started) - self._service_estimate)
+        self._estimates.service += 0.2 * ((self._clock() - started) - self._estimates.service)
         self._finish_offsets(state, [item.offset for item in batch.items])
-
-    async def _until_done(
-        self,
-        batch_id: str,
-        work: Callable[[], Awaitable[object]],
-        give_up: Callable[[BaseException], Awaitable[object]],
-    ) -> None:
-        """Run ``work`` until it completes: through an outage of Redis or the broker by
-        waiting it out (its offsets stay uncommitted and repeating it is safe), and past a
-        fault that repeating will not mend by ``give_up`` (failing its tasks to the DLQ), so
-        no batch can hold its partition forever."""
-        failures = 0
-        while True:
-            try:
-                await work()
-                return
-            except asyncio.CancelledError:
-                raise
-            except Exception as error:
-                failures += 1
-                delay = self._runner.retry.after_run_failure(error, failures)
-                if delay is None:
-                    log.exception("batch keeps failing; giving it up to the DLQ", extra={"batch_id": batch_id})
-                    work, delay = functools.partial(give_up, error), self._limits.store_retry_s
-                else:
-                    log.exception("batch could not be finished; retrying", extra={"batch_id": batch_id})
-                await asyncio.sleep(delay)
 
     def _finish_offsets(self, state: PartitionState, offsets: list[int]) -> None:
         if state.tracker is not None:
             for offset in offsets:
                 state.tracker.finish(offset)
-        self._commit_wanted.set()
-
-    def _letter_written(self, state: PartitionState, task: asyncio.Task[None]) -> None:
-        # It held one of the partition's in-flight places: the loop must look again, or rows
-        # fetched meanwhile wait for the next fetch to wake it.
-        state.in_flight.discard(task)
-        self._wakeup.set()
+        self._committer.want()
 
     def _batch_finished(self, state: PartitionState, task: asyncio.Task[None]) -> None:
         state.in_flight.discard(task)
         self._in_flight_total -= 1
         self._wakeup.set()
-
-    async def _dead_letter_undecodable(self, state: PartitionState, record: ConsumerRecord, error: Exception) -> None:
-        task_id = record.key.decode(errors="replace") if record.key else ""
-        letter = dead_letter(
-            TaskRequest(task_id=task_id),
-            "undecodable",
-            f"request is not a valid TaskRequest: {error}",
-            record.partition,
-            record.offset,
-            now_ms(),
-            raw_request=record.value or b"",
-        )
-        # Its offset is finished only once the letter is written: retried through outages.
-        await self._until_done(
-            f"undecodable-{record.offset}",
-            lambda: self._dead_letters.write([letter]),
-            lambda e: self._dead_letters.write([letter]),
-        )
-        log.error("undecodable request sent to the DLQ", extra={"task_id": task_id, "offset": record.offset})
-        self._finish_offsets(state, [record.offset])
-
-    # --- commits -----------------------------------------------------------------------
-
-    async def _commit_loop(self) -> None:
-        while True:
-            await self._commit_wanted.wait()
-            self._commit_wanted.clear()
-            states = list(self._partitions.values())
-            finished = {state.tp: state.tracker.safe_to_commit for state in states if state.tracker is not None}
-            if self._limits.commit_after_stored_s > 0:
-                # What finished by now is durable in Redis once this passes; what finishes
-                # meanwhile waits for the next round.
-                await asyncio.sleep(self._limits.commit_after_stored_s)
-            assigned = [state for state in states if self._partitions.get(state.tp.partition) is state]
-            await self._commit(assigned, finished)
-            await asyncio.sleep(self._limits.commit_every_s)  # the commits of batches finishing meanwhile go as one
-
-    async def _commit(self, states: list[PartitionState], upto: dict[TopicPartition, int] | None = None) -> None:
-        """Commit each partition's finished offsets (``upto``: no further than these)."""
-        offsets = {
-            state.tp: OffsetAndMetadata(safe, "")
-            for state in states
-            if state.tracker is not None
-            and (safe := min(state.tracker.safe_to_commit, (upto or {}).get(state.tp, state.tracker.safe_to_commit)))
-            > state.committed
-        }
-        if not offsets:
-            return
-        try:
-            # Bounded: a broker that lost the topic can make commit() retry forever.
-            await asyncio.wait_for(self._consumer.commit(offsets), timeout=self._limits.commit_timeout_s)
-        except Exception as error:
-            log.warning("offset commit failed; will retry", extra={"error": repr(error)})
-            self._commit_wanted.set()
-            return
-        for state in states:
-            if state.tp in offsets:
-                state.committed = offsets[state.tp].offset
 
     async def _shutdown(self) -> None:
         """Flush every waiting row (reason ``shutdown``), finish in-flight work, commit."""
@@ -708,5 +393,5 @@ class BatcherService:
             await asyncio.wait(
                 in_flight, timeout=max(0.0, deadline - self._clock()), return_when=asyncio.FIRST_COMPLETED
             )
-        await self._commit(list(self._partitions.values()))
+        await self._committer.commit(list(self._partitions.values()))
         log.info("batcher stopped")

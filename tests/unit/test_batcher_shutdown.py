@@ -6,16 +6,17 @@ clock that never moves: a loop that does not yield never ends, and the timeout f
 from __future__ import annotations
 
 import random
-from types import SimpleNamespace
 
 import pytest
 from aiokafka import TopicPartition
 
-from brimful.batcher.service import BatcherLimits, BatcherService
+from brimful.batcher.limits import BatcherLimits
+from brimful.batcher.service import BatcherService
 from brimful.core.policy_params import PolicyParams
 from brimful.workers.circuit_breaker import CircuitBreaker
 from brimful.workers.endpoint_pool import EndpointPool
 from brimful.workers.model_pool import ModelPool
+from brimful.workers.retry_policy import BatchRetryPolicy
 from tests.helpers.fake_consumer import TOPIC, FakeConsumer, record_at
 
 
@@ -31,7 +32,9 @@ async def test_stopping_with_rows_no_endpoint_can_take_returns_at_once_and_commi
     service = BatcherService(
         consumer,
         TOPIC,
-        SimpleNamespace(pool=pool),
+        runner=None,  # type: ignore[arg-type]  # no batch runs here
+        pool=pool,
+        retry=BatchRetryPolicy(),
         dead_letters=None,  # type: ignore[arg-type]
         params=PolicyParams(),
         limits=BatcherLimits(shutdown_wait_s=30.0),
@@ -39,7 +42,7 @@ async def test_stopping_with_rows_no_endpoint_can_take_returns_at_once_and_commi
     )
     tp = TopicPartition(TOPIC, 0)
     service.assign([tp])
-    service._accept({tp: [record_at(7), record_at(8)]})
+    service._intake.accept({tp: [record_at(7), record_at(8)]})
     assert service.snapshot()["partitions"]["0"]["pending"] == 2  # type: ignore[index]
 
     await service._shutdown()

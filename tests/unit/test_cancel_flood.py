@@ -5,17 +5,18 @@ batcher scan every waiting row per cancel. Pure control flow, on a virtual clock
 from __future__ import annotations
 
 import random
-from types import SimpleNamespace
 
 from aiokafka import TopicPartition
 from aiokafka.structs import ConsumerRecord
 
-from brimful.batcher.service import BatcherLimits, BatcherService
+from brimful.batcher.limits import BatcherLimits
+from brimful.batcher.service import BatcherService
 from brimful.core.policy_params import PolicyParams
 from brimful.schemas import TaskRequest
 from brimful.workers.circuit_breaker import CircuitBreaker
 from brimful.workers.endpoint_pool import EndpointPool
 from brimful.workers.model_pool import ModelPool
+from brimful.workers.retry_policy import BatchRetryPolicy
 from tests.helpers.fake_consumer import TOPIC, FakeConsumer
 
 PARKED = 10_000
@@ -47,7 +48,9 @@ def test_ten_thousand_cancels_cost_one_pass_per_queue_and_finish_every_offset() 
     service = BatcherService(
         FakeConsumer(),
         TOPIC,
-        SimpleNamespace(pool=pool),
+        runner=None,  # type: ignore[arg-type]  # no batch runs here
+        pool=pool,
+        retry=BatchRetryPolicy(),
         dead_letters=None,  # type: ignore[arg-type]
         params=PolicyParams(),
         limits=BatcherLimits(max_low_pending_per_partition=PARKED),
@@ -56,7 +59,7 @@ def test_ten_thousand_cancels_cost_one_pass_per_queue_and_finish_every_offset() 
     tps = [TopicPartition(TOPIC, p) for p in range(PARTITIONS)]
     service.assign(tps)
     per_partition = PARKED // PARTITIONS
-    service._accept({tp: [_low_record(tp.partition, offset) for offset in range(per_partition)] for tp in tps})
+    service._intake.accept({tp: [_low_record(tp.partition, offset) for offset in range(per_partition)] for tp in tps})
     passes = 0
     for state in service._partitions.values():
         original = state.low.remove

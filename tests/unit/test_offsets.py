@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from brimful.batcher.offsets import GapPatience, OffsetTracker
+from brimful.batcher.offsets import GapPatience, OffsetTracker, first_gap
 
 
 def test_nothing_finished_commits_the_start() -> None:
@@ -29,7 +29,6 @@ def test_out_of_order_completion_waits_for_the_gap() -> None:
     assert tracker.safe_to_commit == 5
     tracker.finish(5)
     assert tracker.safe_to_commit == 6
-    assert tracker.outstanding == 0
 
 
 def test_gaps_in_the_log_are_skipped_once_their_neighbours_finish() -> None:
@@ -104,3 +103,11 @@ def test_a_gap_is_read_again_for_its_patience_then_taken_as_real() -> None:
     assert not patience.keep_reading(6, now=11.0)  # real: read past it
     assert patience.keep_reading(9, now=11.0)  # another gap starts its own patience
     assert patience.keep_reading(6, now=11.5)  # and one seen again later, too
+
+
+def test_a_fetch_is_taken_up_to_its_first_hole() -> None:
+    assert first_gap([5, 6, 7], None) == (3, None)  # contiguous: all of it
+    assert first_gap([5, 6, 9, 10], None) == (2, 7)  # 7 and 8 may still fill: read again from 7
+    assert first_gap([8, 9], 5) == (0, 5)  # a hole before the fetch: none of it yet
+    assert first_gap([5, 5, 6], None) == (3, None)  # a repeat is no hole (the tracker skips it)
+    assert first_gap([], None) == (0, None)

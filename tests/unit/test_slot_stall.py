@@ -7,17 +7,18 @@ from __future__ import annotations
 
 import asyncio
 import random
-from types import SimpleNamespace
 
 import pytest
 from aiokafka import TopicPartition
 
 from brimful.batcher.health_server import Probes, answer
-from brimful.batcher.service import BatcherLimits, BatcherService
+from brimful.batcher.limits import BatcherLimits
+from brimful.batcher.service import BatcherService
 from brimful.core.policy_params import PolicyParams
 from brimful.workers.circuit_breaker import CircuitBreaker
 from brimful.workers.endpoint_pool import EndpointPool
 from brimful.workers.model_pool import ModelPool, NoSlotInTime
+from brimful.workers.retry_policy import BatchRetryPolicy
 from tests.helpers.fake_consumer import TOPIC, FakeConsumer, record_at
 
 
@@ -90,7 +91,9 @@ def test_rows_waiting_while_no_slot_moves_fail_liveness_after_the_bound() -> Non
     service = BatcherService(
         FakeConsumer(),
         TOPIC,
-        SimpleNamespace(pool=pool),
+        runner=None,  # type: ignore[arg-type]  # no batch runs here
+        pool=pool,
+        retry=BatchRetryPolicy(),
         dead_letters=None,  # type: ignore[arg-type]
         params=PolicyParams(),
         limits=BatcherLimits(),
@@ -107,7 +110,7 @@ def test_rows_waiting_while_no_slot_moves_fail_liveness_after_the_bound() -> Non
     assert service.slots_stalled_s() == 0.0
     tp = TopicPartition(TOPIC, 0)
     service.assign([tp])
-    service._accept({tp: [record_at(7)]})
+    service._intake.accept({tp: [record_at(7)]})
     clock.now += 9.0
     assert answer("GET", "/healthz", probes).status == 200
     clock.now += 2.0
