@@ -12,6 +12,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from brimful.api.json_answer import JsonAnswer
 from brimful.core import metrics
+from brimful.core.model_catalogue import UnknownModelError
 
 # Answers that refuse work for load or size (not for a bad request): counted by reason.
 REFUSAL_STATUSES = frozenset({413, 429, 503})
@@ -26,6 +27,11 @@ class ApiError(Exception):
         self.code = code
         self.message = message
         self.headers = headers
+
+
+def unknown_model(error: UnknownModelError) -> ApiError:
+    """The one answer to a model not served here, wherever a request names one."""
+    return ApiError(422, "unknown_model", str(error))
 
 
 def error_body(code: str, message: str) -> dict[str, dict[str, str]]:

@@ -20,7 +20,7 @@ from brimful.api.submission import ALLOWED_FIELDS, MAX_DEADLINE_MS, PRIORITIES
 from brimful.api.task_routes import IDEMPOTENCY_KEY_MAX_LENGTH, TASK_ID_PATTERN
 from brimful.core.model_catalogue import ModelCatalogue
 from brimful.core.model_signature import ModelSignature, TensorSpec
-from brimful.core.policy_tuning import TUNABLE, UPPER_BOUNDS
+from brimful.core.policy_params import TUNABLE, bounds
 from brimful.core.settings import Settings
 from brimful.core.task_status import TaskStatus
 
@@ -228,9 +228,7 @@ def operations(catalogue: ModelCatalogue | None, settings: Settings) -> dict[tup
         "type": "object",
         "minProperties": 1,
         "additionalProperties": False,
-        "properties": {
-            name: {"type": "number", "exclusiveMinimum": 0, "maximum": UPPER_BOUNDS[name]} for name in TUNABLE
-        },
+        "properties": {name: _number_schema(name, description) for name, description in TUNABLE.items()},
         "example": {"max_wait_ms": 150},
     }
     selection: dict[str, Any] = {
@@ -363,3 +361,10 @@ def install(app: FastAPI, settings: Settings, catalogue: Callable[[], ModelCatal
         return base
 
     app.openapi = document  # type: ignore[method-assign]
+
+
+def _number_schema(name: str, description: str) -> dict[str, Any]:
+    """A tunable knob's schema, with the bounds PATCH /v1/admin/policy enforces."""
+    limits = bounds(name)
+    low = "minimum" if limits.low_included else "exclusiveMinimum"
+    return {"type": "number", low: limits.low, "maximum": limits.high, "description": description}

@@ -12,7 +12,7 @@ from fastapi import Request
 from brimful.api.api_key_cache import ApiKeyCache
 from brimful.api.backlog import BacklogMonitor
 from brimful.api.dead_letter_admin import DeadLetterAdmin
-from brimful.api.errors import ApiError
+from brimful.api.errors import unknown_model
 from brimful.api.group_commit import GroupCommitter
 from brimful.api.rate_limit import RateLimiter
 from brimful.api.task_waiters import TaskWaiters
@@ -149,7 +149,7 @@ class ApiState:
         if name is None:
             return self.settings.default_model
         if name not in self.settings.served_models:
-            raise ApiError(422, "unknown_model", str(UnknownModelError(name, self.settings.served_models)))
+            raise unknown_model(UnknownModelError(name, self.settings.served_models))
         return name
 
     def stats_of(self, model: str) -> SharedStats:

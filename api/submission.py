@@ -18,7 +18,7 @@ from aiokafka.errors import KafkaError, MessageSizeTooLargeError
 from redis.exceptions import RedisError
 
 from brimful.api.auth import Principal
-from brimful.api.errors import ApiError
+from brimful.api.errors import ApiError, unknown_model
 from brimful.api.group_commit import GroupCommitterFull, GroupCommitterStopped, InFlightLimitReached
 from brimful.api.state import ApiState
 from brimful.core import metrics
@@ -124,7 +124,7 @@ def model_named(name: Any, catalogue: ModelCatalogue) -> ModelSignature:
     try:
         return catalogue.get(name)
     except UnknownModelError as error:
-        raise ApiError(422, "unknown_model", str(error)) from error
+        raise unknown_model(error) from error
 
 
 def check_payload(submission: Submission, limits: TenantLimits) -> None:

@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.saved_report import SavedReport, add_report_arguments, machine_description, out_dir_flag
 from brimful.core.clock import now_ms
-from brimful.core.kafka import ensure_topics, read_whole_topic
+from brimful.core.kafka import ensure_topics, stream_topic
 from brimful.core.model_signature import TensorSpec
 from brimful.core.redis_keys import RedisKeys
 from brimful.core.task_store import TaskStore
@@ -170,7 +170,7 @@ async def drain(stack: EmbeddedStack, tasks: int, kill: str | None = None) -> di
                 if record is None or record.status.value != "done" or record.outputs != expected(index):
                     wrong += 1
             figures["wrong_or_missing"] = wrong
-            figures["dead_letters"] = len(await read_whole_topic(settings, settings.dlq_topic))
+            figures["dead_letters"] = sum([len(chunk) async for chunk in stream_topic(settings, settings.dlq_topic)])
         stats = {k.decode(): int(v) for k, v in (await redis.hgetall(keys.stats)).items()}
         figures["rows_per_call"] = round(
             stats.get("rows_dispatched", 0) / max(1, stats.get("batches_dispatched", 1)), 2

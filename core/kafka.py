@@ -205,12 +205,3 @@ async def read_at(
         await asyncio.sleep(0)  # as in stream_topic: let the consumer's task begin before it stops
         await consumer.stop()
     return found
-
-
-async def read_whole_topic(settings: Settings, topic: str, timeout_s: float = 30.0) -> list[tuple[int, int, bytes]]:
-    """Every record of ``topic`` as (partition, offset, value), from the start to the end
-    (for small topics and tests; :func:`stream_topic` keeps memory flat)."""
-    records: list[tuple[int, int, bytes]] = []
-    async for chunk in stream_topic(settings, topic, stall_timeout_s=timeout_s):
-        records.extend(chunk)
-    return records

@@ -1,7 +1,8 @@
 """Changing the flush policy of every running batcher, without a restart.
 
 The parameters changed at run time live in Redis (``RedisKeys.policy``), overlaid on the
-settings' defaults. Batchers re-read them every ``poll_interval`` and apply them to
+settings' defaults. Which parameters are tunable, and their bounds, are the settings'
+(``core/policy_params.py`` reads them). Batchers re-read them every ``poll_interval`` and apply them to
 their accumulators on the spot; a restarted batcher reads them at start. Every change is
 validated as a whole (an impossible combination is refused with the reason) and kept in
 a history with old and new values and the time.
@@ -11,40 +12,19 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 from collections.abc import Mapping
 from typing import Any
 
 from redis.exceptions import WatchError
 
 from brimful.core.clock import now_ms
-from brimful.core.policy_params import PolicyParams
+from brimful.core.policy_params import TUNABLE, PolicyParams, bounds
 from brimful.core.redis_client import RedisClient, as_text
 from brimful.core.redis_keys import RedisKeys
 from brimful.core.settings import Settings
 
 log = logging.getLogger("brimful.tuning")
 
-# Tunable parameter -> what it does. Times are in milliseconds, as in the settings.
-TUNABLE: dict[str, str] = {
-    "max_wait_ms": "no request waits longer than this for its batch to fill",
-    "latency_target_ms": "arrival-to-result time kept while a model slot is free; high = fill first",
-    "min_wait_ms": "no batch leaves before its oldest row waited this long, unless full",
-    "rate_halflife_ms": "half-life of the arrival-rate estimate",
-    "fill_slack": "deadline = slack x expected time to fill the empty slots",
-    "min_worthwhile_rows": "wait past min_wait only if the time left is expected to add this many rows",
-    "low_max_wait_ms": "a low-priority row's longest wait for a spare slot; then it queues as normal",
-}
-# Highest sane value of each parameter: a typo must not park every batch for a day.
-UPPER_BOUNDS: dict[str, float] = {
-    "latency_target_ms": 60_000.0,
-    "max_wait_ms": 60_000.0,
-    "min_wait_ms": 60_000.0,
-    "rate_halflife_ms": 600_000.0,
-    "fill_slack": 10.0,
-    "min_worthwhile_rows": 1_000_000.0,
-    "low_max_wait_ms": 3_600_000.0,
-}
 _HISTORY_LENGTH = 200
 
 
@@ -57,17 +37,8 @@ def defaults_from_settings(settings: Settings) -> dict[str, float]:
 
 
 def params_from_values(values: Mapping[str, float], batch_size: int) -> PolicyParams:
-    """The policy's parameters (seconds) from tunable values (milliseconds)."""
-    return PolicyParams(
-        batch_size=batch_size,
-        max_wait=values["max_wait_ms"] / 1000,
-        min_wait=values["min_wait_ms"] / 1000,
-        latency_target=values["latency_target_ms"] / 1000,
-        rate_halflife=values["rate_halflife_ms"] / 1000,
-        fill_slack=values["fill_slack"],
-        min_worthwhile_rows=values["min_worthwhile_rows"],
-        low_max_wait=values["low_max_wait_ms"] / 1000,
-    )
+    """The policy's parameters (seconds) from tunable values (the settings' units)."""
+    return PolicyParams.from_knobs(values, batch_size)
 
 
 def apply_changes(current: Mapping[str, float], changes: Mapping[str, Any], batch_size: int) -> dict[str, float]:
@@ -87,10 +58,9 @@ def apply_changes(current: Mapping[str, float], changes: Mapping[str, Any], batc
             raise TuningError(f"{name} is too large") from error
         except ValueError as error:
             raise TuningError(f"{name} must be a number, got {str(raw)[:32]!r}") from error
-        if not math.isfinite(value):
-            raise TuningError(f"{name} must be finite")
-        if value > UPPER_BOUNDS[name]:
-            raise TuningError(f"{name} = {value:g} is above its limit of {UPPER_BOUNDS[name]:g}")
+        refusal = bounds(name).refusal(name, value)
+        if refusal is not None:
+            raise TuningError(refusal)
         updated[name] = value
     try:
         params_from_values(updated, batch_size)

@@ -68,10 +68,6 @@ class RedisKeys:
     def policy(self) -> str:
         return f"{{{self.prefix}:policy}}"
 
-    @property
-    def policy_history(self) -> str:
-        return f"{self.policy}:history"
-
     def model_stats(self, model: str | None) -> str:
         """The batching counters of one model (None: the default model)."""
         return self.stats if model is None else f"{self.stats}:model:{model}"

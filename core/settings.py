@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 # A model's name goes into a topic's name and Redis keys: Kafka's topic characters only.
 MODEL_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
+
+
+# Marks a setting the operator may change on a running system (``PATCH /v1/admin/policy``).
+LIVE: dict[str, Any] = {"tunable": True}
 
 
 class Settings(BaseSettings):
@@ -228,30 +232,57 @@ class Settings(BaseSettings):
     )
 
     # --- Batching policy (see docs/batching.md) --------------------------------------
-    max_wait_ms: float = Field(250.0, gt=0, description="No request waits longer than this for its batch to fill.")
+    # The policy's knobs are declared here once: default, bounds, what each does, and
+    # whether it is tuned live (LIVE). core/policy_params.py reads them from here. The
+    # upper bounds keep a typo from parking every batch for a day.
+    max_wait_ms: float = Field(
+        250.0,
+        gt=0,
+        le=60_000,
+        json_schema_extra=LIVE,
+        description="No request waits longer than this for its batch to fill.",
+    )
     min_wait_ms: float = Field(
-        2.0, ge=0, description="No batch leaves before its oldest row waited this long, unless it is full."
+        2.0,
+        ge=0,
+        le=60_000,
+        json_schema_extra=LIVE,
+        description="No batch leaves before its oldest row waited this long, unless it is full.",
     )
     latency_target_ms: float = Field(
         105.0,
         gt=0,
+        le=60_000,
+        json_schema_extra=LIVE,
         description="Submit-to-result time the policy aims to keep (the one knob of docs/batching.md): while a "
         "model slot is free it waits for more rows only when they are expected within this target, less the "
         "fitted call time and the measured time a task spends before the batcher and after its call. High "
         "(with max_wait_ms) is the cost mode: fill first. 105: at mid load a GPU-like model's calls then carry "
         "the dynamic batcher's rows for about its latency (docs/batching.md).",
     )
-    rate_halflife_ms: float = Field(500.0, gt=0, description="Half-life of the EWMA arrival-rate estimate.")
-    fill_slack: float = Field(1.25, ge=1.0, description="Deadline = slack x expected time to fill the empty slots.")
+    rate_halflife_ms: float = Field(
+        500.0, gt=0, le=600_000, json_schema_extra=LIVE, description="Half-life of the EWMA arrival-rate estimate."
+    )
+    fill_slack: float = Field(
+        1.25,
+        ge=1.0,
+        le=10,
+        json_schema_extra=LIVE,
+        description="Deadline = slack x expected time to fill the empty slots.",
+    )
     min_worthwhile_rows: float = Field(
         8.0,
         ge=0,
+        le=1_000_000,
+        json_schema_extra=LIVE,
         description="Wait past min_wait only if the time left to wait is expected to add this many rows "
         "(an eighth of a 64-row batch): fewer are not worth delaying the rows already waiting.",
     )
     low_max_wait_ms: float = Field(
         30000.0,
         gt=0,
+        le=3_600_000,
+        json_schema_extra=LIVE,
         description="A low-priority row waits at most this long for a slot no normal row needs (batcher/backfill.py); "
         "then it queues as a normal row. The bound on how long low-priority work can starve.",
     )
@@ -451,8 +482,11 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _check_consistency(self) -> Settings:
-        if self.min_wait_ms > self.max_wait_ms:
-            raise ValueError("min_wait_ms must not exceed max_wait_ms")
+        # The policy's rules are PolicyParams' (imported here: it reads its defaults from
+        # this class): settings that break them fail at start, in every process.
+        from brimful.core.policy_params import PolicyParams
+
+        PolicyParams.from_knobs({name: getattr(self, name) for name in PolicyParams.knobs()}, batch_size=1)
         if self.kafka_request_timeout_ms <= self.kafka_session_timeout_ms // 2:
             raise ValueError("kafka_request_timeout_ms must exceed kafka_session_timeout_ms / 2")
         if not self.kafka_fetch_max_wait_ms <= self.kafka_fetch_lagging_max_wait_ms < self.kafka_request_timeout_ms:
@@ -528,3 +562,8 @@ class Settings(BaseSettings):
 def get_settings() -> Settings:
     """The process-wide settings, read from the environment once."""
     return Settings()
+
+
+def default_of(name: str) -> Any:
+    """A setting's default, where code needs it without Settings built (one source)."""
+    return Settings.model_fields[name].default

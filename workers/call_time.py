@@ -31,10 +31,6 @@ class CallTimeFit:
         # Fitted once a call, read for every flush plan: the pool predicts on the hot path.
         self._line = (0.0, initial_s)
 
-    @property
-    def observed(self) -> bool:
-        return self._w > 0
-
     def observe(self, rows: int, seconds: float) -> None:
         """A call of ``rows`` real rows took ``seconds``."""
         keep, weight = 1 - self._weight, self._weight

@@ -16,7 +16,8 @@ from pathlib import Path
 from brimful.batcher import traces
 from brimful.batcher.simulator import PoolModel, SimulationResult, simulate
 from brimful.commands.api_client import CommandError
-from brimful.core.policy_tuning import TUNABLE, TuningError, apply_changes, defaults_from_settings, params_from_values
+from brimful.core.policy_params import TUNABLE
+from brimful.core.policy_tuning import TuningError, apply_changes, defaults_from_settings, params_from_values
 from brimful.core.settings import get_settings
 
 _COLUMNS = ("mean_rows_per_batch", "padded_share", "p50_ms", "p99_ms", "p99_wait_ms", "batches_per_s")

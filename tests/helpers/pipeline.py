@@ -9,7 +9,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from brimful.core.kafka import read_whole_topic
+from brimful.core.kafka import stream_topic
 from brimful.core.settings import Settings
 from brimful.schemas import DeadLetter
 from brimful.stack import EmbeddedStack
@@ -53,3 +53,12 @@ async def committed_offset(settings: Settings, partition: int) -> int:
         return -1 if committed is None else int(committed)
     finally:
         await consumer.stop()
+
+
+async def read_whole_topic(settings: Settings, topic: str, timeout_s: float = 30.0) -> list[tuple[int, int, bytes]]:
+    """Every record of ``topic`` as (partition, offset, value), from the start to the end
+    (small topics: ``stream_topic`` reads a fetch at a time)."""
+    records: list[tuple[int, int, bytes]] = []
+    async for chunk in stream_topic(settings, topic, stall_timeout_s=timeout_s):
+        records.extend(chunk)
+    return records

@@ -18,12 +18,13 @@ from redis.exceptions import RedisError
 from brimful.api.group_commit import GroupCommitter, GroupCommitterStopped
 from brimful.core import metrics
 from brimful.core.clock import now_ms
-from brimful.core.kafka import ensure_topics, make_producer, read_whole_topic
+from brimful.core.kafka import ensure_topics, make_producer
 from brimful.core.redis_client import make_redis
 from brimful.core.redis_keys import RedisKeys
 from brimful.core.task_record import NewTask
 from brimful.core.task_store import TaskStore
 from brimful.stack import EmbeddedStack
+from tests.helpers.pipeline import read_whole_topic
 from tests.helpers.polling import wait_for
 from tests.helpers.stacks import stack_settings
 

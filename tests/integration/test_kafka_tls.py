@@ -21,10 +21,11 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from brimful.core.kafka import connection_options, ensure_topics, make_producer, read_whole_topic
+from brimful.core.kafka import connection_options, ensure_topics, make_producer
 from brimful.core.settings import Settings
 from brimful.stack import ManagedProcess, free_port, tansu_binary, wait_until
 from brimful.stack.processes import port_open
+from tests.helpers.pipeline import read_whole_topic
 from tests.helpers.stacks import stack_settings
 
 
