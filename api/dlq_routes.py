@@ -9,13 +9,8 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import StreamingResponse
 
 from brimful.api.auth import Principal, requires
-from brimful.api.dead_letter_admin import (
-    PAGE_LIMIT_DEFAULT,
-    PAGE_LIMIT_MAX,
-    DeadLetterAdmin,
-    DeadLetterFilter,
-    parse_cursor,
-)
+from brimful.api.dead_letter_admin import PAGE_LIMIT_DEFAULT, PAGE_LIMIT_MAX, DeadLetterAdmin
+from brimful.api.dead_letter_entries import DeadLetterFilter, parse_cursor
 from brimful.api.errors import ApiError
 from brimful.api.request_body import parse_json, read_body
 from brimful.api.state import api_state
