@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -11,7 +9,8 @@ import pytest
 
 from brimful.commands.up import EMBEDDED_MODELS
 from brimful.stack import EmbeddedStack
-from tests.helpers.live_policy import policy_seen_by_batchers, tune
+from tests.helpers.live_policy import applied, tune
+from tests.helpers.polling import wait_for
 from tests.helpers.stacks import stack_settings, start_stack
 from tests.helpers.task_client import TaskClient
 
@@ -55,10 +54,9 @@ async def restore_policy(stack: EmbeddedStack, client: TaskClient) -> AsyncItera
         low_max_wait_ms=s.low_max_wait_ms,
     )
     assert status == 200, body
-    deadline = time.monotonic() + 5
-    while any(p["max_wait"] != s.max_wait_ms / 1000 for p in await policy_seen_by_batchers(client)):
-        assert time.monotonic() < deadline
-        await asyncio.sleep(0.05)
+    await wait_for(
+        lambda: applied(client, {"max_wait_ms": s.max_wait_ms / 1000}), 5, "the defaults back", interval_s=0.05
+    )
 
 
 _MARK_BY_FOLDER = {"unit": "unit", "integration": "integration", "faults": "faults", "fuzz": "fuzz"}

@@ -19,6 +19,7 @@ from redis import Redis
 from brimful.core.redis_keys import RedisKeys
 from brimful.stack import EmbeddedStack, settings_env
 from tests.helpers.metrics import metric_values
+from tests.helpers.polling import wait_for
 from tests.helpers.stacks import stack_settings, start_stack
 
 RATE, BURST = 5.0, 10
@@ -270,14 +271,13 @@ async def set_policy(stack: EmbeddedStack, admin_key: str, **changes: float) -> 
     """Tune the live policy with an admin key and wait until every batcher applies it."""
     status, body = await call(stack, "PATCH", "/v1/admin/policy", admin_key, json=changes)
     assert status == 200, body
-    deadline = time.monotonic() + 5
-    while True:
+
+    async def applied() -> bool:
         _, stats = await call(stack, "GET", "/v1/stats", admin_key)
         batchers = stats["batchers"]  # empty while a batcher's status is late: not yet known to apply it
-        if batchers and all(b["params"]["max_wait"] == changes["max_wait_ms"] / 1000 for b in batchers):
-            return
-        assert time.monotonic() < deadline, "batchers did not apply the policy"
-        await asyncio.sleep(0.05)
+        return bool(batchers) and all(b["params"]["max_wait"] == changes["max_wait_ms"] / 1000 for b in batchers)
+
+    await wait_for(applied, 5, "the batchers to apply the policy", interval_s=0.05)
 
 
 async def test_revoke_takes_the_whole_key_id_never_a_prefix(auth_stack: EmbeddedStack) -> None:

@@ -14,6 +14,7 @@ from brimful.stack import EmbeddedStack
 from tests.helpers.live_policy import tune_live
 from tests.helpers.metrics import triton_counts
 from tests.helpers.pipeline import committed_offset, expected_outputs, random_text, read_dead_letters
+from tests.helpers.polling import wait_for
 from tests.helpers.task_client import TaskClient
 
 
@@ -118,10 +119,10 @@ async def test_redelivered_request_does_not_produce_a_second_result(stack: Embed
     finally:
         await producer.stop()
 
-    deadline = time.monotonic() + 20
-    while await committed_offset(stack.settings, metadata.partition) <= metadata.offset:
-        assert time.monotonic() < deadline, "the batcher never committed past the redelivered request"
-        await asyncio.sleep(0.1)
+    async def committed_past() -> bool:
+        return await committed_offset(stack.settings, metadata.partition) > metadata.offset
+
+    await wait_for(committed_past, 20, "the batcher to commit past the redelivered request")
 
     again = await client.get(task_id)
     assert again["status"] == "done"

@@ -14,6 +14,7 @@ import pytest
 
 from brimful.stack import EmbeddedStack
 from tests.helpers.otlp_receiver import ReceivedSpan, Spans, running_otlp_receiver
+from tests.helpers.polling import wait_for
 from tests.helpers.stacks import stack_settings, start_stack
 from tests.helpers.task_client import TaskClient
 
@@ -90,13 +91,12 @@ async def test_tasks_without_trace_context_get_traces_of_their_own(
 ) -> None:
     task_ids = await asyncio.gather(*(traced_client.submit({"TEXT": f"untraced {i}"}) for i in range(3)))
     await asyncio.gather(*(traced_client.wait_final(t) for t in task_ids))
-    deadline = time.monotonic() + 30
-    while True:
-        enqueued = {s.attributes["brimful.task_id"]: s for s in receiver[1].all() if s.name == "brimful.enqueue"}
-        if set(task_ids) <= set(enqueued):
-            break
-        assert time.monotonic() < deadline, "enqueue spans missing"
-        await asyncio.sleep(0.2)
+
+    def enqueue_spans() -> dict[str, ReceivedSpan]:
+        return {s.attributes["brimful.task_id"]: s for s in receiver[1].all() if s.name == "brimful.enqueue"}
+
+    await wait_for(lambda: set(task_ids) <= set(enqueue_spans()), 30, "the enqueue spans", interval_s=0.2)
+    enqueued = enqueue_spans()
     traces = {enqueued[t].trace_id for t in task_ids}
     assert len(traces) == 3  # one trace a task
     for task_id in task_ids:
