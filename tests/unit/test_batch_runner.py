@@ -1,0 +1,174 @@
+"""The batch runner (workers/batch_runner.py) on fakes, as httpx tests a client on a mock
+transport: a real ModelPool over a fake model client that computes each row's length and
+refuses a call holding a ``!fail`` row, and a store and DLQ that record what they are told.
+What Triton, Redis and Kafka themselves do is tested against the real ones in
+tests/integration/."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+import pytest
+
+from brimful.core.model_signature import ModelSignature, TensorSpec
+from brimful.schemas import InputTensor, TaskRequest
+from brimful.workers.batch import Batch, BatchItem
+from brimful.workers.batch_runner import BatchRunner
+from brimful.workers.circuit_breaker import CircuitBreaker
+from brimful.workers.endpoint_pool import EndpointPool
+from brimful.workers.model_errors import ErrorClass, ModelCallError
+from brimful.workers.model_pool import ModelPool
+from brimful.workers.result_cache import ResultCache
+from brimful.workers.retry_policy import BatchRetryPolicy
+
+SIGNATURE = ModelSignature(
+    name="m",
+    version="1",
+    batch_size=8,
+    inputs=(TensorSpec("TEXT", "BYTES", (1,)),),
+    outputs=(TensorSpec("N", "INT64", (1,)),),
+)
+
+
+class FakeModel:
+    """Each row's output is its text's length; a call holding a ``!fail`` row is refused."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[bytes]] = []  # the real (non-padding) rows of each call
+
+    async def infer(self, inputs: Mapping[str, np.ndarray], signature: ModelSignature) -> dict[str, np.ndarray]:
+        texts = [row[0] for row in inputs["TEXT"]]
+        assert len(texts) == signature.batch_size  # always padded to exactly the model's size
+        self.calls.append([text for text in texts if text])
+        if any(text.startswith(b"!fail") for text in texts):
+            raise ModelCallError(ErrorClass.MODEL_ERROR, "refused")
+        return {"N": np.array([[len(text)] for text in texts], dtype=np.int64)}
+
+    async def close(self) -> None:
+        pass
+
+
+class FakeStore:
+    """Every task moves; what is stored, and in what order, is recorded."""
+
+    def __init__(self) -> None:
+        self.done: dict[str, dict[str, Any]] = {}
+        self.failed: dict[str, dict[str, Any]] = {}
+        self.events: list[str] = []
+
+    async def mark_running(self, task_ids: Iterable[str]) -> list[str]:
+        return list(task_ids)
+
+    async def recreate_missing(self, tasks: list[Any]) -> list[str]:
+        return []
+
+    async def unfinished(self, task_ids: Iterable[str]) -> list[str]:
+        return [t for t in task_ids if t not in self.done and t not in self.failed]
+
+    async def mark_done(
+        self,
+        outputs_by_task: Mapping[str, Mapping[str, Any]],
+        counters: Mapping[str, int] | None = None,
+        done_counter: str = "",
+        cached: bool = False,
+    ) -> int:
+        self.done.update((task_id, dict(outputs)) for task_id, outputs in outputs_by_task.items())
+        return len(outputs_by_task)
+
+    async def mark_failed(self, task_ids: Iterable[str], error: Mapping[str, Any]) -> int:
+        ids = list(task_ids)
+        self.events += [f"failed {task_id}" for task_id in ids]
+        self.failed.update((task_id, dict(error)) for task_id in ids)
+        return len(ids)
+
+
+class FakeDeadLetters:
+    def __init__(self, store: FakeStore) -> None:
+        self.store = store
+        self.written: list[Any] = []
+
+    async def write(self, letters: list[Any]) -> None:
+        self.store.events += [f"letter {letter.request.task_id}" for letter in letters]
+        self.written += letters
+
+
+class FakeStats:
+    async def add(self, counters: Mapping[str, int]) -> None:
+        pass
+
+
+async def no_sleep(_: float) -> None:
+    pass
+
+
+def item(n: int, text: str) -> BatchItem:
+    request = TaskRequest(task_id=f"t{n}", model="m", tenant="acme", submitted_at_ms=1)
+    request.inputs["TEXT"].CopyFrom(InputTensor(datatype="BYTES", shape=[1], bytes_contents=[text.encode()]))
+    return BatchItem(request, partition=0, offset=n)
+
+
+@pytest.fixture
+def parts() -> tuple[BatchRunner, FakeModel, FakeStore, FakeDeadLetters]:
+    model, store = FakeModel(), FakeStore()
+    letters = FakeDeadLetters(store)
+    endpoints = EndpointPool(1, lambda: CircuitBreaker(5, 1000.0, 1000.0, rng=random.Random(1)))
+    pool = ModelPool(["model:8001"], endpoints, connect=lambda url: model, batch_size=8)  # type: ignore[arg-type, return-value]
+    runner = BatchRunner(
+        pool,
+        SIGNATURE,
+        store,  # type: ignore[arg-type]
+        FakeStats(),  # type: ignore[arg-type]
+        letters,  # type: ignore[arg-type]
+        BatchRetryPolicy(max_attempts=2, base_delay=0.0),
+        sleep=no_sleep,
+        cache=ResultCache(1 << 20),
+    )
+    return runner, model, store, letters
+
+
+async def test_a_partial_batch_is_padded_to_the_model_size_and_each_task_gets_its_own_result(
+    parts: tuple[BatchRunner, FakeModel, FakeStore, FakeDeadLetters],
+) -> None:
+    runner, model, store, _ = parts
+    rows = [item(n, "x" * (n + 1)) for n in range(5)]
+    outcome = await runner.run(Batch("b1", 0, rows, "full"))
+    assert len(model.calls) == 1 and len(model.calls[0]) == 5  # one call, padding beside 5 real rows
+    assert {task_id: outputs["N"] for task_id, outputs in store.done.items()} == {f"t{n}": n + 1 for n in range(5)}
+    assert (outcome.done, outcome.failed, outcome.calls) == (5, 0, 1)
+
+
+async def test_a_failing_row_fails_alone_with_its_dead_letter_written_first(
+    parts: tuple[BatchRunner, FakeModel, FakeStore, FakeDeadLetters],
+) -> None:
+    runner, _, store, letters = parts
+    rows = [item(n, f"row {n}") for n in range(4)] + [item(4, "!fail here")]
+    outcome = await runner.run(Batch("b1", 0, rows, "full"))
+    assert sorted(store.done) == ["t0", "t1", "t2", "t3"] and list(store.failed) == ["t4"]
+    assert store.failed["t4"]["class"] == "model_error" and store.failed["t4"]["batch_id"] == "b1"
+    assert [letter.request.task_id for letter in letters.written] == ["t4"]
+    assert store.events == ["letter t4", "failed t4"]  # a crash in between repeats it, never loses it
+    assert outcome.failed == 1 and outcome.isolation_calls > 0
+
+
+async def test_identical_tasks_make_one_row_and_a_repeat_makes_no_call(
+    parts: tuple[BatchRunner, FakeModel, FakeStore, FakeDeadLetters],
+) -> None:
+    runner, model, store, _ = parts
+    await runner.run(Batch("b1", 0, [item(0, "same"), item(1, "same"), item(2, "other")], "full"))
+    assert model.calls == [[b"same", b"other"]]
+    assert store.done["t0"] == store.done["t1"] == {"N": 4}
+    await runner.run(Batch("b2", 0, [item(3, "same")], "full"))
+    assert len(model.calls) == 1 and store.done["t3"] == {"N": 4}  # answered from the cache
+
+
+async def test_a_batch_given_up_fails_every_unfinished_task_with_its_letter(
+    parts: tuple[BatchRunner, FakeModel, FakeStore, FakeDeadLetters],
+) -> None:
+    runner, _, store, letters = parts
+    store.done["t0"] = {"N": 1}  # finished before the fault: left as it is
+    await runner.abandon(Batch("b1", 0, [item(0, "a"), item(1, "b")], "full"), RuntimeError("store down"))
+    assert list(store.failed) == ["t1"] and store.failed["t1"]["class"] == "internal"
+    assert [letter.request.task_id for letter in letters.written] == ["t1"]
