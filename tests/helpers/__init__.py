@@ -7,6 +7,8 @@
   committed offsets read from the real broker;
 - ``metrics``: Prometheus pages scraped from the API, batchers and Triton;
 - ``fake_consumer``: the few calls a batcher makes of its Kafka consumer, for unit tests;
+- ``fake_store``: a small model's signature, rows for it, and a task store that records,
+  for unit tests of the GPU side;
 - ``polling``: a poll with a deadline, instead of sleeps;
 - ``task_client``: a small HTTP client of the task API;
 - the servers and proxies some tests run: ``otlp_receiver``, ``prometheus_server``,

@@ -7,14 +7,13 @@ tests/integration/."""
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import pytest
 
-from brimful.core.model_signature import ModelSignature, TensorSpec
-from brimful.schemas import InputTensor, TaskRequest
+from brimful.core.model_signature import ModelSignature
 from brimful.workers.batch import Batch, BatchItem
 from brimful.workers.batch_runner import BatchRunner
 from brimful.workers.circuit_breaker import CircuitBreaker
@@ -23,14 +22,7 @@ from brimful.workers.model_errors import ErrorClass, ModelCallError
 from brimful.workers.model_pool import ModelPool
 from brimful.workers.result_cache import ResultCache
 from brimful.workers.retry_policy import BatchRetryPolicy
-
-SIGNATURE = ModelSignature(
-    name="m",
-    version="1",
-    batch_size=8,
-    inputs=(TensorSpec("TEXT", "BYTES", (1,)),),
-    outputs=(TensorSpec("N", "INT64", (1,)),),
-)
+from tests.helpers.fake_store import SIGNATURE, FakeStore, text_item
 
 
 class FakeModel:
@@ -49,40 +41,6 @@ class FakeModel:
 
     async def close(self) -> None:
         pass
-
-
-class FakeStore:
-    """Every task moves; what is stored, and in what order, is recorded."""
-
-    def __init__(self) -> None:
-        self.done: dict[str, dict[str, Any]] = {}
-        self.failed: dict[str, dict[str, Any]] = {}
-        self.events: list[str] = []
-
-    async def mark_running(self, task_ids: Iterable[str]) -> list[str]:
-        return list(task_ids)
-
-    async def recreate_missing(self, tasks: list[Any]) -> list[str]:
-        return []
-
-    async def unfinished(self, task_ids: Iterable[str]) -> list[str]:
-        return [t for t in task_ids if t not in self.done and t not in self.failed]
-
-    async def mark_done(
-        self,
-        outputs_by_task: Mapping[str, Mapping[str, Any]],
-        counters: Mapping[str, int] | None = None,
-        done_counter: str = "",
-        cached: bool = False,
-    ) -> int:
-        self.done.update((task_id, dict(outputs)) for task_id, outputs in outputs_by_task.items())
-        return len(outputs_by_task)
-
-    async def mark_failed(self, task_ids: Iterable[str], error: Mapping[str, Any]) -> int:
-        ids = list(task_ids)
-        self.events += [f"failed {task_id}" for task_id in ids]
-        self.failed.update((task_id, dict(error)) for task_id in ids)
-        return len(ids)
 
 
 class FakeDeadLetters:
@@ -105,9 +63,7 @@ async def no_sleep(_: float) -> None:
 
 
 def item(n: int, text: str) -> BatchItem:
-    request = TaskRequest(task_id=f"t{n}", model="m", tenant="acme", submitted_at_ms=1)
-    request.inputs["TEXT"].CopyFrom(InputTensor(datatype="BYTES", shape=[1], bytes_contents=[text.encode()]))
-    return BatchItem(request, partition=0, offset=n)
+    return text_item(f"t{n}", text, offset=n)
 
 
 @pytest.fixture

@@ -5,45 +5,15 @@ failure never shared beyond its batch."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
-from typing import Any
 
-from brimful.core.model_signature import ModelSignature, TensorSpec
-from brimful.schemas import InputTensor, TaskRequest
 from brimful.workers.batch import BatchItem, BatchOutcome
 from brimful.workers.result_cache import ResultCache
 from brimful.workers.shared_rows import SharedRows
-
-SIGNATURE = ModelSignature(
-    name="m",
-    version="1",
-    batch_size=8,
-    inputs=(TensorSpec("TEXT", "BYTES", (1,)),),
-    outputs=(TensorSpec("N", "INT64", (1,)),),
-)
-
-
-class FakeStore:
-    """Records each mark_done: the results, and whether they came from another task's row."""
-
-    def __init__(self) -> None:
-        self.done: dict[str, tuple[Mapping[str, Any], bool]] = {}
-
-    async def mark_done(
-        self,
-        outputs_by_task: Mapping[str, Mapping[str, Any]],
-        counters: Mapping[str, int] | None = None,
-        done_counter: str = "",
-        cached: bool = False,
-    ) -> int:
-        self.done.update((task_id, (outputs, cached)) for task_id, outputs in outputs_by_task.items())
-        return len(outputs_by_task)
+from tests.helpers.fake_store import SIGNATURE, FakeStore, text_item
 
 
 def item(task_id: str, text: str, tenant: str = "acme") -> BatchItem:
-    request = TaskRequest(task_id=task_id, model="m", tenant=tenant)
-    request.inputs["TEXT"].CopyFrom(InputTensor(datatype="BYTES", shape=[1], bytes_contents=[text.encode()]))
-    return BatchItem(request, partition=0, offset=0)
+    return text_item(task_id, text, tenant)
 
 
 def shared_rows(cache: ResultCache | None = None, across_tenants: bool = False) -> tuple[SharedRows, FakeStore]:
@@ -72,7 +42,7 @@ async def test_a_later_batch_waits_for_the_row_a_running_batch_computes() -> Non
     assert not waiting.done()  # b waits while a's row is at the model
     rows.computed(first, leading, {"a": {"N": 7}})
     assert await waiting == []  # nothing left for b's batch to compute
-    assert store.done["b"] == ({"N": 7}, True)
+    assert store.done["b"] == {"N": 7} and "b" in store.cached
 
 
 async def test_a_failed_or_abandoned_row_sends_its_followers_back_to_compute_it_themselves() -> None:
@@ -101,7 +71,7 @@ async def test_a_cached_result_answers_at_once_and_only_its_own_tenant() -> None
     computed, _ = await rows.answer_identical([item("a", "x")], outcome)
     rows.computed(outcome, computed, {"a": {"N": 3}})
     computed, _ = await rows.answer_identical([item("b", "x"), item("c", "x", tenant="globex")], BatchOutcome())
-    assert store.done["b"] == ({"N": 3}, True)  # answered from the cache, no row
+    assert store.done["b"] == {"N": 3} and "b" in store.cached  # answered from the cache, no row
     assert [row.task_id for row in computed] == ["c"]  # another tenant's identical task is computed
 
 
