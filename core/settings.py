@@ -100,8 +100,9 @@ class Settings(BaseSettings):
         ge=0,
         description="Ceiling of the fetch wait while a partition lags and fetches still come back empty: "
         "the wait doubles from kafka_fetch_max_wait_ms up to this, and returns once caught up. A broker "
-        "that reads old records slowly (Tansu on S3 after a restart) gives a short fetch nothing. "
-        "Must be below kafka_request_timeout_ms.",
+        "that reads old records slowly (Tansu on S3 after a restart) gives a short fetch nothing, and "
+        "answers a long one just after its wait: at most half of kafka_request_timeout_ms, so a fetch held "
+        "for its whole wait comes back in time.",
     )
     kafka_linger_ms: int = Field(
         0,
@@ -489,9 +490,17 @@ class Settings(BaseSettings):
         PolicyParams.from_knobs({name: getattr(self, name) for name in PolicyParams.knobs()}, batch_size=1)
         if self.kafka_request_timeout_ms <= self.kafka_session_timeout_ms // 2:
             raise ValueError("kafka_request_timeout_ms must exceed kafka_session_timeout_ms / 2")
-        if not self.kafka_fetch_max_wait_ms <= self.kafka_fetch_lagging_max_wait_ms < self.kafka_request_timeout_ms:
+        # A broker that reads old records slowly holds a fetch for its whole wait and answers
+        # just after it: a fetch must come back well within the request timeout, or it times
+        # out, looks empty, and the same fetch is asked again for ever.
+        if (
+            not self.kafka_fetch_max_wait_ms
+            <= self.kafka_fetch_lagging_max_wait_ms
+            <= self.kafka_request_timeout_ms / 2
+        ):
             raise ValueError(
-                "kafka_fetch_lagging_max_wait_ms must be at least kafka_fetch_max_wait_ms and below kafka_request_timeout_ms"
+                "kafka_fetch_lagging_max_wait_ms must be at least kafka_fetch_max_wait_ms and at most half of "
+                "kafka_request_timeout_ms (a fetch held for its whole wait must come back in time)"
             )
         if self.kafka_security_protocol.startswith("SASL_") and not (
             self.kafka_sasl_username and self.kafka_sasl_password.get_secret_value()

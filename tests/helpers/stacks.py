@@ -50,6 +50,7 @@ def durable_stack(workdir: Path, s3_server: str, model_host_args: tuple[str, ...
             breaker_max_open_s=1.0,
             kafka_request_timeout_ms=5000,
             kafka_fetch_max_wait_ms=500,  # Tansu on S3 answers shorter fetch waits with nothing, forever
+            kafka_fetch_lagging_max_wait_ms=2500,  # at most half the request timeout
             **settings,
         ),
         model_host_args=model_host_args,

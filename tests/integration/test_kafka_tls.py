@@ -137,6 +137,7 @@ def tls_settings(tls_port: int, certificates: Path, **overrides: object) -> Sett
         "kafka_ssl_certfile": str(certificates / "client.crt"),
         "kafka_ssl_keyfile": str(certificates / "client.key"),
         "kafka_request_timeout_ms": 5000,
+        "kafka_fetch_lagging_max_wait_ms": 2500,
     }
     values.update(overrides)
     return stack_settings(**values)
