@@ -9,6 +9,8 @@ there one at a time; a transient failure moves it to another endpoint (``switch`
 from __future__ import annotations
 
 import asyncio
+import collections
+import itertools
 import logging
 import socket
 import time
@@ -54,8 +56,9 @@ class Slot:
 
 
 class NoSlotInTime(Exception):
-    """No slot of a serving pool came free within ``slot_wait_s``: something holds them
-    that should not (the batch is run again, and given up to the DLQ if it keeps failing)."""
+    """No slot of a serving pool was taken or given back within ``slot_wait_s``: something
+    holds them that should not (the batch is run again, and given up to the DLQ if it keeps
+    failing)."""
 
 
 class ModelPool:
@@ -91,6 +94,11 @@ class ModelPool:
         self.moved_at = clock()  # when a slot was last taken or given back (a stall shows here)
         self._models: dict[str, TritonModel] = {}
         self._changed = asyncio.Event()  # a slot freed or the endpoints changed
+        # The calls of ``acquire`` waiting for a slot, first come first served: a batch that
+        # gives its slot back and wants one again (the next call isolating a failing row)
+        # takes its turn behind them, and so does a new batch (``reserve``).
+        self._waiting: collections.deque[int] = collections.deque()
+        self._tickets = itertools.count()
         self._giving_back: set[asyncio.Task[None]] = set()  # leases given back in the background
         # Told when this pool opens an endpoint's circuit, so other batchers can hear it.
         self.on_opened: Callable[[str], None] | None = None
@@ -167,7 +175,11 @@ class ModelPool:
         return self.pool.healthy(self._clock())
 
     def reserve(self, rows: int) -> Slot | None:
-        """Take a slot now, without waiting, if one is free (the batcher's dispatch)."""
+        """Take a slot now, without waiting, if one is free and no batch waits for one in
+        ``acquire`` (those are served first): the batcher's dispatch."""
+        return None if self._waiting else self._take(rows)
+
+    def _take(self, rows: int) -> Slot | None:
         now = self._clock()
         endpoint = self.pool.reserve(now, rows)
         if endpoint is None:
@@ -178,24 +190,32 @@ class ModelPool:
 
     async def acquire(self, rows: int) -> Slot:
         """A slot, waiting for one (slots free as calls return; the batcher stops consuming
-        while every circuit is open). Raises NoSlotInTime after ``slot_wait_s`` without one
-        while some endpoint serves: every call is bounded by its timeout, so slots that
-        do not move are held by something that will not give them back."""
+        while every circuit is open), first come first served. Raises NoSlotInTime once no
+        slot was taken or given back for ``slot_wait_s`` while some endpoint serves: every
+        call is bounded by its timeout, so slots that do not move are held by something that
+        will not give them back (slots that move but go to others first are no stall)."""
+        ticket = next(self._tickets)
+        self._waiting.append(ticket)
         waiting_since = self._clock()
-        while True:
-            slot = self.reserve(rows)
-            if slot is not None:
-                return slot
-            now = self._clock()
-            if not self.healthy:
-                waiting_since = now  # an outage: bounded by transient_give_up_s, not here
-            elif now - waiting_since > self._slot_wait_s:
-                raise NoSlotInTime(f"no model slot came free in {self._slot_wait_s:g} s")
-            self._changed.clear()
-            try:
-                await asyncio.wait_for(self._changed.wait(), timeout=self._seconds_to_retry())
-            except TimeoutError:
-                pass
+        try:
+            while True:
+                if self._waiting[0] == ticket:
+                    slot = self._take(rows)
+                    if slot is not None:
+                        return slot
+                now = self._clock()
+                if not self.healthy:
+                    waiting_since = now  # an outage: bounded by transient_give_up_s, not here
+                elif now - max(waiting_since, self.moved_at) > self._slot_wait_s:
+                    raise NoSlotInTime(f"no model slot was taken or given back in {self._slot_wait_s:g} s")
+                self._changed.clear()
+                try:
+                    await asyncio.wait_for(self._changed.wait(), timeout=self._seconds_to_retry())
+                except TimeoutError:
+                    pass
+        finally:
+            self._waiting.remove(ticket)
+            self._changed.set()  # the next in line looks now
 
     @property
     def leasing(self) -> bool:

@@ -118,3 +118,43 @@ def test_rows_waiting_while_no_slot_moves_fail_liveness_after_the_bound() -> Non
     assert stalled.status == 503 and b'"slots_stalled_s": 11.0' in stalled.body
     assert pool.reserve(64) is not None  # a slot moves: alive again
     assert answer("GET", "/healthz", probes).status == 200
+
+
+@pytest.mark.timeout(10)
+async def test_a_batch_that_gives_its_slot_back_and_wants_another_waits_its_turn() -> None:
+    # One slot. A batch isolating a failing row gives its slot back after each call and wants
+    # it again at once; another batch already waits. Before, the first took it back every
+    # time (its take ran before the waiter woke) and the waiter starved until NoSlotInTime.
+    clock = _Clock()
+    pool = _pool(clock, slot_wait_s=5.0)
+    isolating = pool.reserve(64)
+    assert isolating is not None
+    waiting = asyncio.ensure_future(pool.acquire(64))
+    await asyncio.sleep(0)  # it queues for the slot
+    pool.release(isolating)
+    assert pool.reserve(64) is None  # a new batch does not jump the queue either
+    again = asyncio.ensure_future(pool.acquire(64))  # the isolating batch's next call
+    served = await asyncio.wait_for(waiting, 1.0)
+    await asyncio.sleep(0.01)
+    assert not again.done()  # behind the batch that waited first
+    pool.release(served)
+    await asyncio.wait_for(again, 1.0)
+
+
+@pytest.mark.timeout(10)
+async def test_slots_that_move_to_others_first_are_no_stall() -> None:
+    clock = _Clock()
+    pool = _pool(clock, slot_wait_s=5.0)
+    held = pool.reserve(64)
+    assert held is not None
+    queued = [asyncio.ensure_future(pool.acquire(64)) for _ in range(3)]
+    await asyncio.sleep(0.01)
+    for turn in range(2):  # the slot moves every 4 s, each time to the batch first in line
+        clock.now += 4.0
+        pool.release(held)
+        held = await asyncio.wait_for(queued[turn], 1.0)
+        await asyncio.sleep(0.01)
+    # The last waited 8 s, past the 5 s bound, and is no stall: slots moved meanwhile.
+    assert not queued[2].done()
+    pool.release(held)
+    await asyncio.wait_for(queued[2], 1.0)
