@@ -294,8 +294,13 @@ class EmbeddedStack:
             name = f"{base}-{sum(1 for n in self.processes if self._batcher_models.get(n) == model)}"
         self._batcher_models[name] = model
         extra_env = {"BRIMFUL_MODEL_NAME": model}
-        if model != self.settings.default_model and self.settings.batcher_metrics_port:
-            port = self.batcher_metrics_ports.setdefault(model, free_port())
+        if self.settings.batcher_metrics_port:
+            # A model's first batcher serves its metrics on a known port; the others, of any
+            # model, on a port of their own (two on one port: the second cannot start).
+            if model == self.settings.default_model:
+                port = self.settings.batcher_metrics_port
+            else:
+                port = self.batcher_metrics_ports.setdefault(model, free_port())
             extra_env["BRIMFUL_BATCHER_METRICS_PORT"] = str(port if name.endswith("-0") else 0)
         return self._launch(
             name, [sys.executable, "-m", "brimful.batcher"], log_to_file=not self.echo_service_logs, extra_env=extra_env
