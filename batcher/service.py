@@ -41,8 +41,9 @@ from brimful.core.policy_params import PolicyParams
 from brimful.core.pool_capacity import PoolCapacity
 from brimful.workers.batch import Batch, BatchItem
 from brimful.workers.dead_letters import DeadLetterWriter
-from brimful.workers.model_pool import ModelPool, Slot
+from brimful.workers.model_pool import ModelPool
 from brimful.workers.retry_policy import BatchRetryPolicy
+from brimful.workers.slot import Slot
 
 log = logging.getLogger("brimful.batcher")
 

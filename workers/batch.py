@@ -11,7 +11,7 @@ from typing import Any
 from brimful.core import metrics
 from brimful.core.clock import now_ms
 from brimful.schemas import TaskRequest
-from brimful.workers.model_pool import Slot
+from brimful.workers.slot import Slot
 
 
 @dataclass(frozen=True)

@@ -38,11 +38,12 @@ from brimful.workers.dead_letters import DeadLetterWriter
 from brimful.workers.isolation import Isolation
 from brimful.workers.isolation_budget import IsolationBudget
 from brimful.workers.model_errors import ErrorClass, ModelCallError, TransientOutageTooLong
-from brimful.workers.model_pool import ModelPool, Slot
+from brimful.workers.model_pool import ModelPool
 from brimful.workers.padding import pad_batch, unpad
 from brimful.workers.result_cache import ResultCache
 from brimful.workers.retry_policy import BatchRetryPolicy
 from brimful.workers.shared_rows import Followers, Group, SharedRows
+from brimful.workers.slot import Slot
 from brimful.workers.task_failures import Attempts, TaskFailures
 
 log = logging.getLogger("brimful.worker")

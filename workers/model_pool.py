@@ -16,13 +16,13 @@ import socket
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 
 from brimful.core import metrics
 from brimful.core.pool_capacity import PoolCapacity
 from brimful.workers.circuit_breaker import BreakerState
 from brimful.workers.endpoint_leases import EndpointLeases
 from brimful.workers.endpoint_pool import Endpoint, EndpointPool
+from brimful.workers.slot import NoSlotInTime, Slot
 from brimful.workers.triton_model import TritonModel
 
 log = logging.getLogger("brimful.worker")
@@ -41,24 +41,6 @@ async def resolve_all(host: str, port: int) -> list[str]:
         address = str(sockaddr[0])
         addresses.append(f"[{address}]:{port}" if ":" in address else f"{address}:{port}")
     return sorted(set(addresses))
-
-
-@dataclass
-class Slot:
-    """A batch's place at one endpoint."""
-
-    endpoint: Endpoint
-    model: TritonModel
-    held_since: float  # taken then; once its call begins, then (the pool plans the endpoint's end from it)
-    holder: str
-    leased: bool = False
-    freed: bool = False  # given back here: a second give-back must not free another batch's place
-
-
-class NoSlotInTime(Exception):
-    """No slot of a serving pool was taken or given back within ``slot_wait_s``: something
-    holds them that should not (the batch is run again, and given up to the DLQ if it keeps
-    failing)."""
 
 
 class ModelPool:

@@ -18,7 +18,8 @@ from brimful.stack import EmbeddedStack
 from brimful.workers.circuit_breaker import CircuitBreaker
 from brimful.workers.endpoint_leases import EndpointLeases
 from brimful.workers.endpoint_pool import EndpointPool
-from brimful.workers.model_pool import ModelPool, Slot
+from brimful.workers.model_pool import ModelPool
+from brimful.workers.slot import Slot
 from brimful.workers.triton_model import TritonModel
 from tests.helpers.polling import wait_for
 

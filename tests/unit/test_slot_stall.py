@@ -17,8 +17,9 @@ from brimful.batcher.service import BatcherService
 from brimful.core.policy_params import PolicyParams
 from brimful.workers.circuit_breaker import CircuitBreaker
 from brimful.workers.endpoint_pool import EndpointPool
-from brimful.workers.model_pool import ModelPool, NoSlotInTime
+from brimful.workers.model_pool import ModelPool
 from brimful.workers.retry_policy import BatchRetryPolicy
+from brimful.workers.slot import NoSlotInTime
 from tests.helpers.fake_consumer import TOPIC, FakeConsumer, record_at
 
 
