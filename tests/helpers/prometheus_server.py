@@ -17,7 +17,7 @@ import yaml
 
 from brimful.stack.processes import free_port
 
-RULES = Path(__file__).resolve().parent.parent / "deploy" / "prometheus" / "brimful-alerts.yml"
+RULES = Path(__file__).resolve().parents[2] / "deploy" / "prometheus" / "brimful-alerts.yml"
 
 
 @contextmanager
@@ -25,6 +25,7 @@ def running_prometheus(workdir: Path, targets: dict[str, list[str]]) -> Iterator
     """Prometheus scraping ``targets`` (job name: host:port list) each second; yields its URL."""
     binary = shutil.which("prometheus")
     assert binary, "prometheus is missing: scripts/bootstrap installs Debian's prometheus package"
+    assert RULES.is_file(), f"no alert rules at {RULES}"  # Prometheus would run without them, silently
     workdir.mkdir(parents=True, exist_ok=True)
     config = {
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
