@@ -43,7 +43,7 @@ class WaitingRows:
         """Take the cancelled rows out of their partitions' queues, one pass a queue, and
         finish their offsets; returns how many left."""
         left = 0
-        for number, task_ids in self.take_cancelled().items():
+        for number, task_ids in self._take_cancelled().items():
             state = partitions.get(number)
             if state is None:
                 continue
@@ -58,7 +58,7 @@ class WaitingRows:
             left += len(removed)
         return left
 
-    def take_cancelled(self) -> dict[int, set[str]]:
+    def _take_cancelled(self) -> dict[int, set[str]]:
         """The cancelled rows still waiting, by partition; forgotten here."""
         by_partition: dict[int, set[str]] = {}
         for task_id in self._cancelled:
