@@ -19,6 +19,7 @@ from brimful.stack import EmbeddedStack
 from tests.helpers.live_policy import tune_live
 from tests.helpers.metrics import metric_values
 from tests.helpers.pipeline import expected_outputs
+from tests.helpers.polling import wait_for
 from tests.helpers.stacks import rows_seen_by_model
 from tests.helpers.task_client import TaskClient
 
@@ -142,14 +143,16 @@ async def test_a_task_whose_record_is_gone_is_never_run(stack: EmbeddedStack, cl
         request = TaskRequest(task_id=task_id, model=settings.model_name, submitted_at_ms=now_ms())
         request.inputs["TEXT"].CopyFrom(encode_input(TensorSpec("TEXT", "BYTES", (1,)), text))
         sent = await producer.send_and_wait(settings.requests_topic, request.SerializeToString(), key=task_id.encode())
-        deadline = time.monotonic() + 30
-        while not any(
-            state["committed"] > sent.offset
-            for batcher in (await client.stats())["batchers"]
-            for number, state in batcher["partitions"].items()
-            if int(number) == sent.partition
-        ):
-            assert time.monotonic() < deadline, "the batcher never got past the record"
+
+        async def past_the_record() -> bool:
+            return any(
+                state["committed"] > sent.offset
+                for batcher in (await client.stats())["batchers"]
+                for number, state in batcher["partitions"].items()
+                if int(number) == sent.partition
+            )
+
+        await wait_for(past_the_record, 30, "the batcher to commit past the record")
         assert text not in rows_seen_by_model(stack)
         assert await store.get(task_id) is None
     finally:

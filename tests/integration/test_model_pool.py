@@ -17,6 +17,7 @@ from brimful.core.redis_keys import RedisKeys
 from brimful.stack import EmbeddedStack, free_port, sample_sums
 from brimful.workers.model_pool import resolve_all
 from tests.helpers.pipeline import expected_outputs, random_text, read_dead_letters
+from tests.helpers.polling import wait_for
 from tests.helpers.stacks import stack_settings, start_stack
 from tests.helpers.task_client import TaskClient
 
@@ -133,14 +134,15 @@ async def test_an_endpoint_killed_mid_run_loses_its_share_within_seconds_and_not
         submitting.cancel()
         await asyncio.to_thread(pool_stack.restart, victim)
     assert len(await read_dead_letters(pool_stack)) == letters_before
+
     # The endpoint back: the batchers' probes close its circuit again.
-    deadline = time.monotonic() + 30
-    while not all(
-        {e["url"]: e for e in b["endpoints"]}[victim_url]["breaker"] == "closed"
-        for b in (await pool_client.stats())["batchers"]
-    ):
-        assert time.monotonic() < deadline, "the restarted endpoint never rejoined"
-        await asyncio.sleep(0.1)
+    async def rejoined() -> bool:
+        return all(
+            {e["url"]: e for e in b["endpoints"]}[victim_url]["breaker"] == "closed"
+            for b in (await pool_client.stats())["batchers"]
+        )
+
+    await wait_for(rejoined, 30, "the restarted endpoint to rejoin")
 
 
 async def test_news_of_an_endpoint_down_opens_its_circuit_on_every_batcher(
@@ -153,25 +155,23 @@ async def test_news_of_an_endpoint_down_opens_its_circuit_on_every_batcher(
     async def breakers() -> list[str]:
         return [{e["url"]: e for e in b["endpoints"]}[url]["breaker"] for b in (await pool_client.stats())["batchers"]]
 
-    deadline = time.monotonic() + 30  # both batchers on the status board, the circuit closed on each
-    while await breakers() != ["closed", "closed"]:
-        assert time.monotonic() < deadline, await breakers()
-        await asyncio.sleep(0.1)
+    async def closed_on_both() -> bool:  # both batchers on the status board, the circuit closed on each
+        return await breakers() == ["closed", "closed"]
+
+    await wait_for(closed_on_both, 30, "the circuit closed on both batchers")
     redis = Redis.from_url(pool_stack.settings.redis_url)
     try:
         await redis.publish(RedisKeys(pool_stack.settings.key_prefix).endpoint_down_channel, url)
     finally:
         await redis.aclose()
-    deadline = time.monotonic() + 10  # the status board is published every 100 ms
-    while not all(state != "closed" for state in await breakers()):
-        assert time.monotonic() < deadline, await breakers()
-        await asyncio.sleep(0.05)
+
+    async def opened_on_both() -> bool:  # the status board is published every 100 ms
+        return all(state != "closed" for state in await breakers())
+
+    await wait_for(opened_on_both, 10, "the news to open the circuit on both batchers", interval_s=0.05)
     # With no traffic to wake them, the batchers still probe it: an open period (at most 0.5 s
     # at first), then a readiness check.
-    deadline = time.monotonic() + 10
-    while await breakers() != ["closed", "closed"]:
-        assert time.monotonic() < deadline, "a probe never closed the circuit of an endpoint that serves"
-        await asyncio.sleep(0.1)
+    await wait_for(closed_on_both, 10, "a probe to close the circuit of an endpoint that serves")
 
 
 async def test_endpoint_names_are_re_resolved_without_a_restart(pool_stack: EmbeddedStack) -> None:

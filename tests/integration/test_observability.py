@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import aiohttp
 
 from brimful.batcher.health_server import MAX_CONNECTIONS
 from brimful.stack import EmbeddedStack
 from tests.helpers.metrics import Samples, scrape, value
+from tests.helpers.polling import wait_for
 from tests.helpers.stacks import fault_file
 from tests.helpers.task_client import TaskClient
 
@@ -33,14 +35,15 @@ async def get(url: str, method: str = "GET") -> tuple[int, object]:
 
 
 async def test_the_batcher_answers_its_probes_and_names_its_partitions_and_endpoints(stack: EmbeddedStack) -> None:
-    deadline = time.monotonic() + 30
-    while True:  # None until its first fetch comes back (it may still be joining the group)
-        status, health = await get(batcher_url(stack, "/healthz"))
-        assert status == 200 and health["alive"] is True
-        if health["seconds_since_fetch"] is not None:
-            break
-        assert time.monotonic() < deadline, "the batcher never fetched"
-        await asyncio.sleep(0.1)
+    health: dict[str, Any] = {}
+
+    async def fetched() -> bool:  # None until its first fetch comes back (it may still be joining the group)
+        status, answer = await get(batcher_url(stack, "/healthz"))
+        assert status == 200 and isinstance(answer, dict) and answer["alive"] is True
+        health.update(answer)
+        return answer["seconds_since_fetch"] is not None
+
+    await wait_for(fetched, 30, "the batcher's first fetch")
     assert 0 <= health["seconds_since_fetch"] < 5
     status, ready = await get(batcher_url(stack, "/readyz"))
     assert (status, ready) == (200, {"ready": True})

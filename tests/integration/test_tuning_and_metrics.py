@@ -11,6 +11,7 @@ from brimful.batcher.traces import read_trace
 from brimful.stack import EmbeddedStack
 from tests.helpers.live_policy import policy_seen_by_batchers, tune, tune_live
 from tests.helpers.metrics import metric_values
+from tests.helpers.polling import wait_for
 from tests.helpers.task_client import TaskClient
 
 
@@ -75,10 +76,11 @@ async def test_tuned_values_survive_a_batcher_restart_and_are_logged(
     stack.processes.pop(name).stop()
     stack.start_batcher()
     await asyncio.to_thread(stack.wait_for_batchers)
-    deadline = time.monotonic() + 30
-    while [p["max_wait"] for p in await policy_seen_by_batchers(client)] != [0.18]:
-        assert time.monotonic() < deadline, "the restarted batcher did not report the tuned policy"
-        await asyncio.sleep(0.1)
+
+    async def tuned() -> bool:
+        return [p["max_wait"] for p in await policy_seen_by_batchers(client)] == [0.18]
+
+    await wait_for(tuned, 30, "the restarted batcher to report the tuned policy")
     assert await latency_ms(client, "after restart") < 1000
     status, state = await client.request("GET", "/v1/admin/policy")
     assert state["params"]["max_wait_ms"] == 180
