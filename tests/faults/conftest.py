@@ -2,39 +2,21 @@
 
 from __future__ import annotations
 
-import os
-import sys
-import urllib.request
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 import pytest
 
-from brimful.stack import EmbeddedStack, ManagedProcess, free_port, wait_until
-from brimful.stack.processes import port_open
+from brimful.stack import EmbeddedStack
+from tests.helpers.s3_server import running_s3
 from tests.helpers.stacks import MAX_BACKLOG, MODEL_CALL_MS, durable_stack
 from tests.helpers.task_client import TaskClient
 
 
 @pytest.fixture(scope="module")
 def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A local S3 server (moto) with the broker's bucket."""
-    port = free_port()
-    workdir = tmp_path_factory.mktemp("s3")
-    process = ManagedProcess(
-        name="s3",
-        argv=[str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
-        env=dict(os.environ),
-        log_path=workdir / "s3.log",
-    )
-    process.start()
-    try:
-        wait_until(lambda: port_open(port), 30, "moto_server", process)
-        endpoint = f"http://127.0.0.1:{port}"
-        urllib.request.urlopen(urllib.request.Request(f"{endpoint}/tansu", method="PUT"), timeout=5).close()
+    """A local S3 server with the broker's bucket (tests/helpers/s3_server.py)."""
+    with running_s3(tmp_path_factory.mktemp("s3")) as endpoint:
         yield endpoint
-    finally:
-        process.stop()
 
 
 @pytest.fixture(scope="module")
