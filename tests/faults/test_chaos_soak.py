@@ -424,12 +424,19 @@ async def test_every_accepted_task_ends_right_in_the_production_shape_under_chao
     elapsed = time.monotonic() - started
     fault_file.unlink(missing_ok=True)
     await faults.heal()
-    # On-call's last replay, once everything is back: the !flaky rows pass now.
-    status, body = await operator.call(
-        ledger, "POST", "/v1/admin/dlq/replay", json={"error_class": "model_error", "limit": 10_000}
-    )
-    if status == 200:
-        ledger.replays += body["replayed"]
+    # On-call's last replay, once everything is back: every !flaky row's letter (they pass
+    # now), and a few rows that always fail (they fail again, each with a new letter). Not
+    # every letter at once: a thousand rows that always fail, isolated together, kept two
+    # cores' model hosts past their call timeout for longer than the ledger waits.
+    flaky = [task_id for task_id, task in ledger.tasks.items() if task.text.startswith("!flaky")]
+    failing = [task_id for task_id, task in ledger.tasks.items() if task.text.startswith("!fail")][:20]
+    chosen = flaky + failing
+    for start in range(0, len(chosen), 500):
+        status, body = await operator.call(
+            ledger, "POST", "/v1/admin/dlq/replay", json={"ids": chosen[start : start + 500]}
+        )
+        if status == 200:
+            ledger.replays += body["replayed"]
 
     figures, problems = await check_ledger(stack, clients, operator, ledger)
     figures = {"seconds": round(elapsed), "seed": SEED, "faults": len(schedule), **figures}
