@@ -19,7 +19,7 @@ from brimful.workers.circuit_breaker import CircuitBreaker
 from brimful.workers.endpoint_pool import EndpointPool
 from brimful.workers.model_pool import ModelPool
 from brimful.workers.retry_policy import BatchRetryPolicy
-from brimful.workers.slot import NoSlotInTime
+from brimful.workers.slot import NoSlotInTime, Slot
 from tests.helpers.fake_consumer import TOPIC, FakeConsumer, record_at
 
 
@@ -44,12 +44,18 @@ def _pool(clock: _Clock, slot_wait_s: float) -> ModelPool:
     )
 
 
-@pytest.mark.timeout(10)
-async def test_taking_a_slot_gives_up_once_none_moved_for_the_bound() -> None:
+def _one_slot_held() -> tuple[_Clock, ModelPool, Slot]:
+    """A pool of one slot on a virtual clock, that slot taken."""
     clock = _Clock()
     pool = _pool(clock, slot_wait_s=5.0)
     held = pool.reserve(64)
     assert held is not None
+    return clock, pool, held
+
+
+@pytest.mark.timeout(10)
+async def test_taking_a_slot_gives_up_once_none_moved_for_the_bound() -> None:
+    clock, pool, _ = _one_slot_held()
     waiting = asyncio.ensure_future(pool.acquire(64))
     await asyncio.sleep(0.01)
     assert not waiting.done()
@@ -63,10 +69,7 @@ async def test_taking_a_slot_gives_up_once_none_moved_for_the_bound() -> None:
 
 @pytest.mark.timeout(10)
 async def test_a_slot_given_back_ends_the_wait() -> None:
-    clock = _Clock()
-    pool = _pool(clock, slot_wait_s=5.0)
-    held = pool.reserve(64)
-    assert held is not None
+    _, pool, held = _one_slot_held()
     waiting = asyncio.ensure_future(pool.acquire(64))
     await asyncio.sleep(0.01)
     pool.release(held)
@@ -126,10 +129,7 @@ async def test_a_batch_that_gives_its_slot_back_and_wants_another_waits_its_turn
     # One slot. A batch isolating a failing row gives its slot back after each call and wants
     # it again at once; another batch already waits. Before, the first took it back every
     # time (its take ran before the waiter woke) and the waiter starved until NoSlotInTime.
-    clock = _Clock()
-    pool = _pool(clock, slot_wait_s=5.0)
-    isolating = pool.reserve(64)
-    assert isolating is not None
+    _, pool, isolating = _one_slot_held()
     waiting = asyncio.ensure_future(pool.acquire(64))
     await asyncio.sleep(0)  # it queues for the slot
     pool.release(isolating)
@@ -144,10 +144,7 @@ async def test_a_batch_that_gives_its_slot_back_and_wants_another_waits_its_turn
 
 @pytest.mark.timeout(10)
 async def test_slots_that_move_to_others_first_are_no_stall() -> None:
-    clock = _Clock()
-    pool = _pool(clock, slot_wait_s=5.0)
-    held = pool.reserve(64)
-    assert held is not None
+    clock, pool, held = _one_slot_held()
     queued = [asyncio.ensure_future(pool.acquire(64)) for _ in range(3)]
     await asyncio.sleep(0.01)
     for turn in range(2):  # the slot moves every 4 s, each time to the batch first in line
