@@ -27,6 +27,10 @@ call), the plan knows the GPUs too:
   expected full, never past that moment (a control limit on the queue, set by the
   target). ``max_wait`` stays a hard cap on any wait.
 
+A latency target no shorter than ``max_wait`` is the cost mode (``PolicyParams.fill_first``):
+a batch leaves full, or at that latest moment; neither a free slot nor a fill estimate sends
+it early.
+
 Nothing here reads a clock or does I/O: the live batcher and the simulator pass
 ``now`` in, so both run this same code.
 """
@@ -127,6 +131,8 @@ class WaitOrFullPolicy:
     def is_patient(self, rate: float, was_patient: bool) -> bool:
         """Whether waiting pays at this rate; hysteresis keeps a patient partition
         patient until the expected gain halves."""
+        if self.params.fill_first:
+            return True  # the cost mode: every row may wait its max_wait, whatever the rate
         threshold = self.params.min_worthwhile_rows / 2 if was_patient else self.params.min_worthwhile_rows
         return rate * self.params.max_wait >= threshold
 
@@ -192,7 +198,10 @@ class WaitOrFullPolicy:
         # The target is submit-to-result: what the task spends before and after is not the batch's to wait.
         latest, latest_reason = self.latest_flush(oldest_arrival, capacity.call_time + capacity.around_call)
         earliest = oldest_arrival + p.min_wait
-        if now >= latest:
+        if now >= latest or p.fill_first:
+            # In the cost mode a free slot does not call the batch out, nor does a fill
+            # estimate: a rate learnt at a burst's start is low, and one learnt from Kafka's
+            # fetched chunks wobbles, and either would send a batch short.
             return FlushPlan(latest, latest_reason)
         # From the moment a slot is free (now, or when one frees), how many more rows
         # would waiting until ``latest`` gather?

@@ -97,6 +97,13 @@ class PolicyParams:
         if self.min_wait > self.max_wait:
             raise ValueError("need min_wait <= max_wait")
 
+    @property
+    def fill_first(self) -> bool:
+        """The cost mode: a latency target no shorter than ``max_wait`` lets every row wait its
+        whole ``max_wait``, so a batch leaves full or at its latest moment, never early for
+        want of rows (docs/batching.md, "The cost mode")."""
+        return self.latency_target >= self.max_wait
+
     @staticmethod
     def knobs() -> tuple[str, ...]:
         """The settings behind the parameters, as ``from_knobs`` takes them."""

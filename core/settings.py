@@ -257,8 +257,8 @@ class Settings(BaseSettings):
         json_schema_extra=LIVE,
         description="Submit-to-result time the policy aims to keep (the one knob of docs/batching.md): while a "
         "model slot is free it waits for more rows only when they are expected within this target, less the "
-        "fitted call time and the measured time a task spends before the batcher and after its call. High "
-        "(with max_wait_ms) is the cost mode: fill first. 105: at mid load a GPU-like model's calls then carry "
+        "fitted call time and the measured time a task spends before the batcher and after its call. At or "
+        "above max_wait_ms it is the cost mode: fill first, every batch leaves full or at its latest. 105: at mid load a GPU-like model's calls then carry "
         "the dynamic batcher's rows for about its latency (docs/batching.md).",
     )
     rate_halflife_ms: float = Field(

@@ -109,15 +109,50 @@ def test_without_a_pool_the_ewma_timer_decides_as_before() -> None:
     assert with_timer.reason is FlushReason.DEADLINE and with_timer.at == pytest.approx(1.0 + PARAMS.min_wait)
 
 
+COST_MODE = PolicyParams(batch_size=64, max_wait=2.0, min_wait=0.002, latency_target=2.0)
+
+
 def test_a_high_target_is_the_cost_mode_it_waits_to_fill() -> None:
-    params = PolicyParams(batch_size=64, max_wait=2.0, min_wait=0.002, latency_target=2.0)
-    acc: Accumulator[int] = Accumulator(WaitOrFullPolicy(params))
+    assert COST_MODE.fill_first and not PARAMS.fill_first
+    acc: Accumulator[int] = Accumulator(WaitOrFullPolicy(COST_MODE))
     now = steady(acc, rate=100.0, until=5.0)
     acc.add(0, now)
     plan = acc.plan(now, FREE)
-    # 63 empty slots at 100/s: expected full in 0.63 s x slack, well inside the 2 s target.
-    assert plan is not None and plan.reason is FlushReason.DEADLINE
-    assert plan.at == pytest.approx(now + params.fill_slack * 63 / acc.effective_rate(now), rel=0.01)
+    # Not the moment the batch is expected full (63 slots at 100/s x slack): if the rows come
+    # slower than that, leaving then is a short call; it leaves full or at its latest.
+    assert plan is not None and plan.reason is FlushReason.TARGET
+    assert plan.at == pytest.approx(now + COST_MODE.latency_target - CALL)
+    for _ in range(63):
+        now += 0.01
+        acc.add(0, now)
+    assert acc.due(now, FREE) is FlushReason.FULL
+
+
+def test_in_the_cost_mode_a_burst_s_first_row_waits_though_the_rate_is_not_yet_known() -> None:
+    # Cold: nothing arrived for a minute, so the rate reads zero and no wait looks worthwhile.
+    acc: Accumulator[int] = Accumulator(WaitOrFullPolicy(COST_MODE))
+    steady(acc, rate=10.0, until=1.0)
+    acc.add(0, 60.0)
+    assert acc.effective_rate(60.0) < 1
+    assert acc.due(60.0 + COST_MODE.min_wait, FREE) is None
+    assert acc.patient
+    plan = acc.plan(60.0, FREE)
+    assert plan is not None and plan.at == pytest.approx(60.0 + COST_MODE.latency_target - CALL)
+    # Outside the cost mode the same row leaves once a slot is free, as a lone row should.
+    lone: Accumulator[int] = Accumulator(WaitOrFullPolicy(PARAMS))
+    lone.add(0, 60.0)
+    assert lone.due(60.0 + PARAMS.min_wait, FREE) is FlushReason.SLOT_FREE
+
+
+def test_the_cost_mode_never_waits_past_max_wait_nor_a_row_s_own_deadline() -> None:
+    params = PolicyParams(batch_size=64, max_wait=0.5, min_wait=0.002, latency_target=3.0)
+    acc: Accumulator[int] = Accumulator(WaitOrFullPolicy(params))
+    acc.add(0, 1.0)
+    plan = acc.plan(1.0, FREE)
+    assert plan is not None and (plan.at, plan.reason) == (pytest.approx(1.5), FlushReason.DEADLINE)
+    acc.add(1, 1.1, flush_by=1.2)
+    plan = acc.plan(1.1, FREE)
+    assert plan is not None and (plan.at, plan.reason) == (pytest.approx(1.2), FlushReason.REQUEST_DEADLINE)
 
 
 arrival_gaps = st.lists(st.floats(min_value=1e-5, max_value=0.2), min_size=1, max_size=300)

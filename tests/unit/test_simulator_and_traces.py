@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -141,3 +142,18 @@ def test_the_time_around_a_batch_counts_against_the_target_as_it_does_live() -> 
     assert around.wait_quantile(0.99) <= bare.wait_quantile(0.99) - 0.010  # the path's time is not the batch's to wait
     assert around.latency_quantile(0.99) == pytest.approx(bare.latency_quantile(0.99), abs=0.005)  # it is the task's
     assert around.latency_quantile(0.99) <= params.latency_target
+
+
+@pytest.mark.parametrize("partitions", [1, 2])
+def test_a_burst_in_the_cost_mode_makes_full_calls_but_the_last_of_each_partition(partitions: int) -> None:
+    # 2,000 tasks at 700/s on a GPU-like pool (20 ms a call, two slots), target raised to 3 s.
+    trace = traces.poisson(700.0, 2000 / 700.0, partitions=partitions, seed=7)
+    pool = PoolModel(endpoints=1, slots_per_endpoint=2, call_s=0.020, around_s=0.010)
+    cost = simulate(trace, PolicyParams(batch_size=64, latency_target=3.0), pool)
+    fewest = sum(math.ceil(len(times) / 64) for times in trace.values())
+    assert cost.batches == fewest, cost.flushes
+    assert cost.flushes["slot_free"] == 0
+    # The default target answers the same burst sooner, in more calls.
+    default = simulate(trace, PolicyParams(batch_size=64), pool)
+    assert default.batches > cost.batches
+    assert default.latency_quantile(0.5) < cost.latency_quantile(0.5)
