@@ -5,8 +5,9 @@
 #   make test-unit  the unit tests alone: pure logic, no server, under a minute
 #   make check      ruff (lint and format) and mypy
 #   make bench      the throughput benchmark (bench/throughput.py) into bench/results/
+#   make bench-scale  API workers x batchers x partitions x endpoints (bench/scale.py)
 #   make soak       the chaos soak for SOAK_S seconds (default 600) into docs/reliability.md
-.PHONY: up test test-unit check bench soak bootstrap schemas
+.PHONY: up test test-unit check bench bench-scale soak bootstrap schemas
 
 SOAK_S ?= 600
 
@@ -30,6 +31,9 @@ soak: bootstrap
 
 bench: bootstrap
 	.venv/bin/python bench/throughput.py $(BENCH_ARGS)
+
+bench-scale: bootstrap
+	.venv/bin/python bench/scale.py $(BENCH_ARGS)
 
 schemas: bootstrap
 	PATH=.venv/bin:$$PATH scripts/gen-schemas

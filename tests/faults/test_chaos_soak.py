@@ -585,7 +585,8 @@ def write_report(path: Path, figures: dict[str, object], schedule: list[tuple[fl
         "with 3 tenants, the broker on S3 storage, Redis syncing its log every second) under a mixed load, while a\n"
         "seeded schedule injects a fault every 20 s or less. At quiescence a ledger checks every task that got a 202\n"
         "(see the module's docstring). `make test` runs the same soak for 150 s. A run rewrites these figures.\n\n"
-        f"Last run ({time.strftime('%Y-%m-%d')}, {figures['seconds']} s, seed {figures['seed']}):\n\n"
+        f"Last run ({time.strftime('%Y-%m-%d')}, {figures['seconds']} s, seed {figures['seed']}; "
+        f"`make soak SOAK_S={SOAK_S:g}`{'' if SEED == 7 else f' with BRIMFUL_SOAK_SEED={SEED}'}):\n\n"
         f"| figure | value |\n|---|---|\n{rows}\n\n"
         f"Faults: {', '.join(f'{kind} {count}' for kind, count in sorted(kinds.items()))}.\n{kept}"
     )
