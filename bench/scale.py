@@ -1,0 +1,201 @@
+"""How Brimful scales: API workers x batchers x partitions x endpoints, on the GPU-like model.
+
+    .venv/bin/python bench/scale.py [--configs 1x1x1x1,2x1x1x1,1x2x2x1,2x2x2x2] [--seconds 10]
+
+A configuration ``WxBxPxE`` is W API workers, B batchers (of the one model) sharing a
+requests topic of P partitions, and E model endpoints (each a Triton server with one
+instance of the GPU-like model, every call at least 20 ms, and a second slot that queues
+the next call). For each, in order, on a stack of its own:
+
+1. a closed loop of 256 clients finds the rows a second it sustains, with the CPU every
+   process spent per completed task (API workers, batchers, broker, Redis, model hosts,
+   from /proc);
+2. an open loop at 80% of that, on an empty broker: p50 and p99 from the scheduled arrival.
+
+The report gives each configuration's rate against the first one's: with the first
+``1x1x1x1``, the efficiency of an added API worker or batcher is that ratio over the
+workers (or batchers) added. Each configuration's figures go to ``scale.json`` as soon as
+they are measured and ``scale.md`` is rebuilt after each; a configuration that fails is
+recorded with its error and the next one still runs. ``--render`` rebuilds the report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.process_usage import usage
+from bench.saved_report import SavedReport, add_report_arguments, errors_footer, machine_description, out_dir_flag
+from bench.throughput import loadgen, process_pids, stats
+from bench.throughput_plan import CLIENTS, MODELS
+from brimful.stack import EmbeddedStack, free_port, settings_on_free_ports
+
+DEFAULT_CONFIGS = "1x1x1x1,2x1x1x1,1x2x2x1,2x2x2x2"
+OPEN_LOOP_SHARE = 0.8
+# What each process is counted as in the report.
+ROLES = ("api", "batcher", "broker", "redis", "model")
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One configuration: API workers, batchers, partitions, endpoints."""
+
+    api_workers: int
+    batchers: int
+    partitions: int
+    endpoints: int
+
+    @classmethod
+    def parse(cls, text: str) -> Shape:
+        parts = text.lower().split("x")
+        if len(parts) != 4 or not all(part.isdigit() and int(part) >= 1 for part in parts):
+            raise ValueError(f"a configuration is WxBxPxE with each at least 1, not {text!r}")
+        return cls(*(int(part) for part in parts))
+
+    def __str__(self) -> str:
+        return f"{self.api_workers}x{self.batchers}x{self.partitions}x{self.endpoints}"
+
+
+def role_of(process: str) -> str:
+    """The report's role of a managed process of the embedded stack."""
+    if process.startswith("batcher"):
+        return "batcher"
+    if process.startswith("triton"):
+        return "model"
+    return process
+
+
+def start(shape: Shape, scratch: Path) -> EmbeddedStack:
+    """A stack of ``shape``, every batcher in the group."""
+    model = MODELS["gpu-like"]
+    settings = settings_on_free_ports(
+        rate_limit_per_s=0,
+        tenant_max_in_flight=0,
+        max_backlog=10_000_000,
+        result_ttl_s=600,
+        api_workers=shape.api_workers,
+        topic_partitions=shape.partitions,
+        model_name=model.model_name,
+        endpoint_instances=1,
+        endpoint_capacity=2,
+    )
+    extra = [f"127.0.0.1:{free_port()}" for _ in range(shape.endpoints - 1)]
+    settings = settings.model_copy(update={"triton_url": ",".join([settings.triton_url, *extra])})
+    stack = EmbeddedStack(settings, scratch, model_host_args=model.host_args)
+    stack.start()
+    try:
+        for _ in range(shape.batchers - 1):
+            stack.start_batcher()
+        stack.wait_for_batchers()
+    except BaseException:
+        stack.stop()
+        raise
+    return stack
+
+
+def measure(shape: Shape, seconds: float) -> dict[str, Any]:
+    """Saturation with CPU a task by role, then the open loop at 80% of it."""
+    with tempfile.TemporaryDirectory(prefix="brimful-scale-") as scratch:
+        stack = start(shape, Path(scratch))
+        try:
+            names = list(stack.processes)
+            before = {name: usage(process_pids(stack, name)).cpu_s for name in names}
+            done_before = stats(stack).get("tasks_done", 0)
+            closed = loadgen(stack, "brimful", seconds, clients=CLIENTS)
+            tasks = max(1, stats(stack).get("tasks_done", 0) - done_before)
+            cpu_us = dict.fromkeys(ROLES, 0.0)
+            for name in names:
+                spent = usage(process_pids(stack, name)).cpu_s - before[name]
+                cpu_us[role_of(name)] = cpu_us.get(role_of(name), 0.0) + spent / tasks * 1e6
+            stack.empty_broker()
+            offered = OPEN_LOOP_SHARE * closed["achieved_rows_per_s"]
+            opened = loadgen(stack, "brimful", seconds, rate=offered)
+        finally:
+            stack.stop()
+    return {
+        "config": str(shape),
+        "rows_per_s": closed["achieved_rows_per_s"],
+        "closed_p99_ms": closed["p99_ms"],
+        "cpu_us_per_task": cpu_us,
+        "open_offered": offered,
+        "open_rows_per_s": opened["achieved_rows_per_s"],
+        "open_p50_ms": opened["p50_ms"],
+        "open_p99_ms": opened["p99_ms"],
+        "errors": closed["errors"] + closed["lost"] + opened["errors"] + opened["lost"],
+    }
+
+
+def render(results: dict[str, Any]) -> str:
+    runs = [run for run in results["runs"] if "error" not in run]
+    base = runs[0] if runs else None
+    lines = [
+        "# Scaling: API workers x batchers x partitions x endpoints (GPU-like model)",
+        "",
+        f"Command: `{results['command']}`. Machine: {results['machine']}. A configuration WxBxPxE is W API "
+        "workers, B batchers on P partitions, E endpoints (one model instance each, 20 ms a call). Rows/s: a "
+        f"closed loop of {CLIENTS} clients for {results['seconds']:g} s; x first: that against the first "
+        "configuration; per added: (x first - 1) over the API workers and batchers added. Open loop: Poisson at "
+        f"{OPEN_LOOP_SHARE:.0%} of the closed loop's rate on an empty broker, ms from the scheduled arrival. "
+        "CPU: us a completed task in the closed loop, summed over the role's processes.",
+        "",
+        "| config | rows/s | x first | per added | open p50 ms | open p99 ms | "
+        + " | ".join(f"{role} us" for role in ROLES)
+        + " |",
+        "|---|---|---|---|---|---|" + "---|" * len(ROLES),
+    ]
+    for run in runs:
+        assert base is not None
+        ratio = run["rows_per_s"] / base["rows_per_s"] if base["rows_per_s"] else 0.0
+        first, this = Shape.parse(base["config"]), Shape.parse(run["config"])
+        added = (this.api_workers - first.api_workers) + (this.batchers - first.batchers)
+        per_added = f"{(ratio - 1) / added:.2f}" if added > 0 else "-"
+        cpu = run["cpu_us_per_task"]
+        lines.append(
+            f"| {run['config']} | {run['rows_per_s']:.0f} | {ratio:.2f} | {per_added} | {run['open_p50_ms']:.1f} "
+            f"| {run['open_p99_ms']:.1f} | " + " | ".join(f"{cpu.get(role, 0.0):.0f}" for role in ROLES) + " |"
+        )
+    lines += errors_footer(results["runs"], lambda run: run["config"])
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--configs", default=DEFAULT_CONFIGS, help="comma-separated WxBxPxE configurations")
+    parser.add_argument("--seconds", type=float, default=10.0, help="length of each loop")
+    add_report_arguments(parser, "scale")
+    args = parser.parse_args()
+    report = SavedReport(args.out_dir, "scale", render)
+    if args.render:
+        report.render_again()
+        return 0
+    shapes = [Shape.parse(part) for part in args.configs.split(",")]
+    command = "python bench/scale.py"
+    command += "" if args.configs == DEFAULT_CONFIGS else f" --configs {args.configs}"
+    command += "" if args.seconds == 10.0 else f" --seconds {args.seconds:g}"
+    command += out_dir_flag(args.out_dir)
+    results: dict[str, Any] = {
+        "command": command,
+        "machine": machine_description(),
+        "seconds": args.seconds,
+        "runs": [],
+    }
+    for shape in shapes:
+        print(f"{shape}:", flush=True)
+        try:
+            run = measure(shape, args.seconds)
+        except Exception as error:  # recorded; the next configuration still runs
+            run = {"config": str(shape), "error": f"{type(error).__name__}: {error}"[:300]}
+        results["runs"].append(run)
+        report.save(results)
+    print(report.md_path.read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,57 @@
+"""The scale benchmark's configurations and what its report derives from them."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.scale import Shape, render, role_of
+
+
+def test_a_configuration_is_four_counts_of_at_least_one() -> None:
+    assert Shape.parse("2x1x4X2") == Shape(api_workers=2, batchers=1, partitions=4, endpoints=2)
+    assert str(Shape.parse("2x1x4x2")) == "2x1x4x2"
+    for bad in ("2x1x4", "0x1x1x1", "ax1x1x1", "1x1x1x1x1"):
+        with pytest.raises(ValueError, match="WxBxPxE"):
+            Shape.parse(bad)
+
+
+def test_processes_are_counted_by_role() -> None:
+    assert [role_of(name) for name in ("api", "batcher-0", "batcher-1", "triton", "triton-1", "broker", "redis")] == [
+        "api",
+        "batcher",
+        "batcher",
+        "model",
+        "model",
+        "broker",
+        "redis",
+    ]
+
+
+def _run(config: str, rows_per_s: float) -> dict[str, object]:
+    return {
+        "config": config,
+        "rows_per_s": rows_per_s,
+        "cpu_us_per_task": {"api": 400.0, "batcher": 150.0},
+        "open_p50_ms": 50.0,
+        "open_p99_ms": 90.0,
+    }
+
+
+def test_the_report_gives_each_added_process_its_share_of_the_gain() -> None:
+    results = {
+        "command": "python bench/scale.py",
+        "machine": "x86_64",
+        "seconds": 10.0,
+        "runs": [
+            _run("1x1x1x1", 1000.0),
+            _run("2x1x1x1", 1800.0),
+            _run("2x2x2x1", 2200.0),
+            {"config": "4x4x4x4", "error": "StackError: no"},
+        ],
+    }
+    page = render(results)
+    rows = {line.split(" | ")[0].strip("| "): line.split(" | ") for line in page.splitlines() if line.startswith("| ")}
+    assert rows["1x1x1x1"][2:4] == ["1.00", "-"]
+    assert rows["2x1x1x1"][2:4] == ["1.80", "0.80"]  # one worker added: 0.8 of one worker's rate
+    assert rows["2x2x2x1"][2:4] == ["2.20", "0.60"]  # a worker and a batcher added
+    assert "4x4x4x4: StackError: no" in page
