@@ -1,0 +1,161 @@
+"""Sustained load on the embedded stack: does a minute late in a long run look like the first?
+
+    .venv/bin/python bench/sustained.py [--minutes 10] [--share 0.8] [--model gpu-like]
+
+Starts the embedded stack as ``make bench`` runs it (two API workers, one batcher, the
+model with one instance and a second slot), finds the rate Brimful sustains with a closed
+loop of 256 clients for 10 s, empties the broker, then offers ``--share`` of that rate as
+open-loop Poisson arrivals for ``--minutes``, one load-generator process a minute. After
+each minute it records the minute's p50 / p99 (from the scheduled arrival), the rows a
+second answered, errors and lost requests, and the broker's resident memory and CPU (from
+/proc). The report compares the last minute with the first.
+
+Each minute goes to ``sustained.json`` as soon as it is measured and ``sustained.md`` is
+rebuilt after each; a run cut short keeps its minutes. ``--render`` rebuilds the report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.process_usage import usage
+from bench.saved_report import SavedReport, add_report_arguments, machine_description, out_dir_flag
+from bench.throughput import loadgen, process_pids
+from bench.throughput_plan import API_WORKERS, CLIENTS, MODELS
+from brimful.stack import EmbeddedStack, settings_on_free_ports
+
+DEFAULTS: dict[str, Any] = {"minutes": 10, "share": 0.8, "model": "gpu-like"}
+
+
+def resident_mb(pids: list[int]) -> float:
+    """Current resident memory of ``pids`` (VmRSS), summed, in MB."""
+    total_kb = 0
+    for pid in pids:
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total_kb += int(line.split()[1])
+        except OSError:
+            continue
+    return total_kb / 1024
+
+
+def render(results: dict[str, Any]) -> str:
+    minutes = results["minutes"]
+    lines = [
+        "# Sustained open-loop load on the embedded stack",
+        "",
+        f"Command: `{results['command']}`. Machine: {results['machine']}. Model: {results['model']}. The closed "
+        f"loop ({CLIENTS} clients, 10 s) sustained {results.get('saturation', 0):.0f} rows/s; then "
+        f"{results['offered']:.0f}/s offered ({results['share']:.0%} of it), open-loop Poisson on an emptied "
+        f"broker (producer linger {results.get('linger_ms', 0)} ms), "
+        "one load-generator process a minute; ms from the scheduled arrival. Errors: requests not answered "
+        "done (a 202 still queued when the client's inline wait ended, or a refusal); lost: no answer 20 s "
+        "after the minute (the load generator's count, not tasks Brimful lost). Broker: its resident memory "
+        "at the minute's end and the share of a core it spent during the minute.",
+        "",
+        "| minute | rows/s | p50 ms | p99 ms | errors | lost | broker MB | broker CPU |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for minute in minutes:
+        lines.append(
+            f"| {minute['minute']} | {minute['rows_per_s']:.0f} | {minute['p50_ms']:.1f} | {minute['p99_ms']:.1f} "
+            f"| {minute['errors']} | {minute['lost']} | {minute['broker_mb']:.0f} | {minute['broker_cpu']:.2f} |"
+        )
+    if len(minutes) >= 2:
+        first, last = minutes[0], minutes[-1]
+        lines += [
+            "",
+            f"Last minute against the first: p99 {last['p99_ms'] / first['p99_ms']:.2f}x, broker memory "
+            f"{last['broker_mb'] / first['broker_mb']:.2f}x, broker CPU {last['broker_cpu'] / max(first['broker_cpu'], 1e-9):.2f}x. "
+            f"Lost over the run: {sum(m['lost'] for m in minutes)}; errors: {sum(m['errors'] for m in minutes)}.",
+        ]
+    errors = [m for m in minutes if m.get("first_error")]
+    if errors:
+        lines += ["", f"First error of minute {errors[0]['minute']}: {errors[0]['first_error']}"]
+    if results.get("error"):
+        lines += ["", f"The run stopped early: {results['error']}"]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=int, default=DEFAULTS["minutes"], help="minutes of open-loop load")
+    parser.add_argument("--share", type=float, default=DEFAULTS["share"], help="share of the sustained rate offered")
+    parser.add_argument("--model", choices=sorted(MODELS), default=DEFAULTS["model"])
+    add_report_arguments(parser, "sustained")
+    args = parser.parse_args()
+    report = SavedReport(args.out_dir, "sustained", render)
+    if args.render:
+        report.render_again()
+        return 0
+    command = "python bench/sustained.py"
+    for flag, default in DEFAULTS.items():
+        value = getattr(args, flag)
+        command += "" if value == default else f" --{flag} {value}"
+    command += out_dir_flag(args.out_dir)
+    results: dict[str, Any] = {
+        "command": command,
+        "machine": machine_description(),
+        "model": args.model,
+        "share": args.share,
+        "offered": 0.0,
+        "minutes": [],
+    }
+    model = MODELS[args.model]
+    settings = settings_on_free_ports(
+        rate_limit_per_s=0,
+        tenant_max_in_flight=0,
+        max_backlog=10_000_000,
+        result_ttl_s=900,
+        api_workers=API_WORKERS,
+        model_name=model.model_name,
+        endpoint_instances=1,
+        endpoint_capacity=2,
+    )
+    results["linger_ms"] = settings.kafka_linger_ms  # BRIMFUL_KAFKA_LINGER_MS: bigger, fewer broker batches
+    with tempfile.TemporaryDirectory(prefix="brimful-sustained-") as scratch:
+        stack = EmbeddedStack(settings, Path(scratch), model_host_args=model.host_args)
+        stack.start()
+        try:
+            results["saturation"] = loadgen(stack, "brimful", 10.0, clients=CLIENTS)["achieved_rows_per_s"]
+            results["offered"] = args.share * results["saturation"]
+            stack.empty_broker()
+            for minute in range(1, args.minutes + 1):
+                broker = process_pids(stack, "broker")
+                cpu_before = usage(broker).cpu_s
+                # No settling between minutes: the load goes on as it would.
+                summary = loadgen(
+                    stack, "brimful", 60.0, rate=results["offered"], settle_first=False, extra=("--warmup", "0")
+                )
+                results["minutes"].append(
+                    {
+                        "minute": minute,
+                        "rows_per_s": summary["achieved_rows_per_s"],
+                        "p50_ms": summary["p50_ms"],
+                        "p99_ms": summary["p99_ms"],
+                        "errors": summary["errors"],
+                        "lost": summary["lost"],
+                        "first_error": summary["first_error"][:200],
+                        "broker_mb": resident_mb(broker),
+                        "broker_cpu": (usage(broker).cpu_s - cpu_before) / 60.0,
+                    }
+                )
+                report.save(results)
+        except Exception as error:  # what was measured stays, with why the run stopped
+            results["error"] = f"{type(error).__name__}: {error}"[:300]
+            report.save(results)
+        finally:
+            stack.stop()
+    print(report.md_path.read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
