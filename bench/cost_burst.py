@@ -25,17 +25,18 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.load_settings import load_settings
 from bench.saved_report import (
     SavedReport,
     add_report_arguments,
+    command_line,
     errors_footer,
     machine_description,
-    out_dir_flag,
     value_range,
 )
 from bench.throughput import loadgen, stats, tune
-from bench.throughput_plan import API_WORKERS, MODELS
-from brimful.stack import EmbeddedStack, settings_on_free_ports
+from bench.throughput_plan import MODELS
+from brimful.stack import EmbeddedStack
 
 DEFAULTS = {"tasks": 2000, "rate": 700.0, "targets": "105,3000", "reps": 3}
 
@@ -101,11 +102,7 @@ def main() -> int:
     if args.render:
         report.render_again()
         return 0
-    command = "python bench/cost_burst.py"
-    for flag, default in DEFAULTS.items():
-        value = getattr(args, flag)
-        command += "" if value == default else f" --{flag} {value}"
-    command += out_dir_flag(args.out_dir)
+    command = command_line("bench/cost_burst.py", args, DEFAULTS)
     results: dict[str, Any] = {
         "command": command,
         "machine": machine_description(),
@@ -114,16 +111,7 @@ def main() -> int:
         "runs": [],
     }
     model = MODELS["gpu-like"]
-    settings = settings_on_free_ports(
-        rate_limit_per_s=0,
-        tenant_max_in_flight=0,
-        max_backlog=10_000_000,
-        result_ttl_s=600,
-        api_workers=API_WORKERS,
-        model_name=model.model_name,
-        endpoint_instances=1,
-        endpoint_capacity=2,
-    )
+    settings = load_settings(model)
     targets = [float(part) for part in args.targets.split(",")]
     with tempfile.TemporaryDirectory(prefix="brimful-burst-") as scratch:
         stack = EmbeddedStack(settings, Path(scratch), model_host_args=model.host_args)

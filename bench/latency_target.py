@@ -28,6 +28,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.load_settings import load_settings
 from bench.saved_report import (
     SavedReport,
     add_report_arguments,
@@ -37,8 +38,8 @@ from bench.saved_report import (
     value_range,
 )
 from bench.throughput import brimful_open_loop, dynamic_open_loop, tune
-from bench.throughput_plan import API_WORKERS, MODELS
-from brimful.stack import EmbeddedStack, settings_on_free_ports
+from bench.throughput_plan import MODELS
+from brimful.stack import EmbeddedStack
 
 DEFAULT_RATES = "90,450,900"
 DEFAULT_TARGETS = "50:4,105,130"
@@ -132,16 +133,7 @@ def main() -> int:
         "runs": [],
     }
     model = MODELS["gpu-like"]
-    settings = settings_on_free_ports(
-        rate_limit_per_s=0,
-        tenant_max_in_flight=0,
-        max_backlog=10_000_000,
-        result_ttl_s=600,
-        api_workers=API_WORKERS,
-        model_name=model.model_name,
-        endpoint_instances=1,
-        endpoint_capacity=2,
-    )
+    settings = load_settings(model)
     targets = parse_targets(args.targets, settings.min_worthwhile_rows)
 
     def record(run: dict[str, Any]) -> None:

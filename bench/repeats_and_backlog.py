@@ -36,6 +36,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.load_settings import load_settings
 from bench.saved_report import (
     SavedReport,
     add_report_arguments,
@@ -45,8 +46,8 @@ from bench.saved_report import (
     value_range,
 )
 from bench.throughput import loadgen, settle, stats
-from bench.throughput_plan import API_WORKERS, MODELS
-from brimful.stack import EmbeddedStack, settings_on_free_ports
+from bench.throughput_plan import MODELS
+from brimful.stack import EmbeddedStack
 
 DEFAULTS = {"rate": 75.0, "repeat_share": 0.3, "backlog": 10_000, "seconds": 20.0, "reps": 2}
 BULK = 1000  # tasks a bulk call carries (the API's max_bulk_tasks)
@@ -240,16 +241,7 @@ def main() -> int:
     command += out_dir_flag(args.out_dir)
     results: dict[str, Any] = {"command": command, "machine": machine_description(), "runs": []}
     model = MODELS["gpu-like"]
-    settings = settings_on_free_ports(
-        rate_limit_per_s=0,
-        tenant_max_in_flight=0,
-        max_backlog=10_000_000,
-        result_ttl_s=600,
-        api_workers=API_WORKERS,
-        model_name=model.model_name,
-        endpoint_instances=1,
-        endpoint_capacity=2,
-    )
+    settings = load_settings(model)
 
     def record(run: dict[str, Any]) -> None:
         results["runs"].append(run)

@@ -8,7 +8,7 @@ import argparse
 import json
 import os
 import platform
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +49,21 @@ def out_dir_flag(out_dir: Path) -> str:
     if out_dir.resolve() == RESULTS_DIR:
         return ""
     return f" --out-dir {os.path.relpath(out_dir.resolve(), RESULTS_DIR.parent.parent)}"
+
+
+def command_line(script: str, args: argparse.Namespace, defaults: Mapping[str, object]) -> str:
+    """The command a report names: ``python <script>``, each flag of ``defaults`` (its name
+    as argparse stores it) whose value differs, and ``--out-dir`` where not the default."""
+    command = f"python {script}"
+    for name, default in defaults.items():
+        value = getattr(args, name)
+        if value != default:
+            command += (
+                f" --{name.replace('_', '-')} {value:g}"
+                if isinstance(value, float)
+                else f" --{name.replace('_', '-')} {value}"
+            )
+    return command + out_dir_flag(args.out_dir)
 
 
 class SavedReport:

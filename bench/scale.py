@@ -30,11 +30,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.load_settings import load_settings
 from bench.process_usage import usage
-from bench.saved_report import SavedReport, add_report_arguments, errors_footer, machine_description, out_dir_flag
+from bench.saved_report import SavedReport, add_report_arguments, command_line, errors_footer, machine_description
 from bench.throughput import loadgen, process_pids, stats
 from bench.throughput_plan import CLIENTS, MODELS
-from brimful.stack import EmbeddedStack, free_port, settings_on_free_ports
+from brimful.stack import EmbeddedStack, free_port
 
 DEFAULT_CONFIGS = "1x1x1x1,2x1x1x1,1x2x2x1,2x2x2x2"
 OPEN_LOOP_SHARE = 0.8
@@ -74,17 +75,7 @@ def role_of(process: str) -> str:
 def start(shape: Shape, scratch: Path) -> EmbeddedStack:
     """A stack of ``shape``, every batcher in the group."""
     model = MODELS["gpu-like"]
-    settings = settings_on_free_ports(
-        rate_limit_per_s=0,
-        tenant_max_in_flight=0,
-        max_backlog=10_000_000,
-        result_ttl_s=600,
-        api_workers=shape.api_workers,
-        topic_partitions=shape.partitions,
-        model_name=model.model_name,
-        endpoint_instances=1,
-        endpoint_capacity=2,
-    )
+    settings = load_settings(model, api_workers=shape.api_workers, topic_partitions=shape.partitions)
     extra = [f"127.0.0.1:{free_port()}" for _ in range(shape.endpoints - 1)]
     settings = settings.model_copy(update={"triton_url": ",".join([settings.triton_url, *extra])})
     stack = EmbeddedStack(settings, scratch, model_host_args=model.host_args)
@@ -175,10 +166,7 @@ def main() -> int:
         report.render_again()
         return 0
     shapes = [Shape.parse(part) for part in args.configs.split(",")]
-    command = "python bench/scale.py"
-    command += "" if args.configs == DEFAULT_CONFIGS else f" --configs {args.configs}"
-    command += "" if args.seconds == 10.0 else f" --seconds {args.seconds:g}"
-    command += out_dir_flag(args.out_dir)
+    command = command_line("bench/scale.py", args, {"configs": DEFAULT_CONFIGS, "seconds": 10.0})
     results: dict[str, Any] = {
         "command": command,
         "machine": machine_description(),

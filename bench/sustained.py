@@ -24,11 +24,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.load_settings import load_settings
 from bench.process_usage import usage
-from bench.saved_report import SavedReport, add_report_arguments, machine_description, out_dir_flag
+from bench.saved_report import SavedReport, add_report_arguments, command_line, machine_description
 from bench.throughput import loadgen, process_pids
-from bench.throughput_plan import API_WORKERS, CLIENTS, MODELS
-from brimful.stack import EmbeddedStack, settings_on_free_ports
+from bench.throughput_plan import CLIENTS, MODELS
+from brimful.stack import EmbeddedStack
 
 DEFAULTS: dict[str, Any] = {"minutes": 10, "share": 0.8, "model": "gpu-like"}
 
@@ -95,11 +96,7 @@ def main() -> int:
     if args.render:
         report.render_again()
         return 0
-    command = "python bench/sustained.py"
-    for flag, default in DEFAULTS.items():
-        value = getattr(args, flag)
-        command += "" if value == default else f" --{flag} {value}"
-    command += out_dir_flag(args.out_dir)
+    command = command_line("bench/sustained.py", args, DEFAULTS)
     results: dict[str, Any] = {
         "command": command,
         "machine": machine_description(),
@@ -109,16 +106,7 @@ def main() -> int:
         "minutes": [],
     }
     model = MODELS[args.model]
-    settings = settings_on_free_ports(
-        rate_limit_per_s=0,
-        tenant_max_in_flight=0,
-        max_backlog=10_000_000,
-        result_ttl_s=900,
-        api_workers=API_WORKERS,
-        model_name=model.model_name,
-        endpoint_instances=1,
-        endpoint_capacity=2,
-    )
+    settings = load_settings(model, result_ttl_s=900)
     results["linger_ms"] = settings.kafka_linger_ms  # BRIMFUL_KAFKA_LINGER_MS: bigger, fewer broker batches
     with tempfile.TemporaryDirectory(prefix="brimful-sustained-") as scratch:
         stack = EmbeddedStack(settings, Path(scratch), model_host_args=model.host_args)

@@ -45,6 +45,7 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.load_settings import load_settings
 from bench.process_usage import group_members, usage
 from bench.profile_summary import by_package, top_self_time
 from bench.throughput_plan import (
@@ -404,17 +405,7 @@ def measure_model(
     that fails later (or a killed run) leaves what was measured before it on disk."""
     name, instances = run.name, run.instances
     seconds = 6.0 if quick else 10.0
-    settings = settings_on_free_ports(
-        rate_limit_per_s=0,
-        tenant_max_in_flight=0,
-        max_backlog=10_000_000,
-        result_ttl_s=600,
-        api_workers=api_workers,
-        model_name=MODELS[name].model_name,
-        # Several instances run side by side; one more slot queues the next call behind them.
-        endpoint_instances=instances,
-        endpoint_capacity=instances + 1,
-    )
+    settings = load_settings(MODELS[name], api_workers=api_workers, instances=instances)
     host_args = (*MODELS[name].host_args, "--with-dynamic", "--instances", str(instances))
     stack = EmbeddedStack(settings, workdir / name, model_host_args=host_args)
     print(f"{name}: starting the stack ({instances} model instance{'s' if instances > 1 else ''})", flush=True)
