@@ -12,6 +12,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError
 
+from brimful.core.redis_packing import HiredisPackingConnection
 from brimful.core.settings import Settings
 
 RedisClient: TypeAlias = Redis | RedisCluster
@@ -110,6 +111,8 @@ def make_redis(settings: Settings) -> RedisClient:
         )
     pool = BlockingConnectionPool.from_url(
         settings.redis_url,
+        # hiredis frames the commands; a rediss:// or unix:// URL names its own connection class, which wins.
+        connection_class=HiredisPackingConnection,
         max_connections=settings.redis_max_connections,
         timeout=settings.redis_pool_timeout_s,
         retry=retry,
