@@ -17,20 +17,16 @@ import argparse
 import asyncio
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-from redis.asyncio import ConnectionPool, Redis
 from redis.asyncio.connection import Connection
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.redis_parser import BATCH, one_batch
+from bench.redis_parser import store_cpu_us_per_task
 from bench.saved_report import SavedReport, add_report_arguments, command_line, machine_description
-from brimful.core.redis_keys import RedisKeys
 from brimful.core.redis_packing import HiredisPackingConnection
-from brimful.core.task_store import TaskStore
 from brimful.stack import EmbeddedStack, settings_on_free_ports
 
 PACKERS: dict[str, type[Connection]] = {"python": Connection, "hiredis": HiredisPackingConnection}
@@ -38,17 +34,7 @@ DEFAULTS = {"tasks": 20_000, "rounds": 3}
 
 
 async def cpu_us_per_task(redis_url: str, packer: str, tasks: int) -> float:
-    pool = ConnectionPool.from_url(redis_url, connection_class=PACKERS[packer], max_connections=BATCH)
-    redis = Redis(connection_pool=pool)
-    store = TaskStore(redis, RedisKeys(f"bench-pack-{packer}"), ttl_s=600)
-    try:
-        await one_batch(store)  # connections opened, scripts loaded: not timed
-        started = time.process_time()
-        for _ in range(tasks // BATCH):
-            await one_batch(store)
-        return (time.process_time() - started) / (tasks // BATCH * BATCH) * 1e6
-    finally:
-        await redis.aclose()
+    return await store_cpu_us_per_task(redis_url, tasks, f"bench-pack-{packer}", connection_class=PACKERS[packer])
 
 
 def render(results: dict[str, Any]) -> str:

@@ -53,9 +53,15 @@ async def one_batch(store: TaskStore) -> None:
 
 
 async def cpu_us_per_task(redis_url: str, parser: str, tasks: int) -> float:
-    pool = ConnectionPool.from_url(redis_url, parser_class=PARSERS[parser], max_connections=BATCH)
+    return await store_cpu_us_per_task(redis_url, tasks, f"bench-{parser}", parser_class=PARSERS[parser])
+
+
+async def store_cpu_us_per_task(redis_url: str, tasks: int, prefix: str, **pool_options: Any) -> float:
+    """The client's CPU a task for ``tasks`` tasks' store work (``one_batch``), through a
+    pool made with ``pool_options``, under the key prefix ``prefix``."""
+    pool = ConnectionPool.from_url(redis_url, max_connections=BATCH, **pool_options)
     redis = Redis(connection_pool=pool)
-    store = TaskStore(redis, RedisKeys(f"bench-{parser}"), ttl_s=600)
+    store = TaskStore(redis, RedisKeys(prefix), ttl_s=600)
     try:
         await one_batch(store)  # connections opened, scripts loaded: not timed
         started = time.process_time()
