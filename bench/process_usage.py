@@ -33,6 +33,25 @@ def group_members(pgid: int) -> list[int]:
     return members
 
 
+def _status_kb(pid: int, field: str) -> int:
+    """A ``/proc/<pid>/status`` memory field (``VmRSS``, ``VmHWM``) in kB; 0 if absent."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    return 0
+
+
+def resident_mb(pids: list[int]) -> float:
+    """Current resident memory of ``pids`` (VmRSS), summed, in MB (processes gone meanwhile are skipped)."""
+    total_kb = 0
+    for pid in pids:
+        try:
+            total_kb += _status_kb(pid, "VmRSS")
+        except (OSError, ValueError):
+            continue
+    return total_kb / 1024
+
+
 def usage(pids: list[int]) -> Usage:
     """Summed CPU time and summed peak RSS of ``pids`` (processes gone meanwhile are skipped)."""
     cpu_ticks, peak_kb = 0, 0
@@ -40,9 +59,7 @@ def usage(pids: list[int]) -> Usage:
         try:
             fields = _stat_fields(pid)
             cpu_ticks += int(fields[11]) + int(fields[12])  # utime, stime
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmHWM:"):
-                    peak_kb += int(line.split()[1])
+            peak_kb += _status_kb(pid, "VmHWM")
         except (OSError, ValueError, IndexError):
             continue
     return Usage(cpu_s=cpu_ticks / _TICKS_PER_S, peak_rss_mb=peak_kb / 1024)

@@ -25,26 +25,13 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.load_settings import load_settings
-from bench.process_usage import usage
+from bench.process_usage import resident_mb, usage
 from bench.saved_report import SavedReport, add_report_arguments, command_line, machine_description
 from bench.throughput import loadgen, process_pids
 from bench.throughput_plan import CLIENTS, MODELS
 from brimful.stack import EmbeddedStack
 
 DEFAULTS: dict[str, Any] = {"minutes": 10, "share": 0.8, "model": "gpu-like"}
-
-
-def resident_mb(pids: list[int]) -> float:
-    """Current resident memory of ``pids`` (VmRSS), summed, in MB."""
-    total_kb = 0
-    for pid in pids:
-        try:
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total_kb += int(line.split()[1])
-        except OSError:
-            continue
-    return total_kb / 1024
 
 
 def render(results: dict[str, Any]) -> str:

@@ -8,6 +8,7 @@ saturation. ``HiredisPackingConnection`` frames the same bytes in C.
 
 from __future__ import annotations
 
+import codecs
 from typing import Any
 
 import hiredis
@@ -15,11 +16,19 @@ from redis.asyncio.connection import Connection
 from redis.exceptions import DataError
 
 _AS_IS = frozenset({bytes, str, int, float})
+_NUMBERS_AND_BYTES = frozenset({bytes, int, float})
 
 
 class HiredisPackingConnection(Connection):
     """A connection whose commands hiredis frames: the wire format is redis-py's, byte for
-    byte (each argument encoded by the connection's own encoder first)."""
+    byte. hiredis writes bytes, ints and floats as redis-py's encoder does, and text as
+    UTF-8 (strict); anything else, and text under another encoding, goes through the
+    connection's own encoder first."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        utf8 = codecs.lookup(self.encoder.encoding).name == "utf-8" and self.encoder.encoding_errors == "strict"
+        self._as_is = _AS_IS if utf8 else _NUMBERS_AND_BYTES
 
     def pack_command(self, *args: Any) -> list[bytes]:
         name = args[0]
@@ -28,12 +37,10 @@ class HiredisPackingConnection(Connection):
             args = (*name.encode().split(), *args[1:])
         elif b" " in name:
             args = (*name.split(), *args[1:])
-        # hiredis encodes str, int and float as redis-py does; what it would take differently
-        # (a bool, which redis-py refuses) or not at all (views, other types) goes through
-        # redis-py's encoder first.
-        if not all(type(arg) in _AS_IS for arg in args):
+        as_is = self._as_is
+        if not all(type(arg) in as_is for arg in args):  # a bool, which redis-py refuses, included
             encode = self.encoder.encode
-            args = tuple(arg if type(arg) in _AS_IS else bytes(encode(arg)) for arg in args)
+            args = tuple(arg if type(arg) in as_is else bytes(encode(arg)) for arg in args)
         try:
             return [hiredis.pack_command(args)]
         except TypeError as error:

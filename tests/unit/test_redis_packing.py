@@ -35,3 +35,10 @@ def test_what_redis_py_refuses_is_refused() -> None:
         HiredisPackingConnection().pack_command("SET", "k", True)
     with pytest.raises(DataError):
         HiredisPackingConnection().pack_command("SET", "k", None)
+
+
+def test_text_under_another_encoding_is_encoded_as_redis_py_encodes_it() -> None:
+    command = ("SET", "clé", "déjà")
+    packed = _framed(HiredisPackingConnection(encoding="latin-1"), command)
+    assert packed == _framed(Connection(encoding="latin-1"), command)
+    assert "déjà".encode("latin-1") in packed
