@@ -11,6 +11,10 @@ Reports only move a partition forward (a stale one, from a batcher that has just
 partition, moves nothing back), except when a partition's log end stays below the offset
 already committed on it for ``RESTART_AFTER_S``: no live log does that, so its topic was
 deleted and created again, and the partition starts over from what its batchers report.
+
+With rotating topics (``core/topic_generations.py``) a model's backlog is the lag of
+every generation of its topic together; a generation no batcher reports any more once it
+may be retired is forgotten, so the figures stay bounded however long the API runs.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from collections.abc import Callable
 from brimful.core import metrics
 from brimful.core.stats import SharedStats, StatsField
 from brimful.core.status_board import StatusBoard
+from brimful.core.topic_generations import TopicGenerations
 
 log = logging.getLogger("brimful.api")
 
@@ -44,15 +49,21 @@ class BacklogMonitor:
         default_topic: str,
         interval_s: float = 0.5,
         clock: Callable[[], float] = time.monotonic,
+        generations: dict[str, TopicGenerations] | None = None,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         """``models``: each served model's topic -> (its name, its counters);
         ``default_topic``: the topic a status from a batcher that does not name its topic
-        (an older release) is about."""
+        (an older release) is about; ``generations``: each model's topic -> its
+        generations, where topics rotate."""
         self._board = board
         self._models = models
         self._default_topic = default_topic
         self._interval_s = interval_s
         self._clock = clock
+        self._generations = generations or {}
+        self._wall_clock = wall_clock
+        self._base_of: dict[str, str] = {}  # a generation's topic -> its model's topic
         # By (topic, partition): each model's batchers report their own topic's partitions.
         self._highwater: dict[Partition, int] = {}
         self._committed: dict[Partition, int] = {}
@@ -79,12 +90,46 @@ class BacklogMonitor:
         """Tasks finished per second, every model together (smoothed)."""
         return sum(self._rate.values())
 
+    def _base(self, topic: str) -> str:
+        """The model's topic a (generation's) topic belongs to."""
+        base = self._base_of.get(topic)
+        if base is None:
+            base = topic
+            for model_topic, generations in self._generations.items():
+                if generations.generation_of(topic) is not None:
+                    base = model_topic
+            if len(self._base_of) < 10_000:  # bounded: names come from batchers' reports
+                self._base_of[topic] = base
+        return base
+
     def _update(self, partition: Partition) -> None:
         end = max(self._highwater.get(partition, 0), self._produced.get(partition, 0))
         lag = max(0, end - max(self._committed.get(partition, 0), 0))
-        topic = partition[0]
+        topic = self._base(partition[0])
         self._backlog[topic] = self._backlog.get(topic, 0) + lag - self._lag.get(partition, 0)
         self._lag[partition] = lag
+
+    def _forget(self, partition: Partition) -> None:
+        topic = self._base(partition[0])
+        self._backlog[topic] = self._backlog.get(topic, 0) - self._lag.pop(partition, 0)
+        for known in (self._highwater, self._committed, self._produced, self._below_committed_since):
+            known.pop(partition, None)
+        self._base_of.pop(partition[0], None)
+
+    def _forget_retired(self, reported: set[Partition]) -> None:
+        """Drop the partitions of generations that may be retired and that no batcher
+        reports: their topic is deleted, or about to be."""
+        now = self._wall_clock()
+        for partition in [p for p in self._lag if p not in reported]:
+            generations = self._generations.get(self._base(partition[0]))
+            generation = generations.generation_of(partition[0]) if generations else None
+            if (
+                generations
+                and generations.rotating
+                and generation is not None
+                and generations.may_retire(generation, now)
+            ):
+                self._forget(partition)
 
     def retry_after_s(self, topic: str, limit: int) -> int:
         """Seconds until the topic's backlog should be back under ``limit`` at the rate its
@@ -135,6 +180,7 @@ class BacklogMonitor:
             if committed >= 0:
                 self._committed[partition] = max(self._committed.get(partition, 0), committed)
             self._update(partition)
+        self._forget_retired(set(reported))
         for topic, (model, _) in self._models.items():
             metrics.BACKLOG_ROWS.labels(model).set(self.backlog_of(topic))
         counters = await asyncio.gather(*(stats.read() for _, stats in self._models.values()))

@@ -258,7 +258,9 @@ class DeadLetterAdmin:
             sent.append(entry)
             sends.append(
                 await self._producer.send(
-                    self._settings.requests_topic_for(request.model or self._settings.default_model),
+                    self._settings.topic_generations_for(request.model or self._settings.default_model).topic_at(
+                        now_ms() / 1000
+                    ),
                     request.SerializeToString(),
                     key=request.task_id.encode(),
                 )

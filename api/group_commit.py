@@ -78,8 +78,14 @@ class GroupCommitter:
     """Records tasks in Redis and sends them to the requests topic, a group at a time."""
 
     def __init__(
-        self, store: TaskStore, producer: Callable[[], AIOKafkaProducer], topic: str, max_group: int, max_waiting: int
+        self,
+        store: TaskStore,
+        producer: Callable[[], AIOKafkaProducer],
+        topic: Callable[[], str],
+        max_group: int,
+        max_waiting: int,
     ) -> None:
+        """``topic``: the topic a group sent now goes to (it changes where topics rotate)."""
         self._store = store
         self._producer = producer  # the API replaces its producer until the broker is reached
         self._topic = topic
@@ -167,7 +173,8 @@ class GroupCommitter:
                 submission.settle(error=error)
             return
         producer = self._producer()
-        partition = await self._next_partition(producer)
+        topic = self._topic()  # one topic a group: chosen as it is sent
+        partition = await self._next_partition(producer, topic)
         sent: list[tuple[_Submission, asyncio.Future[RecordMetadata]]] = []
         refused: list[tuple[_Submission, KafkaError]] = []
         for submission, outcome in zip(group, outcomes):
@@ -181,7 +188,7 @@ class GroupCommitter:
             try:
                 # Queues the record and returns at once (or once the producer has room).
                 ack = await producer.send(
-                    self._topic,
+                    topic,
                     value=submission.record,
                     key=submission.task.task_id.encode(),
                     partition=partition,
@@ -195,14 +202,14 @@ class GroupCommitter:
         self._acks.add(settling)
         settling.add_done_callback(self._acks.discard)
 
-    async def _next_partition(self, producer: AIOKafkaProducer) -> int | None:
+    async def _next_partition(self, producer: AIOKafkaProducer, topic: str) -> int | None:
         """The partition for the next group's records: all of a group to one partition, the
         groups in turn over every partition. One record batch a group instead of one per
         partition, and no key hashing a record (aiokafka hashes in Python); the task ids are
         random, so hashing them spread nothing better. None (hash the keys) while the
         producer knows no partitions yet."""
         try:
-            partitions = await producer.partitions_for(self._topic)
+            partitions = await producer.partitions_for(topic)
         except KafkaError:
             return None
         if not partitions:

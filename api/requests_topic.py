@@ -49,6 +49,6 @@ async def resend(state: ApiState, submission: Submission, task_id: str, tenant: 
     may never have reached the broker); 503 if the broker does not take it."""
     record = task_record(state, submission, task_id, tenant, submitted_at)
     try:
-        await state.producer.send_and_wait(state.topics[submission.model], record, key=task_id.encode())
+        await state.producer.send_and_wait(state.topic_now(submission.model), record, key=task_id.encode())
     except KafkaError as error:
         raise ApiError(503, "broker_unavailable", "the broker did not accept the task", {"Retry-After": "1"}) from error

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections.abc import Callable
 
 from aiokafka import AIOKafkaProducer
 from fastapi import Request
@@ -54,12 +56,14 @@ class ApiState:
             settings, self.redis, self.producer, self.store, read_max=settings.dlq_read_max_letters
         )
         self.topics = {name: settings.requests_topic_for(name) for name in settings.served_models}  # model -> its topic
+        # model -> its topic's generations: where topics rotate, each send picks the current one
+        self.generations = {name: settings.topic_generations_for(name) for name in settings.served_models}
         # One committer per model: a group is one send to one topic.
         self.committers = {
             name: GroupCommitter(
                 self.store,
                 lambda: self.producer,
-                self.topics[name],
+                self._topic_now(name),
                 settings.submit_group_max,
                 settings.submit_waiting_max,
             )
@@ -69,6 +73,7 @@ class ApiState:
             self.status_board,
             {topic: (name, self.stats_of(name)) for name, topic in self.topics.items()},
             settings.requests_topic,
+            generations={self.topics[name]: self.generations[name] for name in settings.served_models},
         )
         metrics.BACKLOG_LIMIT_ROWS.set(settings.max_backlog)
         self.tracing = configure_tracing(settings, "brimful-api")
@@ -117,6 +122,8 @@ class ApiState:
             asyncio.create_task(self.backlog.run(), name="backlog-monitor"),
             asyncio.create_task(self.waiters.run(), name="task-waiters"),
         ]
+        if self.settings.topic_rotation_s:
+            self._background.append(asyncio.create_task(self._keep_topics(), name="topic-generations"))
         if self.settings.auth_enabled:
             self._background.append(asyncio.create_task(self.api_keys.follow_revocations(), name="key-revocations"))
 
@@ -143,6 +150,25 @@ class ApiState:
         if self.tracing is not None:
             # Flushing the exporter is blocking I/O: a thread, which cannot be cancelled.
             await bounded_step("tracing", asyncio.to_thread(self.tracing.shutdown), CLOSE_S)
+
+    def _topic_now(self, model: str) -> Callable[[], str]:
+        generations = self.generations[model]
+        return lambda: generations.topic_at(time.time())
+
+    def topic_now(self, model: str) -> str:
+        """The topic a task of ``model`` sent now goes to (its generation, where topics rotate)."""
+        return self.generations[model].topic_at(time.time())
+
+    async def _keep_topics(self) -> None:
+        """Where topics rotate, create each generation's topic before its start, so no send
+        waits on the broker to make it (or meets one auto-created with other settings)."""
+        every_s = max(1.0, min(generations.lead_s for generations in self.generations.values()) / 2)
+        while True:
+            await asyncio.sleep(every_s)
+            try:
+                await ensure_topics(self.settings, attempts=1)
+            except Exception as error:
+                log.warning("could not create the next topic generation", extra={"error": str(error)})
 
     def served_model(self, name: str | None) -> str:
         """A served model's name (None: the default's); 422 ``unknown_model`` otherwise."""

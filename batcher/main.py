@@ -11,6 +11,11 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from aiokafka import AIOKafkaConsumer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import TopicAlreadyExistsError
+
+from brimful.batcher.generations import GenerationRun, Generations
 from brimful.batcher.health_server import HealthServer, Probes
 from brimful.batcher.limits import BatcherLimits
 from brimful.batcher.service import BatcherService
@@ -19,7 +24,7 @@ from brimful.core.channel_follower import follow_channel
 from brimful.core.dead_letter_index import DeadLetterIndex
 from brimful.core.fetch_pacer import FetchPacer
 from brimful.core.heap import freeze_startup_heap
-from brimful.core.kafka import ensure_topics, make_consumer, make_producer
+from brimful.core.kafka import connection_options, ensure_topics, make_consumer, make_producer
 from brimful.core.logs import configure_logging
 from brimful.core.metrics_exposition import exposition_with_labels
 from brimful.core.model_metadata import wait_for_signature
@@ -48,7 +53,7 @@ log = logging.getLogger("brimful.batcher")
 
 async def supervise(
     model: str,
-    service: BatcherService,
+    generations: Generations,
     tuning: PolicyTuning,
     board: StatusBoard,
     recorder: ArrivalRecorder | None,
@@ -56,17 +61,28 @@ async def supervise(
     interval_s: float,
     stop: asyncio.Event,
 ) -> None:
-    """Apply live policy changes, publish this batcher's status, flush recorded arrivals."""
+    """Apply live policy changes, publish this batcher's status (one entry a topic
+    generation), flush recorded arrivals."""
     last_flush = time.monotonic()
+    published: set[str] = set()
     while not stop.is_set():
         try:
             params = await tuning.params()
-            if params != service.params:
-                log.info("applying policy", extra={"old": vars(service.params), "new": vars(params)})
-                service.set_params(params)
-            await board.publish(
-                member, {"model": model, **service.snapshot(), "params": vars(service.params)}, ttl_s=5 * interval_s + 2
-            )
+            entries: dict[str, BatcherService] = {
+                generations.member_name(member, number): run.service for number, run in generations.running.items()
+            }
+            for entry, service in entries.items():
+                if params != service.params:
+                    log.info("applying policy", extra={"old": vars(service.params), "new": vars(params)})
+                    service.set_params(params)
+                await board.publish(
+                    entry,
+                    {"model": model, **service.snapshot(), "params": vars(service.params)},
+                    ttl_s=5 * interval_s + 2,
+                )
+            for gone in published - set(entries):
+                await board.remove(gone)
+            published = set(entries)
         except Exception as error:  # Redis away: keep batching with what we have
             log.warning("could not refresh policy or status", extra={"error": str(error)})
         if recorder is not None and time.monotonic() - last_flush >= 5.0:
@@ -79,7 +95,8 @@ async def supervise(
     if recorder is not None:
         await flush_trace(recorder)
     try:
-        await board.remove(member)
+        for entry in published | {member}:
+            await board.remove(entry)
     except Exception as error:
         log.warning("could not leave the status board", extra={"error": str(error)})
 
@@ -140,7 +157,8 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
     keys = RedisKeys(settings.key_prefix)
     pool = model_pool(settings, redis, keys)
     producer = make_producer(settings)
-    consumer = make_consumer(settings, settings.consumer_group_for(settings.model_name))
+    topic_generations = settings.topic_generations_for(settings.model_name)
+    admin = AIOKafkaAdminClient(**connection_options(settings), request_timeout_ms=settings.kafka_request_timeout_ms)
     tracing = configure_tracing(settings, "brimful-batcher")
     closers: list[tuple[str, Callable[[], Awaitable[None]]]] = []  # (step name, closer)
     if tracing is not None:
@@ -188,51 +206,110 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
         member = f"{socket.gethostname()}-{os.getpid()}"
         recorder = ArrivalRecorder(Path(settings.trace_dir), member) if settings.trace_dir else None
         tuning = PolicyTuning.from_settings(settings, redis, settings.model_name, signature.batch_size)
-        service = BatcherService(
-            consumer=consumer,
-            topic=settings.requests_topic_for(settings.model_name),
-            runner=runner,
-            pool=pool,
-            retry=retry,
-            dead_letters=dead_letters,
-            params=await tuning.params(),
-            limits=BatcherLimits.from_settings(settings),
-            on_arrival=recorder.record if recorder else None,
-            fetch_pacer=FetchPacer(
-                consumer, settings.kafka_fetch_max_wait_ms, settings.kafka_fetch_lagging_max_wait_ms, "batcher"
-            ),
-            keep_trace_context=tracing is not None,
+        params = await tuning.params()
+
+        def open_generation(number: int, topic: str) -> tuple[AIOKafkaConsumer, BatcherService]:
+            consumer = make_consumer(settings, settings.consumer_group_for(settings.model_name, number))
+            service = BatcherService(
+                consumer=consumer,
+                topic=topic,
+                runner=runner,
+                pool=pool,
+                retry=retry,
+                dead_letters=dead_letters,
+                # A new generation starts with the live policy the others have now.
+                params=current.params if (current := current_service()) is not None else params,
+                limits=BatcherLimits.from_settings(settings),
+                on_arrival=recorder.record if recorder else None,
+                fetch_pacer=FetchPacer(
+                    consumer, settings.kafka_fetch_max_wait_ms, settings.kafka_fetch_lagging_max_wait_ms, "batcher"
+                ),
+                keep_trace_context=tracing is not None,
+            )
+            return consumer, service
+
+        async def run_generation(run: GenerationRun) -> None:
+            try:
+                await run.consumer.start()
+                log.info(
+                    "batcher started",
+                    extra={
+                        "topic": run.topic,
+                        "model": signature.name,
+                        "batch_size": signature.batch_size,
+                        "member": member,
+                    },
+                )
+                await run.service.run(run.stop)
+            finally:
+                # Leaves the group: a request, bounded like every step of a stop.
+                await bounded_step("consumer", run.consumer.stop(), settings.kafka_request_timeout_ms / 1000)
+
+        if topic_generations.rotating:
+            await admin.start()
+            closers.append(("admin client", admin.close))
+
+        async def create_topics(topics: list[str]) -> None:
+            wanted = [NewTopic(topic, settings.topic_partitions, settings.topic_replication) for topic in topics]
+            try:
+                await asyncio.wait_for(admin.create_topics(wanted), settings.kafka_request_timeout_ms / 1000)
+            except TopicAlreadyExistsError:
+                pass  # an API worker or another batcher made it first
+
+        async def delete_topic(topic: str) -> None:
+            await asyncio.wait_for(admin.delete_topics([topic]), settings.kafka_request_timeout_ms / 1000)
+
+        async def list_topics() -> set[str]:
+            return set(await asyncio.wait_for(admin.list_topics(), settings.kafka_request_timeout_ms / 1000))
+
+        generations = Generations(
+            topic_generations,
+            open_generation,
+            run_generation,
+            list_topics=list_topics,
+            create_topics=create_topics,
+            delete_topic=delete_topic,
+            wall_clock=time.time,
+            live_fetch_wait_ms=settings.kafka_fetch_max_wait_ms,
         )
+
+        def current_service() -> BatcherService | None:
+            run = generations.current
+            return run.service if run is not None else None
+
+        def seconds_since_fetch() -> float | None:
+            ages = [age for service in generations.services if (age := service.seconds_since_fetch()) is not None]
+            return min(ages) if ages else None
+
+        def status() -> dict[str, object]:
+            service = current_service()
+            return {
+                "member": member,
+                "model": settings.model_name,
+                "generations": sorted(generations.running),
+                **(service.snapshot() if service is not None else {}),
+            }
+
         if settings.batcher_metrics_port:
             health = HealthServer(
                 settings.batcher_metrics_host,
                 settings.batcher_metrics_port,
                 Probes(
-                    seconds_since_fetch=service.seconds_since_fetch,
-                    slots_stalled_s=service.slots_stalled_s,
+                    seconds_since_fetch=seconds_since_fetch,
+                    slots_stalled_s=lambda: max((s.slots_stalled_s() for s in generations.services), default=0.0),
                     stall_after_s=2 * settings.slot_wait_s,
-                    consuming=lambda: service.running,
-                    status=lambda: {"member": member, "model": settings.model_name, **service.snapshot()},
+                    consuming=lambda: any(service.running for service in generations.services),
+                    status=status,
                     metrics_text=exposition_with_labels({"model": settings.model_name}),
                 ),
             )
             await health.start()
             closers.append(("health server", health.close))
-        await consumer.start()
-        log.info(
-            "batcher started",
-            extra={
-                "topic": settings.requests_topic_for(settings.model_name),
-                "model": signature.name,
-                "batch_size": signature.batch_size,
-                "member": member,
-            },
-        )
         freeze_startup_heap()
         supervisor = asyncio.create_task(
             supervise(
                 settings.model_name,
-                service,
+                generations,
                 tuning,
                 StatusBoard(redis, keys),
                 recorder,
@@ -244,7 +321,10 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
         # Drop tasks cancelled while they wait in this batcher's accumulators.
         cancellations = asyncio.create_task(
             follow_channel(
-                redis, keys.model_cancelled_channel(scope), lambda task_id: service.cancel(task_id.decode()), stop=stop
+                redis,
+                keys.model_cancelled_channel(scope),
+                lambda task_id: generations.cancel(task_id.decode()),
+                stop=stop,
             )
         )
         # Endpoint health shared: a circuit one batcher opens, every batcher opens at once,
@@ -259,10 +339,15 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
 
         pool.on_opened = announce_down
         endpoint_news = asyncio.create_task(
-            follow_channel(redis, endpoint_down, lambda url: service.health.endpoint_down(url.decode()), stop=stop)
+            follow_channel(
+                redis,
+                endpoint_down,
+                lambda url: generations.endpoint_down(url.decode()),
+                stop=stop,
+            )
         )
         resolver = asyncio.create_task(pool.keep_resolved(stop), name="brimful-endpoints")
-        await service.run(stop)
+        await generations.run(stop)
         await supervisor
         await cancellations
         await endpoint_news
@@ -270,10 +355,8 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
     finally:
         # Each step bounded: a broker or Redis gone quiet must not hold the process past
         # its grace period with nothing said.
-        request_s = settings.kafka_request_timeout_ms / 1000
         for name, close in closers:
             await bounded_step(name, close(), CLOSE_S)
-        await bounded_step("consumer", consumer.stop(), request_s)  # leaves the group: a request
         # Every send was awaited by the batch it belongs to: nothing is left to flush.
         await bounded_step("producer", producer.stop(), CLOSE_S)
         await bounded_step("model pool", pool.close(), CLOSE_S)

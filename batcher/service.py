@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Protocol
 
-from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from brimful.batcher.accumulator import Accumulator, Pending
 from brimful.batcher.backfill import backfill_due
@@ -31,6 +31,7 @@ from brimful.batcher.offset_committer import OffsetCommitter
 from brimful.batcher.offsets import GapPatience
 from brimful.batcher.partition_state import PartitionState
 from brimful.batcher.policy import FlushReason, WaitOrFullPolicy
+from brimful.batcher.rebalance import Rebalance
 from brimful.batcher.status_snapshot import partition_status, pool_status
 from brimful.batcher.until_done import until_done
 from brimful.batcher.waiting_rows import WaitingRows
@@ -48,17 +49,6 @@ from brimful.workers.slot import Slot
 log = logging.getLogger("brimful.batcher")
 
 BACKFILL_LOOK_S = 0.05  # how often low-priority rows look for a slot while normal rows have none waiting
-
-
-class _Rebalance(ConsumerRebalanceListener):
-    def __init__(self, service: BatcherService) -> None:
-        self._service = service
-
-    async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
-        await self._service.revoke(revoked)
-
-    async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
-        self._service.assign(assigned)
 
 
 class Runner(Protocol):
@@ -127,6 +117,9 @@ class BatcherService:
             keep_trace_context=keep_trace_context,
         )
         self.running = False  # consuming: joined the group and fetching
+        # Per-partition gauges are labelled by partition number: where topics rotate, only
+        # the current generation's service sets them.
+        self.exports_gauges = True
 
     # --- assignment ------------------------------------------------------------------
 
@@ -136,7 +129,8 @@ class BatcherService:
                 self._partitions[tp.partition] = PartitionState(
                     tp, Accumulator(WaitOrFullPolicy(self._params)), GapPatience(self._limits.gap_patience_s)
                 )
-        metrics.ASSIGNED_PARTITIONS.set(len(self._partitions))
+        if self.exports_gauges:
+            metrics.ASSIGNED_PARTITIONS.set(len(self._partitions))
         log.info("partitions assigned", extra={"partitions": sorted(self._partitions)})
         self._wakeup.set()
 
@@ -144,9 +138,10 @@ class BatcherService:
         """Give partitions up: drop what has not been dispatched (the next owner reads it
         again from the committed offset), let in-flight batches finish briefly, commit."""
         states = [self._partitions.pop(tp.partition) for tp in revoked if tp.partition in self._partitions]
-        metrics.ASSIGNED_PARTITIONS.set(len(self._partitions))
-        for state in states:  # another batcher reports these now
-            metrics.forget_partition(str(state.tp.partition))
+        if self.exports_gauges:
+            metrics.ASSIGNED_PARTITIONS.set(len(self._partitions))
+            for state in states:  # another batcher reports these now
+                metrics.forget_partition(str(state.tp.partition))
         for state in states:
             dropped = state.accumulator.drain() + state.low.drain()
             for row in dropped:
@@ -182,7 +177,9 @@ class BatcherService:
         return {
             "topic": self._topic,
             "partitions": {
-                str(number): partition_status(number, state, highwater[number], capacity, now, wall_now)
+                str(number): partition_status(
+                    number, state, highwater[number], capacity, now, wall_now, export=self.exports_gauges
+                )
                 for number, state in sorted(self._partitions.items())
             },
             "paused_for_outage": self.health.paused,
@@ -230,7 +227,7 @@ class BatcherService:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Consume until ``stop`` is set, then flush what waits and drain in-flight work."""
-        self._consumer.subscribe([self._topic], listener=_Rebalance(self))
+        self._consumer.subscribe([self._topic], listener=Rebalance(self))
         committer = asyncio.create_task(self._committer.run(), name="brimful-committer")
         fetcher = asyncio.create_task(self._intake.fetch_loop(), name="brimful-fetcher")
         stop_wait = asyncio.create_task(stop.wait())

@@ -9,21 +9,28 @@ from brimful.core.pool_capacity import PoolCapacity
 
 
 def partition_status(
-    number: int, state: PartitionState, highwater: int, capacity: PoolCapacity, now: float, wall_now: float
+    number: int,
+    state: PartitionState,
+    highwater: int,
+    capacity: PoolCapacity,
+    now: float,
+    wall_now: float,
+    export: bool = True,
 ) -> dict[str, float | int]:
-    """One partition's figures; its gauges are set on the way."""
+    """One partition's figures; its gauges are set on the way (with ``export``)."""
     accumulator = state.accumulator
     rate = accumulator.effective_rate(now)
     plan = accumulator.plan(now, capacity)
     oldest = accumulator.oldest_arrival
     budget = 0.0 if plan is None or oldest is None else max(0.0, plan.at - oldest)
     lag_s = state.lag_seconds(highwater, now, wall_now)
-    label = str(number)
-    metrics.ARRIVAL_RATE.labels(label).set(rate)
-    metrics.FLUSH_DEADLINE.labels(label).set(budget if len(accumulator) else 0.0)
-    metrics.PENDING_ROWS.labels(label).set(len(accumulator))
-    metrics.CONSUMER_LAG_ROWS.labels(label).set(state.lag_rows(highwater))
-    metrics.CONSUMER_LAG_SECONDS.labels(label).set(lag_s)
+    if export:
+        label = str(number)
+        metrics.ARRIVAL_RATE.labels(label).set(rate)
+        metrics.FLUSH_DEADLINE.labels(label).set(budget if len(accumulator) else 0.0)
+        metrics.PENDING_ROWS.labels(label).set(len(accumulator))
+        metrics.CONSUMER_LAG_ROWS.labels(label).set(state.lag_rows(highwater))
+        metrics.CONSUMER_LAG_SECONDS.labels(label).set(lag_s)
     return {
         "arrival_rate": round(rate, 3),
         "wait_budget_s": round(budget, 4),

@@ -31,7 +31,12 @@ from bench.throughput import loadgen, process_pids
 from bench.throughput_plan import CLIENTS, MODELS
 from brimful.stack import EmbeddedStack
 
-DEFAULTS: dict[str, Any] = {"minutes": 10, "share": 0.8, "model": "gpu-like"}
+DEFAULTS: dict[str, Any] = {"minutes": 10, "share": 0.8, "model": "gpu-like", "rotation_s": 0.0}
+
+
+def rotation(results: dict[str, Any]) -> str:
+    period = results.get("rotation_s", 0)
+    return f"a new topic generation every {period:g} s" if period else "one topic"
 
 
 def render(results: dict[str, Any]) -> str:
@@ -42,7 +47,7 @@ def render(results: dict[str, Any]) -> str:
         f"Command: `{results['command']}`. Machine: {results['machine']}. Model: {results['model']}. The closed "
         f"loop ({CLIENTS} clients, 10 s) sustained {results.get('saturation', 0):.0f} rows/s; then "
         f"{results['offered']:.0f}/s offered ({results['share']:.0%} of it), open-loop Poisson on an emptied "
-        f"broker (producer linger {results.get('linger_ms', 0)} ms), "
+        f"broker (producer linger {results.get('linger_ms', 0)} ms, {rotation(results)}), "
         "one load-generator process a minute; ms from the scheduled arrival. Errors: requests not answered "
         "done (a 202 still queued when the client's inline wait ended, or a refusal); lost: no answer 20 s "
         "after the minute (the load generator's count, not tasks Brimful lost). Broker: its resident memory "
@@ -77,6 +82,9 @@ def main() -> int:
     parser.add_argument("--minutes", type=int, default=DEFAULTS["minutes"], help="minutes of open-loop load")
     parser.add_argument("--share", type=float, default=DEFAULTS["share"], help="share of the sustained rate offered")
     parser.add_argument("--model", choices=sorted(MODELS), default=DEFAULTS["model"])
+    parser.add_argument(
+        "--rotation-s", type=float, default=DEFAULTS["rotation_s"], help="topic generation period (0: one topic)"
+    )
     add_report_arguments(parser, "sustained")
     args = parser.parse_args()
     report = SavedReport(args.out_dir, "sustained", render)
@@ -93,8 +101,9 @@ def main() -> int:
         "minutes": [],
     }
     model = MODELS[args.model]
-    settings = load_settings(model, result_ttl_s=900)
+    settings = load_settings(model, result_ttl_s=900, topic_rotation_s=args.rotation_s)
     results["linger_ms"] = settings.kafka_linger_ms  # BRIMFUL_KAFKA_LINGER_MS: bigger, fewer broker batches
+    results["rotation_s"] = settings.topic_rotation_s  # the broker keeps recent records only
     with tempfile.TemporaryDirectory(prefix="brimful-sustained-") as scratch:
         stack = EmbeddedStack(settings, Path(scratch), model_host_args=model.host_args)
         stack.start()

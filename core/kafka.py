@@ -71,12 +71,14 @@ def make_consumer(settings: Settings, group_id: str | None, topic: str | None = 
 
 
 async def ensure_topics(settings: Settings, attempts: int = 30) -> None:
-    """Create every served model's requests topic and the DLQ topic if missing
-    (idempotent; waits for the broker)."""
+    """Create every served model's requests topic (where topics rotate, its current and
+    next generations) and the DLQ topic if missing (idempotent; waits for the broker)."""
+    now = time.time()
     wanted = [
         *(
-            NewTopic(settings.requests_topic_for(model), settings.topic_partitions, settings.topic_replication)
+            NewTopic(topic, settings.topic_partitions, settings.topic_replication)
             for model in settings.served_models
+            for topic in settings.topic_generations_for(model).upcoming(now)
         ),
         NewTopic(settings.dlq_topic, 1, settings.topic_replication),
     ]

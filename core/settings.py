@@ -15,6 +15,8 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from brimful.core.topic_generations import SUFFIX, TopicGenerations
+
 # A model's name goes into a topic's name and Redis keys: Kafka's topic characters only.
 MODEL_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
@@ -58,6 +60,20 @@ class Settings(BaseSettings):
         "so each fills from its share of the traffic: use about as many as there are batchers.",
     )
     topic_replication: int = Field(1, ge=1, description="Replication factor when Brimful creates topics.")
+    topic_rotation_s: float = Field(
+        0.0,
+        ge=0,
+        description="0: each model's tasks go to one requests topic for ever (Apache Kafka keeps it bounded by its "
+        "own retention). Otherwise tasks go to a new generation of the topic (<topic>.g<N>) every this many seconds, "
+        "and batchers delete a generation once it is finished: for a broker without retention (the embedded one "
+        "keeps every record, and its fetches slow as they pile up). At least 5.",
+    )
+    topic_rotation_grace_s: float = Field(
+        30.0,
+        gt=0,
+        description="How long after its end a topic generation is kept before it may be deleted: it covers sends "
+        "begun before the end and hosts' clocks that disagree. At least kafka_request_timeout_ms plus 10 s.",
+    )
     consumer_group: str = Field("brimful-batchers", description="Consumer group shared by all batchers.")
     kafka_session_timeout_ms: int = Field(
         3000, ge=1000, description="Group session timeout. Short, so a dead batcher's partitions move quickly."
@@ -502,6 +518,12 @@ class Settings(BaseSettings):
                 "kafka_fetch_lagging_max_wait_ms must be at least kafka_fetch_max_wait_ms and at most half of "
                 "kafka_request_timeout_ms (a fetch held for its whole wait must come back in time)"
             )
+        if 0 < self.topic_rotation_s < 5:
+            raise ValueError("topic_rotation_s must be 0 (no rotation) or at least 5")
+        if self.topic_rotation_s and self.topic_rotation_grace_s < self.kafka_request_timeout_ms / 1000 + 10:
+            # A send begun just before its generation ended may still land until its
+            # request times out: the generation must outlive it.
+            raise ValueError("topic_rotation_grace_s must be at least kafka_request_timeout_ms plus 10 s")
         if self.kafka_security_protocol.startswith("SASL_") and not (
             self.kafka_sasl_username and self.kafka_sasl_password.get_secret_value()
         ):
@@ -556,10 +578,22 @@ class Settings(BaseSettings):
         scope = self.model_scope(model)
         return self.requests_topic if scope is None else f"{self.requests_topic}.{scope}"
 
-    def consumer_group_for(self, model: str) -> str:
+    def topic_generations_for(self, model: str) -> TopicGenerations:
+        """The generations of one model's requests topic (one topic without rotation).
+        Batchers join a generation half a period, at most 10 s, before it starts."""
+        return TopicGenerations(
+            self.requests_topic_for(model),
+            self.topic_rotation_s,
+            lead_s=min(10.0, self.topic_rotation_s / 2),
+            grace_s=self.topic_rotation_grace_s,
+        )
+
+    def consumer_group_for(self, model: str, generation: int | None = None) -> str:
         """The consumer group of one model's batchers (the default's is ``consumer_group``)."""
         scope = self.model_scope(model)
-        return self.consumer_group if scope is None else f"{self.consumer_group}.{scope}"
+        group = self.consumer_group if scope is None else f"{self.consumer_group}.{scope}"
+        # A generation's own group: joining the next one never rebalances the current one.
+        return group if generation is None or not self.topic_rotation_s else f"{group}{SUFFIX}{generation}"
 
     @property
     def triton_endpoints(self) -> list[str]:

@@ -21,6 +21,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
@@ -354,9 +355,9 @@ class EmbeddedStack:
         read from their status board in Redis (the API may require a key)."""
         keys = RedisKeys(self.settings.key_prefix)
 
-        topics = {self.settings.requests_topic_for(model) for model in self.batcher_models}
-
         def assigned() -> bool:
+            # Where topics rotate, the generation sends go to now.
+            topics = {self.settings.topic_generations_for(model).topic_at(time.time()) for model in self.batcher_models}
             client_class = redis.RedisCluster if self.settings.redis_cluster else redis.Redis
             owned: set[tuple[str, str]] = set()
             try:

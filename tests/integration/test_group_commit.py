@@ -50,7 +50,9 @@ async def committer(broker_and_redis: EmbeddedStack) -> AsyncIterator[tuple[Grou
     store = TaskStore(redis, RedisKeys(settings.key_prefix), settings.result_ttl_s, settings.task_wait_ttl_s)
     producer = make_producer(settings)
     await producer.start()
-    group_commit = GroupCommitter(store, lambda: producer, settings.requests_topic, max_group=256, max_waiting=10_000)
+    group_commit = GroupCommitter(
+        store, lambda: producer, lambda: settings.requests_topic, max_group=256, max_waiting=10_000
+    )
     try:
         yield group_commit, store
     finally:

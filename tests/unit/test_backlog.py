@@ -8,6 +8,7 @@ from typing import Any
 
 from brimful.api.backlog import RESTART_AFTER_S, BacklogMonitor
 from brimful.core.stats import StatsField
+from brimful.core.topic_generations import TopicGenerations
 
 
 class Board:
@@ -98,3 +99,34 @@ async def test_a_partition_whose_log_end_stays_below_its_committed_offset_starts
     assert monitor.backlog_of("requests") == 30 - 20
     monitor.produced("requests", 0, 31)  # the API's own count of the new log
     assert monitor.backlog_of("requests") == 32 - 20
+
+
+async def test_a_models_backlog_spans_its_topic_generations_and_retired_ones_are_forgotten() -> None:
+    generations = TopicGenerations("requests", period_s=10.0, lead_s=5.0, grace_s=20.0)
+    now = [1000.0]
+    board = Board()
+    monitor = BacklogMonitor(
+        board,
+        {"requests": ("m", Stats())},  # type: ignore[dict-item]
+        "requests",
+        generations={"requests": generations},
+        wall_clock=lambda: now[0],
+    )
+    for offset in range(6):
+        monitor.produced("requests.g99", 0, offset)
+    for offset in range(4):
+        monitor.produced("requests.g100", 0, offset)
+    assert monitor.backlog_of("requests") == 6 + 4
+    board.batchers = [
+        {"member": "a.g99", "topic": "requests.g99", "partitions": {"0": {"highwater": 6, "committed": 5}}},
+        {"member": "a.g100", "topic": "requests.g100", "partitions": {"0": {"highwater": 4, "committed": 1}}},
+    ]
+    await monitor.refresh()
+    assert monitor.backlog_of("requests") == 1 + 3
+    board.batchers = board.batchers[1:]  # generation 99's members left
+    await monitor.refresh()
+    assert monitor.backlog_of("requests") == 1 + 3  # not retired yet: it may still be consumed
+    now[0] = generations.ends_at(99) + generations.grace_s
+    await monitor.refresh()
+    assert monitor.backlog_of("requests") == 3  # deleted with its topic
+    assert {partition[0] for partition in monitor._lag} == {"requests.g100"}

@@ -1,0 +1,226 @@
+"""The batcher's services, one per generation of its model's requests topic.
+
+Without rotation there is one generation, the model's topic itself, consumed for the
+life of the process. With rotation (``core/topic_generations.py``) each generation gets
+its own consumer, consumer group and :class:`~brimful.batcher.service.BatcherService`,
+sharing the process's model pool, runner and Redis: the next one is joined before sends
+reach it, so a new generation never pauses the current one for a rebalance.
+
+A generation is retired once no send can reach it (``may_retire``) and every record
+in it is committed. Members leave one by one; the member holding partition 0 stays until
+the group's other members have left and it holds every partition, then leaves and
+deletes the topic, which frees the broker's memory. A topic left behind (its last member
+died) is joined again from the broker's topic list and retired the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from brimful.batcher.service import BatcherService
+from brimful.core.fetch_pacer import set_fetch_max_wait
+from brimful.core.topic_generations import SUFFIX, TopicGenerations
+
+log = logging.getLogger("brimful.batcher")
+
+# The fetch wait of a generation no send goes to (before its start, after its end): a
+# consumer per generation fetching every few ms, times the generations kept for their
+# grace, cost the broker and this process more than the current one's traffic. A send
+# that lands late waits this much longer.
+IDLE_FETCH_WAIT_MS = 250
+# A generation fetches at the live wait from this long before its start to this long after its end.
+LIVE_MARGIN_S = 1.5
+
+
+@dataclass
+class GenerationRun:
+    """One generation's service while it runs."""
+
+    number: int
+    topic: str
+    consumer: AIOKafkaConsumer
+    service: BatcherService
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+    deletes_topic: bool = False  # set when it retires as the topic's last member
+    fetch_wait_ms: int | None = None  # as last set by the generations (None: as built)
+
+
+# Opens a generation: builds its consumer and service (not started).
+Opener = Callable[[int, str], tuple[AIOKafkaConsumer, BatcherService]]
+# Runs a generation's service until its stop event is set, closing its consumer after.
+Runner = Callable[[GenerationRun], Coroutine[Any, Any, None]]
+
+
+async def drained(consumer: AIOKafkaConsumer) -> bool:
+    """Whether every partition this member holds is committed to its end (as the last
+    fetch saw it). The committed offset is the broker's: a record counts only once its
+    task is final and its offset committed."""
+    for tp in consumer.assignment():
+        highwater = consumer.highwater(tp)
+        if highwater is None:
+            return False  # no fetch answered yet
+        committed = await consumer.committed(tp)
+        if (committed or 0) < highwater:
+            return False
+    return True
+
+
+def holds_every_partition(consumer: AIOKafkaConsumer, topic: str) -> bool:
+    partitions = consumer.partitions_for_topic(topic) or set()
+    return bool(partitions) and consumer.assignment() >= {TopicPartition(topic, p) for p in partitions}
+
+
+class Generations:
+    """Starts and retires this batcher's generation services."""
+
+    def __init__(
+        self,
+        generations: TopicGenerations,
+        open_generation: Opener,
+        run_generation: Runner,
+        list_topics: Callable[[], Awaitable[set[str]]],
+        create_topics: Callable[[list[str]], Awaitable[None]],
+        delete_topic: Callable[[str], Awaitable[None]],
+        wall_clock: Callable[[], float],
+        live_fetch_wait_ms: int,
+        interval_s: float = 1.0,
+    ) -> None:
+        self._generations = generations
+        self._open = open_generation
+        self._run = run_generation
+        self._list_topics = list_topics
+        self._create_topics = create_topics
+        self._delete_topic = delete_topic
+        self._wall_clock = wall_clock
+        self._live_fetch_wait_ms = live_fetch_wait_ms
+        self._interval_s = interval_s
+        self.running: dict[int, GenerationRun] = {}
+        # Retired here, and when: not joined again for a grace period, so the member that
+        # stays to delete a topic ends up holding all of it.
+        self._retired: dict[int, float] = {}
+
+    @property
+    def current(self) -> GenerationRun | None:
+        """The service of the generation sends go to now (or the newest running)."""
+        if not self.running:
+            return None
+        now = self._generations.generation_at(self._wall_clock())
+        return self.running.get(now) or self.running[max(self.running)]
+
+    def member_name(self, member: str, number: int) -> str:
+        """A generation's entry on the status board (the member's name without rotation)."""
+        return f"{member}{SUFFIX}{number}" if self._generations.rotating else member
+
+    @property
+    def services(self) -> list[BatcherService]:
+        return [run.service for run in self.running.values()]
+
+    def cancel(self, task_id: str) -> bool:
+        """Drop a cancelled task from whichever generation holds it waiting."""
+        return any(service.cancel(task_id) for service in self.services)
+
+    def endpoint_down(self, url: str) -> None:
+        """Another batcher found ``url`` down: every generation stops sending to it."""
+        for service in self.services:
+            service.health.endpoint_down(url)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Keep the wanted generations running until ``stop``; then stop them all (each
+        flushes what waits and drains its in-flight work)."""
+        try:
+            while not stop.is_set():
+                await self._turn()
+                try:
+                    await asyncio.wait_for(stop.wait(), timeout=self._interval_s)
+                except TimeoutError:
+                    pass
+        finally:
+            for run in self.running.values():
+                run.stop.set()
+            tasks = [run.task for run in self.running.values() if run.task is not None]
+            if tasks:
+                await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _turn(self) -> None:
+        now = self._wall_clock()
+        await self._reap()
+        existing: set[str] = set()
+        if self._generations.rotating:
+            try:
+                existing = await self._list_topics()
+                missing = [topic for topic in self._generations.upcoming(now) if topic not in existing]
+                if missing:  # before sends reach them (the API creates them too)
+                    await self._create_topics(missing)
+                    existing.update(missing)
+            except Exception as error:  # the broker away: keep what runs, try next turn
+                log.warning("could not list topic generations", extra={"error": repr(error)})
+        for number in sorted(self._generations.wanted(now, existing)):
+            retired_at = self._retired.get(number)
+            if number in self.running or (retired_at is not None and now - retired_at < self._generations.grace_s):
+                continue
+            if number < self._generations.generation_at(now) and self._generations.topic(number) not in existing:
+                continue
+            self._start(number)
+        current = self._generations.generation_at(now)
+        for number, run in self.running.items():
+            run.service.exports_gauges = number == current or (
+                current not in self.running and number == max(self.running)
+            )
+            self._pace(run, now)
+            if not run.stop.is_set() and self._generations.may_retire(number, now):
+                await self._maybe_retire(run)
+
+    def _pace(self, run: GenerationRun, now: float) -> None:
+        """The live fetch wait while sends go to the generation, the idle one otherwise."""
+        if not self._generations.rotating:
+            return
+        starts_at = self._generations.ends_at(run.number - 1)
+        live = starts_at - LIVE_MARGIN_S <= now < self._generations.ends_at(run.number) + LIVE_MARGIN_S
+        wait_ms = self._live_fetch_wait_ms if live else IDLE_FETCH_WAIT_MS
+        if run.fetch_wait_ms != wait_ms and set_fetch_max_wait(run.consumer, wait_ms):
+            run.fetch_wait_ms = wait_ms
+
+    def _start(self, number: int) -> None:
+        topic = self._generations.topic(number)
+        consumer, service = self._open(number, topic)
+        run = GenerationRun(number, topic, consumer, service)
+        run.task = asyncio.create_task(self._run(run), name=f"brimful-generation-{number}")
+        self.running[number] = run
+        log.info("joined a topic generation", extra={"topic": topic})
+
+    async def _maybe_retire(self, run: GenerationRun) -> None:
+        if not run.service.running or not await drained(run.consumer):
+            return
+        if holds_every_partition(run.consumer, run.topic):
+            run.deletes_topic = True
+        elif TopicPartition(run.topic, 0) in run.consumer.assignment():
+            return  # stays until the others have left, then deletes the topic
+        log.info("retiring a topic generation", extra={"topic": run.topic, "deletes": run.deletes_topic})
+        run.stop.set()
+
+    async def _reap(self) -> None:
+        """Collect finished generations: a service that raised raises here; the last
+        member deletes its topic once its consumer has left the group (a consumer still
+        in it could create the topic again by asking for it)."""
+        for number, run in list(self.running.items()):
+            if run.task is None or not run.task.done():
+                continue
+            del self.running[number]
+            run.task.result()
+            self._retired[number] = self._wall_clock()
+            if run.deletes_topic:
+                try:
+                    await self._delete_topic(run.topic)
+                    log.info("deleted a finished topic generation", extra={"topic": run.topic})
+                except Exception as error:  # joined again and deleted on a later turn
+                    log.warning("could not delete a topic generation", extra={"topic": run.topic, "error": repr(error)})
+        horizon = self._wall_clock() - 2 * self._generations.grace_s
+        for number in [n for n, at in self._retired.items() if at < horizon]:
+            del self._retired[number]

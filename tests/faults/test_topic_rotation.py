@@ -1,0 +1,116 @@
+"""Rotating requests topics in the production shape: two models, two batchers each on
+four partitions, two API workers, two endpoints. Tasks cross several generations (with
+identical inputs and failing rows, and a batcher killed and started again between them);
+every accepted task ends right, each finished generation's topic is deleted from the
+broker, and the backlog the API admits by comes back to zero."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from aiokafka.admin import AIOKafkaAdminClient
+
+from brimful.commands.up import EMBEDDED_MODELS
+from brimful.core.kafka import connection_options
+from brimful.stack import EmbeddedStack
+from tests.helpers.metrics import metric_values
+from tests.helpers.polling import wait_for
+from tests.helpers.stacks import start_wide_stack
+from tests.helpers.task_client import TaskClient
+
+MODELS = EMBEDDED_MODELS.split(",")
+PERIOD_S = 5.0
+GRACE_S = 15.0  # the least the settings allow with a 5 s request timeout
+TRAFFIC_S = 4 * PERIOD_S
+
+
+@pytest.fixture(scope="module")
+def rotating_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedStack]:
+    stack = start_wide_stack(
+        tmp_path_factory.mktemp("topic-rotation"),
+        models=EMBEDDED_MODELS,
+        api_workers=2,
+        topic_rotation_s=PERIOD_S,
+        topic_rotation_grace_s=GRACE_S,
+        kafka_request_timeout_ms=5000,
+        kafka_fetch_lagging_max_wait_ms=2500,  # at most half the request timeout
+        retry_backoff_ms=50.0,
+    )
+    try:
+        for model in MODELS:  # a second batcher of each model: the partitions are shared
+            stack.start_batcher(model=model)
+        stack.wait_for_batchers()
+        yield stack
+    finally:
+        stack.stop()
+
+
+async def topics(stack: EmbeddedStack) -> set[str]:
+    admin = AIOKafkaAdminClient(**connection_options(stack.settings))
+    await admin.start()
+    try:
+        return set(await admin.list_topics())
+    finally:
+        await admin.close()
+
+
+async def test_tasks_cross_generations_and_finished_generations_are_deleted(rotating_stack: EmbeddedStack) -> None:
+    stack = rotating_stack
+    settings = stack.settings
+    tag = uuid.uuid4().hex[:8]
+    accepted: dict[str, str] = {}  # task id -> the status it must end in
+    generations_used: set[str] = set()
+    first = {model: settings.topic_generations_for(model).generation_at(time.time()) for model in MODELS}
+    async with TaskClient(stack.api_url) as client:
+        started = time.monotonic()
+        killed = False
+        n = 0
+        while time.monotonic() - started < TRAFFIC_S:
+            if not killed and time.monotonic() - started > TRAFFIC_S / 2:
+                victim = next(name for name in stack.processes if name.startswith("batcher"))
+                stack.processes[victim].kill()  # no goodbye: its partitions move after the session timeout
+                await asyncio.to_thread(stack.start_batcher, victim)
+                killed = True
+            batch = []
+            for k in range(20):
+                n += 1
+                text = f"!fail {tag} {n}" if n % 97 == 0 else f"same {k % 5}" if k % 2 else f"rotating {tag} {n}"
+                batch.append({"inputs": {"TEXT": text}, "model": MODELS[n % 2]})
+            status, body = await client.request("POST", "/v1/tasks:batch", json={"tasks": batch})
+            assert status == 200, body
+            for task, result in zip(batch, body["results"]):
+                assert "task_id" in result, result
+                accepted[result["task_id"]] = "failed" if task["inputs"]["TEXT"].startswith("!fail") else "done"
+            for model in MODELS:
+                generations_used.add(settings.topic_generations_for(model).topic_at(time.time()))
+            await asyncio.sleep(0.05)
+        assert killed
+        assert len(generations_used) >= 2 * 4, generations_used  # the traffic crossed generations of both models
+
+        ends = await asyncio.gather(*(client.wait_final(task_id, timeout_s=90) for task_id in accepted))
+        wrong = [(task_id, end["status"]) for task_id, end in zip(accepted, ends) if end["status"] != accepted[task_id]]
+        assert not wrong, wrong[:10]
+
+        async def old_generations_deleted() -> bool:
+            now = time.time()
+            left = set()
+            for model in MODELS:
+                generations = settings.topic_generations_for(model)
+                for topic in await topics(stack):
+                    number = generations.generation_of(topic)
+                    if number is not None and number <= first[model] + 1 and generations.may_retire(number, now - 5):
+                        left.add(topic)
+            return not left
+
+        # Retired once past their grace; the last member leaves the group, then deletes.
+        await wait_for(old_generations_deleted, GRACE_S + 60, "the finished generations' topics to be deleted", 1.0)
+
+        async def backlog_drained() -> bool:
+            # The retired generations' lag is forgotten, not left standing in admission.
+            return (await metric_values(f"{stack.api_url}/metrics")).get("brimful_backlog_rows", -1) == 0
+
+        await wait_for(backlog_drained, 30, "the backlog to come back to zero")
