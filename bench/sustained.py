@@ -29,9 +29,11 @@ from bench.process_usage import resident_mb, usage
 from bench.saved_report import SavedReport, add_report_arguments, command_line, machine_description
 from bench.throughput import loadgen, process_pids
 from bench.throughput_plan import CLIENTS, MODELS
+from brimful.commands.up import EMBEDDED_ROTATION_S
 from brimful.stack import EmbeddedStack
 
-DEFAULTS: dict[str, Any] = {"minutes": 10, "share": 0.8, "model": "gpu-like", "rotation_s": 0.0}
+# Topics rotate as `make up` rotates them.
+DEFAULTS: dict[str, Any] = {"minutes": 10, "share": 0.8, "model": "gpu-like", "rotation_s": EMBEDDED_ROTATION_S}
 
 
 def rotation(results: dict[str, Any]) -> str:
