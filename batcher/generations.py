@@ -183,7 +183,8 @@ class Generations:
             return
         starts_at = self._generations.ends_at(run.number - 1)
         live = starts_at - LIVE_MARGIN_S <= now < self._generations.ends_at(run.number) + LIVE_MARGIN_S
-        wait_ms = self._live_fetch_wait_ms if live else IDLE_FETCH_WAIT_MS
+        # Never below the live wait: some brokers answer a shorter one with nothing (Tansu on S3).
+        wait_ms = self._live_fetch_wait_ms if live else max(IDLE_FETCH_WAIT_MS, self._live_fetch_wait_ms)
         if run.fetch_wait_ms != wait_ms and set_fetch_max_wait(run.consumer, wait_ms):
             run.fetch_wait_ms = wait_ms
 

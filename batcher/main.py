@@ -68,16 +68,24 @@ async def supervise(
     while not stop.is_set():
         try:
             params = await tuning.params()
-            entries: dict[str, BatcherService] = {
-                generations.member_name(member, number): run.service for number, run in generations.running.items()
+            entries: dict[str, tuple[int, BatcherService]] = {
+                generations.member_name(member, number): (number, run.service)
+                for number, run in generations.running.items()
             }
-            for entry, service in entries.items():
+            for entry, (number, service) in entries.items():
                 if params != service.params:
                     log.info("applying policy", extra={"old": vars(service.params), "new": vars(params)})
                     service.set_params(params)
+                # "batcher" names the process: where topics rotate it has an entry a generation.
                 await board.publish(
                     entry,
-                    {"model": model, **service.snapshot(), "params": vars(service.params)},
+                    {
+                        "model": model,
+                        "batcher": member,
+                        "generation": number,
+                        **service.snapshot(),
+                        "params": vars(service.params),
+                    },
                     ttl_s=5 * interval_s + 2,
                 )
             for gone in published - set(entries):

@@ -1,6 +1,7 @@
 """The chaos soak, in the production shape: 2 API workers, 2 batchers for each of 2 models
 on 4 partitions, 2 model endpoints, auth on with 3 tenants, the broker on S3 storage and
-Redis syncing its log every second (as compose runs it). Traffic mixes identical inputs,
+Redis syncing its log every second (as compose runs it), and the requests topics rotating
+every 10 s as the embedded stack's do (BRIMFUL_SOAK_ROTATION_S). Traffic mixes identical inputs,
 failing rows, cancels, Idempotency-Key retries, low-priority bulk, deadlines and DLQ
 replays, while a seeded schedule injects a fault every 20 s or less: an API worker killed,
 batchers killed and added (rebalances), an endpoint stopped or killed, Redis killed (losing
@@ -43,6 +44,9 @@ from tests.helpers.polling import wait_for
 from tests.helpers.stacks import rows_seen_by_model, s3_broker_env, stack_settings
 
 SOAK_S = float(os.environ.get("BRIMFUL_SOAK_S", "150"))
+# Topics rotate as the embedded stack rotates them: a generation ends and is deleted every
+# few faults, under traffic (0: one topic for ever, as with Apache Kafka).
+ROTATION_S = float(os.environ.get("BRIMFUL_SOAK_ROTATION_S", "10"))
 SEED = int(os.environ.get("BRIMFUL_SOAK_SEED", "7"))
 REPORT = os.environ.get("BRIMFUL_SOAK_REPORT", "")
 LOAD_PER_S = 12.0
@@ -84,6 +88,7 @@ def soak_stack(tmp_path_factory: pytest.TempPathFactory, s3_server: str) -> Iter
         api_max_connections=64,  # so an idle-socket flood reaches the cap
         retry_backoff_ms=50.0,
         redis_timeout_s=1.0,
+        topic_rotation_s=ROTATION_S,
     )
     settings = base.model_copy(update={"triton_url": f"{base.triton_url},127.0.0.1:{free_port()}"})
     stack = EmbeddedStack(
@@ -472,7 +477,10 @@ async def batchers_at_the_end(operator: Tenant, ledger: Ledger) -> dict[str, int
     async def shape_held() -> bool:
         for model in MODELS:
             status, body = await operator.call(ledger, "GET", "/v1/stats", params={"model": model})
-            counts[model] = len(body["batchers"]) if status == 200 else 0
+            # One entry a topic generation: count the processes.
+            counts[model] = (
+                len({entry.get("batcher", entry["member"]) for entry in body["batchers"]}) if status == 200 else 0
+            )
         return all(count >= 2 for count in counts.values())
 
     try:
@@ -582,7 +590,9 @@ def write_report(path: Path, figures: dict[str, object], schedule: list[tuple[fl
         "# Reliability: the chaos soak\n\n"
         "`make soak` (tests/faults/test_chaos_soak.py with BRIMFUL_SOAK_S and BRIMFUL_SOAK_REPORT) runs Brimful in the\n"
         "production shape (2 API workers, 2 batchers for each of 2 models on 4 partitions, 2 model endpoints, auth on\n"
-        "with 3 tenants, the broker on S3 storage, Redis syncing its log every second) under a mixed load, while a\n"
+        "with 3 tenants, the broker on S3 storage, Redis syncing its log every second, "
+        f"{f'the requests topics rotating every {ROTATION_S:g} s' if ROTATION_S else 'one requests topic a model'}"
+        ") under a mixed load, while a\n"
         "seeded schedule injects a fault every 20 s or less. At quiescence a ledger checks every task that got a 202\n"
         "(see the module's docstring). `make test` runs the same soak for 150 s. A run rewrites these figures.\n\n"
         f"Last run ({time.strftime('%Y-%m-%d')}, {figures['seconds']} s, seed {figures['seed']}; "
