@@ -444,12 +444,30 @@ async def test_every_accepted_task_ends_right_in_the_production_shape_under_chao
             ledger.replays += body["replayed"]
 
     figures, problems = await check_ledger(stack, clients, operator, ledger)
-    figures = {"seconds": round(elapsed), "seed": SEED, "faults": len(schedule), **figures}
+    deleted = generations_deleted(stack)
+    figures = {
+        "seconds": round(elapsed),
+        "seed": SEED,
+        "faults": len(schedule),
+        **figures,
+        "topic generations deleted": deleted,
+    }
     print("\nchaos soak:", figures)
     if REPORT:
         write_report(Path(REPORT), figures, schedule)
     assert {fault for _, fault in schedule} == set(FAULTS), f"the soak was too short for every fault: {schedule}"
     assert not problems, problems[:10]
+    if ROTATION_S:  # the rotation ran under the faults: finished generations were retired
+        assert deleted > 0
+
+
+def generations_deleted(stack: EmbeddedStack) -> int:
+    """Topic generations the batchers deleted, from their logs (a batcher started again
+    appends to its log)."""
+    return sum(
+        path.read_text(encoding="utf-8", errors="replace").count("deleted a finished topic generation")
+        for path in (stack.workdir / "logs").glob("batcher*.log")
+    )
 
 
 async def final_answers(clients: dict[str, Tenant], ledger: Ledger, timeout_s: float) -> dict[str, dict[str, Any]]:
