@@ -32,6 +32,7 @@ from brimful.batcher.offsets import GapPatience
 from brimful.batcher.partition_state import PartitionState
 from brimful.batcher.policy import FlushReason, WaitOrFullPolicy
 from brimful.batcher.rebalance import Rebalance
+from brimful.batcher.slot_leasing import SlotLeasing
 from brimful.batcher.status_snapshot import partition_status, pool_status
 from brimful.batcher.until_done import until_done
 from brimful.batcher.waiting_rows import WaitingRows
@@ -99,6 +100,7 @@ class BatcherService:
             after_stored_s=limits.commit_after_stored_s,
         )
         self._waiting = WaitingRows()  # rows waiting here (normal or low priority), by task id
+        self._leasing = SlotLeasing(pool, self._wakeup.set)
         # Pauses consumption through outages; hears other batchers' news of an endpoint down.
         self.health = ModelHealth(pool, consumer, self._partitions, self._wakeup.set)
         self._intake = Intake(
@@ -138,6 +140,8 @@ class BatcherService:
         """Give partitions up: drop what has not been dispatched (the next owner reads it
         again from the committed offset), let in-flight batches finish briefly, commit."""
         states = [self._partitions.pop(tp.partition) for tp in revoked if tp.partition in self._partitions]
+        for state in states:
+            self._leasing.drop(state.tp.partition)
         if self.exports_gauges:
             metrics.ASSIGNED_PARTITIONS.set(len(self._partitions))
             for state in states:  # another batcher reports these now
@@ -257,8 +261,8 @@ class BatcherService:
         capacity = self._capacity()
         nearest: float | None = None
         for state in self._partitions.values():
-            if not self._has_slot(state):
-                continue  # a finished batch wakes the loop
+            if not self._has_slot(state) or self._leasing.pending(state.tp.partition):
+                continue  # a finished batch, or a settled lease, wakes the loop
             plan = state.accumulator.plan(now, capacity)
             wakes = [] if plan is None else [plan.at]
             if len(state.low):
@@ -294,16 +298,27 @@ class BatcherService:
             key=lambda s: s.accumulator.plan(now, capacity).at,  # type: ignore[union-attr]
         )
         for state in states:
+            number = state.tp.partition
             while len(state.accumulator) and self._has_slot(state):
-                reason = force_reason or state.accumulator.due(now, self._capacity())
-                if reason is None:
-                    break
-                slot = pool.reserve(min(len(state.accumulator) + len(state.low), batch_size))
-                if slot is None:
-                    break  # every slot is busy: the batch keeps filling until one frees
+                leased = self._leasing.take_ready(number)
+                if leased is not None:
+                    slot, reason = leased
+                else:
+                    due = force_reason or state.accumulator.due(now, self._capacity())
+                    if due is None or self._leasing.pending(number):
+                        break  # a lease on its way: the batch keeps filling
+                    reason = due
+                    reserved = pool.reserve(min(len(state.accumulator) + len(state.low), batch_size))
+                    if reserved is None:
+                        break  # every slot is busy: the batch keeps filling until one frees
+                    if pool.leasing and force_reason is None:
+                        self._leasing.start(number, reserved, reason)  # rows leave once it is leased
+                        break
+                    slot = reserved
                 rows = state.accumulator.take()
                 rows += state.low.take(batch_size - len(rows))  # slots that would be padding carry bulk work
                 self._start_batch(state, rows, reason, slot)
+        self._leasing.idle_ready({number for number, state in self._partitions.items() if len(state.accumulator)})
         if force_reason is None:
             for state in self._partitions.values():
                 while self._has_slot(state) and backfill_due(
@@ -312,10 +327,10 @@ class BatcherService:
                     self._params.latency_target,
                     len(state.low),
                 ):
-                    slot = pool.reserve(min(len(state.low), batch_size))
-                    if slot is None:
+                    backfill = pool.reserve(min(len(state.low), batch_size))
+                    if backfill is None:
                         break
-                    self._start_batch(state, state.low.take(batch_size), FlushReason.BACKFILL, slot)
+                    self._start_batch(state, state.low.take(batch_size), FlushReason.BACKFILL, backfill)
         for state in self._partitions.values():
             if state.paused and not self._intake.full(state, share=0.5):
                 state.paused = False
@@ -378,6 +393,7 @@ class BatcherService:
     async def _shutdown(self) -> None:
         """Flush every waiting row (reason ``shutdown``), finish in-flight work, commit."""
         deadline = self._clock() + self._limits.shutdown_wait_s
+        self._leasing.drop_all()  # a shutdown's batches secure their slots as they go
         while self._clock() < deadline:
             self._dispatch_due(force_reason=FlushReason.SHUTDOWN)
             in_flight = [task for state in self._partitions.values() for task in state.in_flight]

@@ -204,6 +204,28 @@ class ModelPool:
         """Whether slots are leased across batchers (a round trip to Redis before a call)."""
         return self._leases is not None
 
+    async def try_lease(self, slot: Slot) -> bool:
+        """One attempt to lease ``slot`` across batchers before its rows leave the
+        accumulator: True once leased (or with no leasing). False when other batchers hold
+        every slot of its endpoint: the slot is freed here and the endpoint counted full for
+        a moment, so the batch keeps filling instead of waiting outside the accumulator.
+        Cancelled, the slot is given back; Redis failing, it raises with the slot still held
+        here, unleased (``secure`` tries again, as for any slot)."""
+        if self._leases is None or slot.leased:
+            return True
+        try:
+            taken = await self._leases.take(slot.endpoint.url, slot.endpoint.capacity, slot.holder)
+        except asyncio.CancelledError:
+            self.abandon(slot)
+            raise
+        if taken:
+            slot.leased = True
+            return True
+        now = self._clock()
+        self.pool.held_elsewhere(slot.endpoint, now, now + self._lease_retry_s)
+        self._free(slot)
+        return False
+
     async def secure(self, slot: Slot, rows: int) -> Slot:
         """The slot, leased across batchers; if other batchers hold every slot of its
         endpoint, another one (waiting if need be). Should it raise or be cancelled after

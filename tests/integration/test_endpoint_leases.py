@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 import pytest
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
+from brimful.batcher.policy import FlushReason
+from brimful.batcher.slot_leasing import SlotLeasing
 from brimful.core.redis_keys import RedisKeys
 from brimful.stack import EmbeddedStack
 from brimful.workers.circuit_breaker import CircuitBreaker
@@ -34,13 +36,20 @@ async def redis(stack: EmbeddedStack) -> AsyncIterator[Redis]:
     await client.aclose()
 
 
-def make_pool(redis: Redis, keys: RedisKeys, urls: list[str] = URLS, capacity: int = 1) -> ModelPool:
+def make_pool(
+    redis: Redis,
+    keys: RedisKeys,
+    urls: list[str] = URLS,
+    capacity: int = 1,
+    clock: Callable[[], float] = time.monotonic,
+) -> ModelPool:
     return ModelPool(
         urls,
         EndpointPool(capacity, lambda: CircuitBreaker(failure_threshold=3)),
         lambda url: TritonModel(url, "m", "", 1.0),
         64,
         leases=EndpointLeases(redis, keys, ttl_s=30),
+        clock=clock,
     )
 
 
@@ -136,3 +145,48 @@ async def test_closing_the_pool_waits_for_the_leases_on_their_way_back(redis: Re
     pool.release(two_slots.neighbour)
     await pool.close()  # a stopping batcher: its leases must not outlive it until they expire
     assert await redis.zcard(key) == 0
+
+
+async def test_a_batch_leases_its_slot_before_its_rows_leave_and_a_refusal_frees_it(redis: Redis) -> None:
+    """Where another batcher holds the endpoint's only slot, the lease is refused: the slot
+    is free here again and the endpoint counted full for a moment (the batch keeps filling
+    in its accumulator); once the other lets go, the lease is taken and the slot is ready."""
+    keys = RedisKeys(f"lease-test-{uuid.uuid4().hex[:8]}")
+    now = [1000.0]  # the pool's clock, moved by hand
+    pool = make_pool(redis, keys, urls=URLS[:1], capacity=1, clock=lambda: now[0])
+    key = keys.endpoint_slots(URLS[0])
+    woken: list[int] = []
+    leasing = SlotLeasing(pool, lambda: woken.append(1))
+    await redis.zadd(key, {"someone-else": (time.time() + 60) * 1000})
+    try:
+        slot = pool.reserve(rows=40)
+        assert slot is not None
+        leasing.start(0, slot, FlushReason.TARGET)
+        assert leasing.pending(0)
+        await wait_for(lambda: not leasing.pending(0), 5, "the lease to be settled", 0.01)
+        assert woken and leasing.take_ready(0) is None
+        assert in_flight(pool) == {URLS[0]: 0}
+        assert pool.capacity().free_slots == 0  # held elsewhere: the policy sees it full
+
+        await redis.zrem(key, "someone-else")
+        now[0] += 1.0  # past the moment it was counted full for
+        assert pool.capacity().free_slots == 1
+        again = pool.reserve(rows=50)
+        assert again is not None
+        leasing.start(0, again, FlushReason.TARGET)
+        await wait_for(lambda: not leasing.pending(0), 5, "the second lease to be settled", 0.01)
+        assert leasing.take_ready(0) == (again, FlushReason.TARGET) and again.leased
+        assert await redis.zrange(key, 0, -1) == [again.holder.encode()]
+
+        third = pool.reserve(rows=1)
+        assert third is None  # the one slot is this batch's
+        pool.release(again)
+        leased_then_dropped = pool.reserve(rows=1)
+        assert leased_then_dropped is not None
+        leasing.start(1, leased_then_dropped, FlushReason.FULL)
+        leasing.drop(1)  # revoked before the lease settled: the slot and any lease go back
+        assert in_flight(pool) == {URLS[0]: 0}
+        await wait_for_leases(redis, key, 0)
+    finally:
+        await redis.delete(key)
+        await pool.close()
