@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Protocol
@@ -24,7 +23,8 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from brimful.batcher.accumulator import Accumulator, Pending
 from brimful.batcher.backfill import backfill_due
-from brimful.batcher.intake import Estimates, Intake, upstream_seconds
+from brimful.batcher.flushed_batch import flushed_batch
+from brimful.batcher.intake import Estimates, Intake
 from brimful.batcher.limits import BatcherLimits
 from brimful.batcher.model_health import ModelHealth
 from brimful.batcher.offset_committer import OffsetCommitter
@@ -340,28 +340,7 @@ class BatcherService:
     def _start_batch(
         self, state: PartitionState, rows: list[Pending[BatchItem]], reason: FlushReason, slot: Slot
     ) -> None:
-        now = self._clock()
-        label = str(state.tp.partition)
-        metrics.FLUSHES.labels(label, reason.value).inc()
-        waited_total = upstream_total = 0.0
-        queue_wait = metrics.QUEUE_WAIT.labels(label)  # looked up once a batch, not once a row
-        waiting = self._waiting
-        for row in rows:
-            waiting.left(row.item.task_id)
-            waited = now - row.arrived_at
-            queue_wait.observe(waited)
-            waited_total += waited
-            upstream_total += upstream_seconds(row.item)
-        metrics.BATCH_STAGE.labels("to_batcher").observe(upstream_total / len(rows))
-        metrics.BATCH_STAGE.labels("in_batch").observe(waited_total / len(rows))
-        batch = Batch(
-            batch_id=uuid.uuid4().hex,
-            partition=state.tp.partition,
-            items=[row.item for row in rows],
-            reason=reason.value,
-            slot=slot,
-            flushed_ns=time.time_ns(),
-        )
+        batch = flushed_batch(state.tp.partition, rows, reason, slot, self._waiting, self._clock())
         self._in_flight_total += 1
         task = asyncio.create_task(self._run_batch(state, batch), name=f"batch-{batch.batch_id}")
         state.in_flight.add(task)
