@@ -97,9 +97,12 @@ def measure(shape: Shape, seconds: float) -> dict[str, Any]:
         try:
             names = list(stack.processes)
             before = {name: usage(process_pids(stack, name)).cpu_s for name in names}
-            done_before = stats(stack).get("tasks_done", 0)
+            counted = stats(stack)
             closed = loadgen(stack, "brimful", seconds, clients=CLIENTS)
-            tasks = max(1, stats(stack).get("tasks_done", 0) - done_before)
+            after = stats(stack)
+            tasks = max(1, after.get("tasks_done", 0) - counted.get("tasks_done", 0))
+            calls = after.get("batches_dispatched", 0) - counted.get("batches_dispatched", 0)
+            rows = after.get("rows_dispatched", 0) - counted.get("rows_dispatched", 0)
             cpu_us = dict.fromkeys(ROLES, 0.0)
             for name in names:
                 spent = usage(process_pids(stack, name)).cpu_s - before[name]
@@ -113,6 +116,7 @@ def measure(shape: Shape, seconds: float) -> dict[str, Any]:
         "config": str(shape),
         "rows_per_s": closed["achieved_rows_per_s"],
         "closed_p99_ms": closed["p99_ms"],
+        "rows_per_call": rows / calls if calls else 0.0,
         "cpu_us_per_task": cpu_us,
         "open_offered": offered,
         "open_rows_per_s": opened["achieved_rows_per_s"],
@@ -131,14 +135,15 @@ def render(results: dict[str, Any]) -> str:
         f"Command: `{results['command']}`. Machine: {results['machine']}. A configuration WxBxPxE is W API "
         "workers, B batchers on P partitions, E endpoints (one model instance each, 20 ms a call). Rows/s: a "
         f"closed loop of {CLIENTS} clients for {results['seconds']:g} s; x first: that against the first "
-        "configuration; per added: (x first - 1) over the API workers and batchers added. Open loop: Poisson at "
+        "configuration; per added: (x first - 1) over the API workers and batchers added; rows a call: real rows "
+        "a model call carried in the closed loop. Open loop: Poisson at "
         f"{OPEN_LOOP_SHARE:.0%} of the closed loop's rate on an empty broker, ms from the scheduled arrival. "
         "CPU: us a completed task in the closed loop, summed over the role's processes.",
         "",
-        "| config | rows/s | x first | per added | open p50 ms | open p99 ms | "
+        "| config | rows/s | x first | per added | rows a call | open p50 ms | open p99 ms | "
         + " | ".join(f"{role} us" for role in ROLES)
         + " |",
-        "|---|---|---|---|---|---|" + "---|" * len(ROLES),
+        "|---|---|---|---|---|---|---|" + "---|" * len(ROLES),
     ]
     for run in runs:
         assert base is not None
@@ -148,7 +153,8 @@ def render(results: dict[str, Any]) -> str:
         per_added = f"{(ratio - 1) / added:.2f}" if added > 0 else "-"
         cpu = run["cpu_us_per_task"]
         lines.append(
-            f"| {run['config']} | {run['rows_per_s']:.0f} | {ratio:.2f} | {per_added} | {run['open_p50_ms']:.1f} "
+            f"| {run['config']} | {run['rows_per_s']:.0f} | {ratio:.2f} | {per_added} "
+            f"| {run.get('rows_per_call', 0.0):.1f} | {run['open_p50_ms']:.1f} "
             f"| {run['open_p99_ms']:.1f} | " + " | ".join(f"{cpu.get(role, 0.0):.0f}" for role in ROLES) + " |"
         )
     lines += errors_footer(results["runs"], lambda run: run["config"])
