@@ -36,6 +36,10 @@ log = logging.getLogger("brimful.batcher")
 IDLE_FETCH_WAIT_MS = 250
 # A generation fetches at the live wait from this long before its start to this long after its end.
 LIVE_MARGIN_S = 1.5
+# How long a member must find its partitions drained, turn after turn with no rebalance,
+# before it leaves a generation: a broker answering oddly for a moment (just restarted)
+# must not end one.
+DRAINED_FOR_S = 5.0
 
 
 @dataclass
@@ -50,6 +54,8 @@ class GenerationRun:
     task: asyncio.Task[None] | None = None
     deletes_topic: bool = False  # set when it retires as the topic's last member
     fetch_wait_ms: int | None = None  # as last set by the generations (None: as built)
+    drained_since: float | None = None  # found drained on every turn since (wall clock)
+    drained_of: frozenset[TopicPartition] = frozenset()  # holding these partitions all along
 
 
 # Opens a generation: builds its consumer and service (not started).
@@ -197,7 +203,16 @@ class Generations:
         log.info("joined a topic generation", extra={"topic": topic})
 
     async def _maybe_retire(self, run: GenerationRun) -> None:
-        if not run.service.running or not await drained(run.consumer):
+        # A member between an assignment's revocation and the next holds nothing, and its
+        # empty hold looks drained: it must not leave, or a rebalance could empty the group.
+        if not run.service.running or not run.service.settled or not await drained(run.consumer):
+            run.drained_since = None
+            return
+        now = self._wall_clock()
+        held = frozenset(run.consumer.assignment())
+        if run.drained_since is None or held != run.drained_of:  # a rebalance between turns starts it over
+            run.drained_since, run.drained_of = now, held
+        if now - run.drained_since < DRAINED_FOR_S or not run.service.settled:
             return
         if holds_every_partition(run.consumer, run.topic):
             run.deletes_topic = True

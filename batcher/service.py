@@ -122,10 +122,12 @@ class BatcherService:
         # Per-partition gauges are labelled by partition number: where topics rotate, only
         # the current generation's service sets them.
         self.exports_gauges = True
+        self.settled = False  # an assignment came and no rebalance is under way (retiring looks at it)
 
     # --- assignment ------------------------------------------------------------------
 
     def assign(self, assigned: list[TopicPartition]) -> None:
+        self.settled = True
         for tp in assigned:
             if tp.partition not in self._partitions:
                 self._partitions[tp.partition] = PartitionState(
@@ -139,6 +141,7 @@ class BatcherService:
     async def revoke(self, revoked: list[TopicPartition]) -> None:
         """Give partitions up: drop what has not been dispatched (the next owner reads it
         again from the committed offset), let in-flight batches finish briefly, commit."""
+        self.settled = False
         states = [self._partitions.pop(tp.partition) for tp in revoked if tp.partition in self._partitions]
         for state in states:
             self._leasing.drop(state.tp.partition)
