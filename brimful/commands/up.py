@@ -30,24 +30,12 @@ def register(commands: argparse._SubParsersAction) -> None:
 EMBEDDED_MODELS = f"{MODEL_NAME},{fixed_name(MODEL_NAME, 16)}"
 
 
-# How often the embedded stack starts a new generation of each requests topic unless
-# BRIMFUL_TOPIC_ROTATION_S says otherwise. Its broker keeps every record and each fetch
-# lists them all, so a topic that is never deleted slows the whole stack within minutes;
-# at 10 s, 80% of saturation held for minutes with a flat p99 (bench/results/sustained.md).
-EMBEDDED_ROTATION_S = 10.0
-
-
 def embedded_settings(settings: Settings) -> Settings:
     """The settings with the embedded stack's two models, where neither BRIMFUL_MODELS nor
-    another BRIMFUL_MODEL_NAME was given, and its topics rotating every
-    ``EMBEDDED_ROTATION_S`` unless BRIMFUL_TOPIC_ROTATION_S was given."""
-    update: dict[str, object] = {}
-    if "models" not in settings.model_fields_set and settings.model_name == MODEL_NAME:
-        update["models"] = EMBEDDED_MODELS
-    if "topic_rotation_s" not in settings.model_fields_set:
-        update["topic_rotation_s"] = EMBEDDED_ROTATION_S
-    # Validated again (a copy is not): the rotation must fit the timeouts given.
-    return Settings.model_validate({**settings.model_dump(), **update})
+    another BRIMFUL_MODEL_NAME was given."""
+    if "models" in settings.model_fields_set or settings.model_name != MODEL_NAME:
+        return settings
+    return settings.model_copy(update={"models": EMBEDDED_MODELS})
 
 
 def run(args: argparse.Namespace) -> int:

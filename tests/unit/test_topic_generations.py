@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from brimful.commands.up import EMBEDDED_ROTATION_S, embedded_settings
 from brimful.core.settings import Settings
 from brimful.core.topic_generations import TopicGenerations
 
@@ -69,10 +68,3 @@ def test_a_rotating_models_generations_carry_its_settings() -> None:
     assert generations.topic_at(60.0) == "brimful.requests.small.g2"
     assert (generations.lead_s, generations.grace_s) == (10.0, 45.0)
     assert settings.consumer_group_for("small", 2) == "brimful-batchers.small.g2"
-
-
-def test_the_embedded_stack_rotates_its_topics_unless_told_otherwise() -> None:
-    assert embedded_settings(Settings()).topic_rotation_s == EMBEDDED_ROTATION_S
-    assert embedded_settings(Settings(topic_rotation_s=0)).topic_rotation_s == 0  # as BRIMFUL_TOPIC_ROTATION_S=0
-    with pytest.raises(ValueError, match="topic_rotation_grace_s"):
-        embedded_settings(Settings(kafka_request_timeout_ms=30_000))  # the default grace no longer covers a send
