@@ -24,7 +24,7 @@ from redis.asyncio.connection import Connection
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.redis_parser import store_cpu_us_per_task
+from bench.redis_parser import rounds_table, store_cpu_us_per_task
 from bench.saved_report import SavedReport, add_report_arguments, command_line, machine_description
 from brimful.core.redis_packing import HiredisPackingConnection
 from brimful.stack import EmbeddedStack, settings_on_free_ports
@@ -45,16 +45,8 @@ def render(results: dict[str, Any]) -> str:
         "store's work on one task (queued, read, running, done with its result published, read); replies "
         "parsed by hiredis in both.",
         "",
-        "| round | python packer us/task | hiredis packer us/task | hiredis / python |",
-        "|---|---|---|---|",
+        *rounds_table(results["rounds"], "python packer", "hiredis packer"),
     ]
-    ratios = []
-    for index, round_ in enumerate(results["rounds"], 1):
-        ratio = round_["hiredis"] / round_["python"]
-        ratios.append(ratio)
-        lines.append(f"| {index} | {round_['python']:.0f} | {round_['hiredis']:.0f} | {ratio:.2f} |")
-    if ratios:
-        lines += ["", f"Median ratio: **{sorted(ratios)[len(ratios) // 2]:.2f}**."]
     return "\n".join(lines) + "\n"
 
 

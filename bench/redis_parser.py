@@ -72,6 +72,23 @@ async def store_cpu_us_per_task(redis_url: str, tasks: int, prefix: str, **pool_
         await redis.aclose()
 
 
+def rounds_table(rounds: list[dict[str, float]], python_label: str, hiredis_label: str) -> list[str]:
+    """The report's table of alternated rounds (``python`` and ``hiredis`` us a task each),
+    with the median of their ratios; shared with ``bench/redis_packing.py``."""
+    lines = [
+        f"| round | {python_label} us/task | {hiredis_label} us/task | hiredis / python |",
+        "|---|---|---|---|",
+    ]
+    ratios = []
+    for index, round_ in enumerate(rounds, 1):
+        ratio = round_["hiredis"] / round_["python"]
+        ratios.append(ratio)
+        lines.append(f"| {index} | {round_['python']:.0f} | {round_['hiredis']:.0f} | {ratio:.2f} |")
+    if ratios:
+        lines += ["", f"Median ratio: **{sorted(ratios)[len(ratios) // 2]:.2f}**."]
+    return lines
+
+
 def render(results: dict[str, Any]) -> str:
     lines = [
         "# Redis reply parsing: pure Python against hiredis",
@@ -79,17 +96,9 @@ def render(results: dict[str, Any]) -> str:
         f"Command: `{results['command']}`. Machine: {results['machine']}. Client CPU per task for the "
         "task store's work on one task (queued, read, running, done with its result published, read).",
         "",
-        "| round | python parser us/task | hiredis us/task | hiredis / python |",
-        "|---|---|---|---|",
+        *rounds_table(results["rounds"], "python parser", "hiredis"),
     ]
-    ratios = []
-    for index, round_ in enumerate(results["rounds"], 1):
-        ratio = round_["hiredis"] / round_["python"]
-        ratios.append(ratio)
-        lines.append(f"| {index} | {round_['python']:.0f} | {round_['hiredis']:.0f} | {ratio:.2f} |")
-    if ratios:
-        lines += ["", f"Median ratio: **{sorted(ratios)[len(ratios) // 2]:.2f}**.", ""]
-    return "\n".join(lines)
+    return "\n".join(lines) + "\n"
 
 
 async def run(args: argparse.Namespace, redis_url: str, save: Any) -> None:

@@ -232,13 +232,7 @@ class ModelPool:
         moving to another slot, that one is given back here; the caller's is freed already."""
         original = slot
         try:
-            while self._leases is not None and not slot.leased:
-                if await self._leases.take(slot.endpoint.url, slot.endpoint.capacity, slot.holder):
-                    slot.leased = True
-                    break
-                now = self._clock()
-                self.pool.held_elsewhere(slot.endpoint, now, now + self._lease_retry_s)
-                self._free(slot)
+            while not await self.try_lease(slot):  # refused: freed here, so wait for another
                 slot = await self.acquire(rows)
         except BaseException:
             if slot is not original:

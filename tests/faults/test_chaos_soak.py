@@ -41,7 +41,7 @@ from brimful.core.redis_keys import RedisKeys
 from brimful.stack import EmbeddedStack, free_port
 from tests.helpers.pipeline import expected_outputs, read_dead_letters
 from tests.helpers.polling import wait_for
-from tests.helpers.stacks import rows_seen_by_model, s3_broker_env, stack_settings
+from tests.helpers.stacks import add_second_batchers, rows_seen_by_model, s3_broker_env, stack_settings
 
 SOAK_S = float(os.environ.get("BRIMFUL_SOAK_S", "150"))
 # 0: one requests topic a model, as with Apache Kafka. With a period, the topics rotate under
@@ -109,9 +109,7 @@ def soak_stack(tmp_path_factory: pytest.TempPathFactory, s3_server: str) -> Iter
     )
     try:
         stack.start()
-        for model in MODELS:  # a second batcher of each model: the partitions are shared
-            stack.start_batcher(model=model)
-        stack.wait_for_batchers()
+        add_second_batchers(stack, MODELS)
         yield stack
     finally:
         stack.stop()

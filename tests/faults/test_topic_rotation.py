@@ -19,7 +19,7 @@ from brimful.core.kafka import connection_options
 from brimful.stack import EmbeddedStack
 from tests.helpers.metrics import metric_values
 from tests.helpers.polling import wait_for
-from tests.helpers.stacks import start_wide_stack
+from tests.helpers.stacks import add_second_batchers, start_wide_stack
 from tests.helpers.task_client import TaskClient
 
 MODELS = EMBEDDED_MODELS.split(",")
@@ -41,9 +41,7 @@ def rotating_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Embedde
         retry_backoff_ms=50.0,
     )
     try:
-        for model in MODELS:  # a second batcher of each model: the partitions are shared
-            stack.start_batcher(model=model)
-        stack.wait_for_batchers()
+        add_second_batchers(stack, MODELS)
         yield stack
     finally:
         stack.stop()

@@ -20,6 +20,14 @@ def start_stack(workdir: Path, settings: Settings, **options: object) -> Embedde
     return stack
 
 
+def add_second_batchers(stack: EmbeddedStack, models: list[str]) -> None:
+    """A second batcher of each model, sharing its partitions with the first; returns once
+    every partition is owned."""
+    for model in models:
+        stack.start_batcher(model=model)
+    stack.wait_for_batchers()
+
+
 def rows_seen_by_model(stack: EmbeddedStack) -> list[str]:
     """Every real row the stack's model has been given so far."""
     path = stack.workdir / "model-seen.log"
