@@ -10,7 +10,15 @@ from fastapi import FastAPI
 from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp
 
-from brimful.api import batching_routes, dlq_routes, health_routes, model_routes, openapi, task_routes
+from brimful.api import (
+    batching_routes,
+    dlq_routes,
+    embedding_routes,
+    health_routes,
+    model_routes,
+    openapi,
+    task_routes,
+)
 from brimful.api.browser_guard import BrowserGuard
 from brimful.api.errors import HANDLERS
 from brimful.api.fast_lane import FastLane
@@ -53,7 +61,7 @@ def create_app(settings: Settings) -> ASGIApp:
         telemetry={"tracing": False, "metrics": False, "logs": False, "operation_spans": False},
     )
     openapi.install(app, settings, lambda: getattr(getattr(app.state, "brimful", None), "catalogue", None))
-    for routes in (task_routes, model_routes, batching_routes, dlq_routes, health_routes):
+    for routes in (task_routes, model_routes, embedding_routes, batching_routes, dlq_routes, health_routes):
         app.include_router(routes.router)
     for error, handler in HANDLERS.items():
         app.add_exception_handler(error, handler)

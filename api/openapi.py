@@ -16,13 +16,15 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from brimful.api.dlq_routes import DRY_RUN_FIELD, FILTER_FIELDS, PAGE_FIELDS
+from brimful.api.embedding_request import embedding_request_schema
+from brimful.api.embedding_routes import EMBEDDINGS_PATH
+from brimful.api.openapi_shapes import ACCEPTED, MODELS, OPENAI_MODEL, TASK_STATE
 from brimful.api.submission import ALLOWED_FIELDS, MAX_DEADLINE_MS, PRIORITIES
-from brimful.api.task_routes import IDEMPOTENCY_KEY_MAX_LENGTH, TASK_ID_PATTERN
+from brimful.api.task_routes import IDEMPOTENCY_KEY_MAX_LENGTH
 from brimful.core.model_catalogue import ModelCatalogue
 from brimful.core.model_signature import ModelSignature, TensorSpec
 from brimful.core.policy_params import TUNABLE, bounds
 from brimful.core.settings import Settings
-from brimful.core.task_status import TaskStatus
 
 _ERROR = {
     "type": "object",
@@ -51,65 +53,14 @@ _WHY = {
     422: "The body is JSON but does not fit: unknown, missing or invalid fields or inputs, or a model not "
     "served here (unknown_model).",
     429: "The tenant is over its rate limit or its limit of tasks in flight; see Retry-After.",
+    502: "An input failed at the model (inference_failed), naming the input and why.",
     503: "Overloaded (the backlog, the submissions waiting in this API process, or its connections: "
     "api_max_connections), or the broker, Redis or the model is unavailable; see Retry-After.",
+    504: "Some inputs were not done within long_poll_max_s; they keep running and a retry is answered "
+    "from their results.",
 }
 _RETRY_AFTER = {"Retry-After": {"description": "seconds to wait before retrying", "schema": {"type": "string"}}}
 
-_TASK_STATE = {
-    "type": "object",
-    "required": ["task_id", "status", "submitted_at_ms", "updated_at_ms"],
-    "properties": {
-        "task_id": {"type": "string", "pattern": TASK_ID_PATTERN.pattern},
-        "model": {"type": "string", "description": "the model the task is for"},
-        "status": {"type": "string", "enum": [status.value for status in TaskStatus]},
-        "submitted_at_ms": {"type": "integer"},
-        "updated_at_ms": {"type": "integer"},
-        "outputs": {"type": "object", "description": "the model's outputs for this row, when done"},
-        "cached": {
-            "type": "boolean",
-            "description": "when done: true if an identical task's result answered it "
-            "(from the cache, or computed beside it), with no model call of its own",
-        },
-        "error": {"type": "object", "description": "class, message, attempts, batch_id, when failed"},
-    },
-}
-_ACCEPTED = {
-    "type": "object",
-    "required": ["task_id", "model", "status"],
-    "properties": {"task_id": {"type": "string"}, "model": {"type": "string"}, "status": {"type": "string"}},
-    "example": {"task_id": "9c1e0d5e7a7b4a21b3f0c2d4e6f80912", "model": "brimful_reference", "status": "queued"},
-}
-_TENSOR = {
-    "type": "object",
-    "required": ["name", "datatype", "shape"],
-    "properties": {
-        "name": {"type": "string"},
-        "datatype": {"type": "string", "description": "Triton's, e.g. BYTES, FP32"},
-        "shape": {"type": "array", "items": {"type": "integer"}, "description": "one row's, without the batch"},
-    },
-}
-_MODELS = {
-    "type": "object",
-    "required": ["models"],
-    "properties": {
-        "models": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "required": ["name", "version", "batch_size", "inputs", "outputs", "default"],
-                "properties": {
-                    "name": {"type": "string"},
-                    "version": {"type": "string"},
-                    "batch_size": {"type": "integer", "description": "rows in every call to the model"},
-                    "inputs": {"type": "array", "items": _TENSOR},
-                    "outputs": {"type": "array", "items": _TENSOR},
-                    "default": {"type": "boolean", "description": "serves the tasks that name no model"},
-                },
-            },
-        }
-    },
-}
 _OBJECT = {"type": "object"}
 
 
@@ -258,10 +209,10 @@ def operations(catalogue: ModelCatalogue | None, settings: Settings) -> dict[tup
             ],
             "responses": _responses(
                 {
-                    202: ("Accepted and durably queued.", _ACCEPTED),
+                    202: ("Accepted and durably queued.", ACCEPTED),
                     200: (
                         "Finished within ?wait, or the earlier task of this Idempotency-Key.",
-                        {**_TASK_STATE, "required": ["task_id", "status"]},
+                        {**TASK_STATE, "required": ["task_id", "status"]},
                     ),
                 },
                 (400, 401, 403, 408, 409, 413, 422, 429, 503),
@@ -275,12 +226,22 @@ def operations(catalogue: ModelCatalogue | None, settings: Settings) -> dict[tup
         },
         ("/v1/tasks/{task_id}", "get"): {
             "parameters": [wait],
-            "responses": _responses({200: ("The task.", _TASK_STATE)}, (400, 401, 403, 404, 429, 503)),
+            "responses": _responses({200: ("The task.", TASK_STATE)}, (400, 401, 403, 404, 429, 503)),
         },
         ("/v1/tasks/{task_id}", "delete"): {
-            "responses": _responses({200: ("Cancelled.", _ACCEPTED)}, (400, 401, 403, 404, 409, 429, 503)),
+            "responses": _responses({200: ("Cancelled.", ACCEPTED)}, (400, 401, 403, 404, 409, 429, 503)),
         },
-        ("/v1/models", "get"): {"responses": _responses({200: ("The models served.", _MODELS)}, (401, 403, 503))},
+        ("/v1/models", "get"): {"responses": _responses({200: ("The models served.", MODELS)}, (401, 403, 503))},
+        ("/v1/models/{model}", "get"): {
+            "responses": _responses({200: ("The model.", OPENAI_MODEL)}, (401, 403, 404, 503)),
+        },
+        (EMBEDDINGS_PATH, "post"): {
+            "requestBody": {"required": True, **_json(embedding_request_schema(catalogue, settings.max_bulk_tasks))},
+            "responses": _responses(
+                {200: ("A vector for each input, in order, and usage (OpenAI's schema).", _OBJECT)},
+                (400, 401, 403, 404, 408, 413, 429, 502, 503, 504),
+            ),
+        },
         ("/v1/stats", "get"): {
             "parameters": [model_param],
             "responses": _responses({200: ("One model's totals and live batchers.", _OBJECT)}, (401, 403, 422, 503)),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+from collections.abc import Sequence
 from typing import Any
 
 from aiokafka.errors import KafkaError, MessageSizeTooLargeError
@@ -84,17 +85,36 @@ class Submitter:
             valid[position] = (new_task_id(), submission)
             results.append({})
 
-        async def one(task_id: str, submission: Submission) -> dict[str, Any]:
+        refusals = await self._enqueue_each(list(valid.values()), limits)
+        for (position, (task_id, submission)), refusal in zip(valid.items(), refusals):
+            results[position] = (
+                {"task_id": task_id, "model": submission.model, "status": TaskStatus.QUEUED.value}
+                if refusal is None
+                else {"error": {"code": refusal.code, "message": refusal.message}}
+            )
+        return results
+
+    async def submit_each(self, tasks: Sequence[tuple[str, Submission]]) -> list[ApiError | None]:
+        """Tasks checked already, each with its id: steps 1 to 3 for them all (a refusal
+        raises), then each enqueued on its own, answered in order (None: accepted)."""
+        limits = await self._open(tasks=len(tasks))
+        for _, submission in tasks:
+            check_payload(submission, limits)
+        return await self._enqueue_each(tasks, limits)
+
+    async def _enqueue_each(
+        self, tasks: Sequence[tuple[str, Submission]], limits: TenantLimits
+    ) -> list[ApiError | None]:
+        """Step 4 for each task side by side: its refusal, or None once enqueued."""
+
+        async def one(task_id: str, submission: Submission) -> ApiError | None:
             try:
                 await self._enqueue(submission, task_id, limits)
             except ApiError as error:
-                return {"error": {"code": error.code, "message": error.message}}
-            return {"task_id": task_id, "model": submission.model, "status": TaskStatus.QUEUED.value}
+                return error
+            return None
 
-        answers = await asyncio.gather(*(one(task_id, submission) for task_id, submission in valid.values()))
-        for position, answer in zip(valid, answers):
-            results[position] = answer
-        return results
+        return list(await asyncio.gather(*(one(task_id, submission) for task_id, submission in tasks)))
 
     async def _open(self, tasks: int) -> TenantLimits:
         """Steps 1 and 2; the tenant's limits."""

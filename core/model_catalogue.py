@@ -52,11 +52,13 @@ class ModelCatalogue:
         return signature
 
     def describe(self) -> list[dict[str, Any]]:
-        """What ``GET /v1/models`` answers: each model's name, version, rows a call,
-        inputs and outputs (each row's shape, the batch dimension taken off)."""
+        """What ``GET /v1/models`` answers: each model's name, kind (``embedding`` or
+        ``tensor``), version, rows a call, inputs and outputs (each row's shape, the batch
+        dimension taken off)."""
         return [
             {
                 "name": signature.name,
+                "kind": signature.kind,
                 "version": signature.version,
                 "batch_size": signature.batch_size,
                 "inputs": [_tensor(spec) for spec in signature.inputs],

@@ -26,6 +26,12 @@ _NUMPY_DTYPES: dict[str, np.dtype] = {
 }
 
 
+# The output name that declares a model an embedding model (see ModelSignature.embedding_output).
+EMBEDDING_OUTPUT = "EMBEDDING"
+_FLOAT_TYPES = frozenset({"FP16", "FP32", "FP64"})
+MODEL_KINDS = ("embedding", "tensor")
+
+
 class UnsupportedModelError(ValueError):
     """The model's signature is one Brimful cannot batch (said at start-up, not per request)."""
 
@@ -67,6 +73,23 @@ class ModelSignature:
     @property
     def input_names(self) -> tuple[str, ...]:
         return tuple(spec.name for spec in self.inputs)
+
+    @property
+    def embedding_output(self) -> TensorSpec | None:
+        """The output that makes this an embedding model, or None: one named ``EMBEDDING``,
+        floating point, one vector a row, of a model that takes one text a row (a single
+        ``BYTES`` input of row shape ``[1]``). Such a model also serves ``POST /v1/embeddings``."""
+        if len(self.inputs) != 1 or self.inputs[0].datatype != "BYTES" or self.inputs[0].row_shape != (1,):
+            return None
+        for spec in self.outputs:
+            if spec.name == EMBEDDING_OUTPUT and spec.datatype in _FLOAT_TYPES and len(spec.row_shape) == 1:
+                return spec
+        return None
+
+    @property
+    def kind(self) -> str:
+        """``embedding`` (see ``embedding_output``) or ``tensor``: what ``GET /v1/models`` shows."""
+        return "embedding" if self.embedding_output is not None else "tensor"
 
     @classmethod
     def from_triton_metadata(cls, metadata: Mapping[str, Any], batch_size: int) -> ModelSignature:

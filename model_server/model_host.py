@@ -2,7 +2,8 @@
 
 Run as ``python -m brimful.model_server.model_host --grpc-port 8001``. The model is bound with
 batching off and an explicit first dimension of ``batch_size``, so Triton itself
-rejects any call that does not carry exactly that many rows.
+rejects any call that does not carry exactly that many rows. ``--embedding`` binds the
+small deterministic embedding model beside it, the same way.
 """
 
 from __future__ import annotations
@@ -45,6 +46,13 @@ def reference(model: ReferenceModel) -> Served:
     return Served(MODEL_NAME, model, (("SHA256", bytes, (1,)), ("LENGTH", np.int64, (1,))))
 
 
+def embedding() -> Served:
+    from brimful.model_server.embedding_model import DIMENSIONS, embedding_infer
+    from brimful.model_server.embedding_model import MODEL_NAME as EMBEDDING_NAME
+
+    return Served(EMBEDDING_NAME, embedding_infer, (("EMBEDDING", np.float32, (DIMENSIONS,)),))
+
+
 def minilm() -> Served:
     from brimful.model_server.minilm_model import DIMENSIONS, MiniLMModel
     from brimful.model_server.minilm_model import MODEL_NAME as MINILM_NAME
@@ -72,6 +80,7 @@ def serve(
     with_dynamic: bool = False,
     also_fixed: Sequence[int] = (),
     gpu_metrics: bool = False,
+    beside: Sequence[Served] = (),
 ) -> None:
     """Start Triton with the model bound and block until interrupted. Each entry of
     ``served`` is one instance of the same model (Triton runs them side by side, as it
@@ -80,7 +89,8 @@ def serve(
     Triton's own dynamic batcher (what a user would pick if the model API were not
     fixed; the benchmarks compare), with as many instances. For each of ``also_fixed``,
     also bind the same model under ``fixed_name``, fixed at that many rows (a second
-    fixed-batch model: Triton refuses any other row count for each)."""
+    fixed-batch model: Triton refuses any other row count for each). Each of ``beside`` is
+    another model bound fixed at ``batch_size``, one instance (the embedding model)."""
     os.environ["LD_LIBRARY_PATH"] = library_path(os.environ.get("LD_LIBRARY_PATH", ""))
     from pytriton.decorators import batch
     from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
@@ -129,6 +139,15 @@ def serve(
                 config=ModelConfig(batching=False),
                 strict=True,
             )
+        for other in beside:
+            triton.bind(
+                model_name=other.name,
+                infer_func=fixed(other.call),
+                inputs=[Tensor(name="TEXT", dtype=bytes, shape=(batch_size, 1))],
+                outputs=[Tensor(name=n, dtype=t, shape=(batch_size, *shape)) for n, t, shape in other.outputs],
+                config=ModelConfig(batching=False),
+                strict=True,
+            )
         if with_dynamic:
             triton.bind(
                 model_name=dynamic_name(first.name),
@@ -171,6 +190,11 @@ def main() -> None:
     parser.add_argument(
         "--with-dynamic", action="store_true", help="also serve the model behind Triton's dynamic batcher (benchmarks)"
     )
+    parser.add_argument(
+        "--embedding",
+        action="store_true",
+        help="also serve the small deterministic embedding model (brimful_embedding)",
+    )
     parser.add_argument("--gpu-metrics", action="store_true", help="let Triton export GPU metrics (on a GPU machine)")
     parser.add_argument(
         "--also-fixed",
@@ -212,6 +236,7 @@ def main() -> None:
         with_dynamic=args.with_dynamic,
         also_fixed=sorted(set(args.also_fixed)),
         gpu_metrics=args.gpu_metrics,
+        beside=[embedding()] if args.embedding else [],
     )
 
 

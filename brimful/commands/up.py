@@ -12,6 +12,7 @@ from pathlib import Path
 from types import FrameType
 
 from brimful.core.settings import Settings, get_settings
+from brimful.model_server.embedding_model import MODEL_NAME as EMBEDDING_MODEL
 from brimful.model_server.model_host import fixed_name
 from brimful.model_server.reference_model import MODEL_NAME
 from brimful.stack import EmbeddedStack, StackError, Supervisor
@@ -25,13 +26,15 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=run)
 
 
-# What the embedded stack serves unless BRIMFUL_MODELS says otherwise: the reference model
-# at 64 rows (the default model) and the same function fixed at 16.
-EMBEDDED_MODELS = f"{MODEL_NAME},{fixed_name(MODEL_NAME, 16)}"
+# The reference model at 64 rows (the default model) and the same function fixed at 16.
+REFERENCE_MODELS = f"{MODEL_NAME},{fixed_name(MODEL_NAME, 16)}"
+# What the embedded stack serves unless BRIMFUL_MODELS says otherwise: those two, and the
+# small embedding model behind POST /v1/embeddings.
+EMBEDDED_MODELS = f"{REFERENCE_MODELS},{EMBEDDING_MODEL}"
 
 
 def embedded_settings(settings: Settings) -> Settings:
-    """The settings with the embedded stack's two models, where neither BRIMFUL_MODELS nor
+    """The settings with the embedded stack's models, where neither BRIMFUL_MODELS nor
     another BRIMFUL_MODEL_NAME was given."""
     if "models" in settings.model_fields_set or settings.model_name != MODEL_NAME:
         return settings

@@ -6,7 +6,7 @@
 - Triton: a real Triton server hosted by PyTriton, serving the reference model (one per
   endpoint when ``triton_url`` names several: a pool of model endpoints), and the same
   function fixed at other row counts (``brimful_reference_16``: 16 rows) where the served
-  models name them;
+  models name them, and the small embedding model (``brimful_embedding``) where they name it;
 - Brimful's own API and one batcher per served model.
 
 Each runs in a process group of its own; ``stop()`` takes them down in reverse order
@@ -31,6 +31,7 @@ from pydantic import SecretStr
 
 from brimful.core.redis_keys import RedisKeys
 from brimful.core.settings import Settings
+from brimful.model_server.embedding_model import MODEL_NAME as EMBEDDING_MODEL
 from brimful.stack.processes import (
     ManagedProcess,
     StackError,
@@ -236,13 +237,13 @@ class EmbeddedStack:
         model the embedded host cannot serve)."""
         sizes = []
         for model in self.settings.served_models:
-            if model == self.settings.model_name:
+            if model in (self.settings.model_name, EMBEDDING_MODEL):
                 continue
             prefix, _, rows = model.rpartition("_")
             if prefix != self.settings.model_name or not rows.isdigit() or int(rows) < 1:
                 raise StackError(
-                    f"the embedded model host serves {self.settings.model_name} and "
-                    f"{self.settings.model_name}_<rows> only, not {model}"
+                    f"the embedded model host serves {self.settings.model_name}, "
+                    f"{self.settings.model_name}_<rows> and {EMBEDDING_MODEL} only, not {model}"
                 )
             sizes.append(int(rows))
         return sizes
@@ -278,6 +279,7 @@ class EmbeddedStack:
                 "--workspace",
                 str(workspace),
                 *(f"--also-fixed={rows}" for rows in self.reference_sizes()),
+                *(["--embedding"] if EMBEDDING_MODEL in self.settings.served_models else []),
                 *self.model_host_args,
             ],
         )

@@ -9,20 +9,20 @@ from collections.abc import Iterator
 
 import pytest
 
-from brimful.commands.up import EMBEDDED_MODELS
+from brimful.commands.up import REFERENCE_MODELS
 from brimful.stack import EmbeddedStack
 from tests.helpers.polling import wait_for
 from tests.helpers.stacks import start_wide_stack
 from tests.helpers.task_client import TaskClient
 
 MAX_BACKLOG = 200
-SMALL = EMBEDDED_MODELS.split(",")[1]
+SMALL = REFERENCE_MODELS.split(",")[1]
 
 
 @pytest.fixture(scope="module")
 def two_model_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedStack]:
     running = start_wide_stack(
-        tmp_path_factory.mktemp("backlog-per-model"), models=EMBEDDED_MODELS, max_backlog=MAX_BACKLOG
+        tmp_path_factory.mktemp("backlog-per-model"), models=REFERENCE_MODELS, max_backlog=MAX_BACKLOG
     )
     yield running
     running.stop()

@@ -35,7 +35,7 @@ import aiohttp
 import pytest
 from redis.asyncio import Redis
 
-from brimful.commands.up import EMBEDDED_MODELS
+from brimful.commands.up import REFERENCE_MODELS
 from brimful.core.api_keys import ApiKeys, Scope
 from brimful.core.redis_keys import RedisKeys
 from brimful.stack import EmbeddedStack, free_port
@@ -63,7 +63,7 @@ FAULTS = (
     "idle-flood",
 )
 TENANTS = ("acme", "globex", "initech")
-MODELS = EMBEDDED_MODELS.split(",")
+MODELS = REFERENCE_MODELS.split(",")
 SHARED_TEXTS = [f"shared input {n}" for n in range(12)]  # identical inputs, every tenant, both models
 FINAL = ("done", "failed", "cancelled")
 
@@ -77,7 +77,7 @@ def soak_stack(tmp_path_factory: pytest.TempPathFactory, s3_server: str) -> Iter
         auth_enabled=True,
         api_workers=2,
         topic_partitions=4,
-        models=EMBEDDED_MODELS,
+        models=REFERENCE_MODELS,
         endpoint_capacity=2,
         infer_timeout_s=1.5,
         breaker_max_open_s=1.0,

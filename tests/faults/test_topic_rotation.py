@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 
-from brimful.commands.up import EMBEDDED_MODELS
+from brimful.commands.up import REFERENCE_MODELS
 from brimful.core.kafka import connection_options
 from brimful.stack import EmbeddedStack
 from tests.helpers.metrics import metric_values
@@ -22,7 +22,7 @@ from tests.helpers.polling import wait_for
 from tests.helpers.stacks import add_second_batchers, start_wide_stack
 from tests.helpers.task_client import TaskClient
 
-MODELS = EMBEDDED_MODELS.split(",")
+MODELS = REFERENCE_MODELS.split(",")
 PERIOD_S = 5.0
 GRACE_S = 15.0  # the least the settings allow with a 5 s request timeout
 TRAFFIC_S = 4 * PERIOD_S
@@ -32,7 +32,7 @@ TRAFFIC_S = 4 * PERIOD_S
 def rotating_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedStack]:
     stack = start_wide_stack(
         tmp_path_factory.mktemp("topic-rotation"),
-        models=EMBEDDED_MODELS,
+        models=REFERENCE_MODELS,
         api_workers=2,
         topic_rotation_s=PERIOD_S,
         topic_rotation_grace_s=GRACE_S,

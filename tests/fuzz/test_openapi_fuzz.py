@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from brimful.commands.up import EMBEDDED_MODELS
 from brimful.stack import EmbeddedStack, settings_env
 from tests.helpers.stacks import stack_settings, start_stack
 
@@ -28,7 +29,10 @@ CHECKS = ",".join(
 
 @pytest.fixture(scope="module")
 def secured_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedStack]:
-    running = start_stack(tmp_path_factory.mktemp("fuzz-stack"), stack_settings(auth_enabled=True))
+    # Every model make up serves, so the embeddings route is fuzzed against a real embedding model.
+    running = start_stack(
+        tmp_path_factory.mktemp("fuzz-stack"), stack_settings(auth_enabled=True, models=EMBEDDED_MODELS)
+    )
     yield running
     running.stop()
 

@@ -1,7 +1,8 @@
 """The models a Brimful serves: ``GET /v1/models``, a task's ``model`` field, the model
 named in every answer about a task, and two fixed-batch models served at once, each with
 its own row count, batcher, counters and policy. The shared stack serves what ``make up``
-serves: the reference model at 64 rows (the default) and the same function at 16."""
+serves: the reference model at 64 rows (the default), the same function at 16, and the
+small embedding model."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import tritonclient.grpc.aio as triton_aio
 from redis.asyncio import Redis
 
 from brimful.core.redis_keys import RedisKeys
+from brimful.model_server.embedding_model import MODEL_NAME as EMBEDDING
 from brimful.stack import EmbeddedStack, sample_sums
 from tests.helpers.metrics import batcher_metrics_url, metrics_page, model_stats, triton_counts
 from tests.helpers.pipeline import expected_outputs
@@ -34,8 +36,12 @@ async def test_the_models_list_shows_the_served_model_as_its_triton_server_descr
 ) -> None:
     status, body = await client.request("GET", "/v1/models")
     assert status == 200, body
-    assert [m["name"] for m in body["models"]] == stack.settings.served_models == [stack.settings.model_name, SMALL]
-    assert [m["default"] for m in body["models"]] == [True, False]
+    served = [stack.settings.model_name, SMALL, EMBEDDING]
+    assert [m["name"] for m in body["models"]] == stack.settings.served_models == served
+    assert [m["default"] for m in body["models"]] == [True, False, False]
+    assert [m["kind"] for m in body["models"]] == ["tensor", "tensor", "embedding"]
+    # The same list in OpenAI's shape, for its client.
+    assert body["object"] == "list" and [(m["id"], m["object"]) for m in body["data"]] == [(n, "model") for n in served]
     for model in body["models"]:
         metadata = await triton_metadata(stack, model["name"])
         assert model["name"] == metadata["name"]
@@ -47,7 +53,7 @@ async def test_the_models_list_shows_the_served_model_as_its_triton_server_descr
             ]
             # Served with a fixed first dimension: the rows of every call, read from the model.
             assert {int(t["shape"][0]) for t in metadata[side]} == {model["batch_size"]}
-    assert [m["batch_size"] for m in body["models"]] == [64, 16]
+    assert [m["batch_size"] for m in body["models"]] == [64, 16, 64]
 
 
 async def test_a_task_that_names_the_model_runs_on_it_and_every_answer_names_it(

@@ -1,0 +1,175 @@
+"""``POST /v1/embeddings`` and ``/v1/models`` driven by OpenAI's own Python client, unmodified,
+against a stack of production shape: auth on, two API workers, two partitions, the three
+models ``make up`` serves (so embedding rows share the pool with other models' tasks),
+identical inputs and failing rows.
+
+The vectors are checked against the embedding model's own function, computed here on the
+same texts: an input answered with another input's vector, or out of order, fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from collections.abc import AsyncIterator, Iterator
+
+import httpx
+import numpy as np
+import openai
+import pytest
+
+from brimful.commands.up import EMBEDDED_MODELS
+from brimful.core.api_keys import ApiKeys, Scope
+from brimful.core.redis_client import make_redis
+from brimful.core.redis_keys import RedisKeys
+from brimful.model_server.embedding_model import DIMENSIONS, FAIL_PREFIX, embed
+from brimful.model_server.embedding_model import MODEL_NAME as EMBEDDING
+from brimful.model_server.reference_model import MODEL_NAME as REFERENCE
+from brimful.stack import EmbeddedStack
+from tests.helpers.stacks import stack_settings, start_stack
+
+MAX_INPUTS = 50
+
+
+@pytest.fixture(scope="module")
+def openai_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedStack]:
+    running = start_stack(
+        tmp_path_factory.mktemp("openai-stack"),
+        stack_settings(
+            auth_enabled=True, api_workers=2, topic_partitions=2, models=EMBEDDED_MODELS, max_bulk_tasks=MAX_INPUTS
+        ),
+    )
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="module")
+async def keys(openai_stack: EmbeddedStack) -> dict[str, str]:
+    """API keys by what they may do, issued as `brimful keys create` issues them."""
+    redis = make_redis(openai_stack.settings)
+    try:
+        issuer = ApiKeys(redis, RedisKeys(openai_stack.settings.key_prefix))
+        return {
+            "submit": (await issuer.create("embedder", [Scope.SUBMIT, Scope.READ]))[0],
+            "other": (await issuer.create("another-tenant", [Scope.SUBMIT, Scope.READ]))[0],
+            "read": (await issuer.create("reader", [Scope.READ]))[0],
+        }
+    finally:
+        await redis.aclose()
+
+
+@pytest.fixture
+async def client(openai_stack: EmbeddedStack, keys: dict[str, str]) -> AsyncIterator[openai.AsyncOpenAI]:
+    # No retries: a test sees the first answer, whatever it is.
+    async with openai.AsyncOpenAI(
+        base_url=f"{openai_stack.api_url}/v1", api_key=keys["submit"], max_retries=0, timeout=60
+    ) as opened:
+        yield opened
+
+
+def expected(texts: list[str]) -> list[list[float]]:
+    return [embed(text.encode()).tolist() for text in texts]
+
+
+async def test_openai_client_embeds_each_input_in_order_as_floats_and_as_base64(client: openai.AsyncOpenAI) -> None:
+    texts = ["the quick brown fox", "jumps over", "the quick brown fox", "a lazy dog", "jumps over", "zebra"]
+    as_floats = await client.embeddings.create(model=EMBEDDING, input=texts, encoding_format="float")
+    assert [item.index for item in as_floats.data] == list(range(len(texts)))
+    assert [item.embedding for item in as_floats.data] == expected(texts)
+    assert as_floats.model == EMBEDDING
+    words = sum(len(text.split()) for text in texts)
+    assert (as_floats.usage.prompt_tokens, as_floats.usage.total_tokens) == (words, words)
+    # The client's default asks for base64 and decodes it itself.
+    by_default = await client.embeddings.create(model=EMBEDDING, input=texts)
+    assert [item.embedding for item in by_default.data] == expected(texts)
+    single = await client.embeddings.create(model=EMBEDDING, input="zebra", dimensions=DIMENSIONS)
+    assert [item.embedding for item in single.data] == expected(["zebra"])
+
+
+async def test_base64_is_little_endian_float32(openai_stack: EmbeddedStack, keys: dict[str, str]) -> None:
+    async with httpx.AsyncClient(base_url=openai_stack.api_url, timeout=60) as http:
+        answer = await http.post(
+            "/v1/embeddings",
+            json={"model": EMBEDDING, "input": ["little endian"], "encoding_format": "base64"},
+            headers={"Authorization": f"Bearer {keys['submit']}"},
+        )
+    assert answer.status_code == 200, answer.text
+    raw = base64.b64decode(answer.json()["data"][0]["embedding"])
+    assert np.frombuffer(raw, dtype="<f4").tolist() == expected(["little endian"])[0]
+
+
+async def test_concurrent_calls_across_workers_and_tenants_each_get_their_own_vectors(
+    openai_stack: EmbeddedStack, keys: dict[str, str]
+) -> None:
+    async def one(call: int, key: str) -> None:
+        texts = [f"shared text {call % 3}", f"call {call} row {call * 7}", "shared text 0"]
+        async with openai.AsyncOpenAI(
+            base_url=f"{openai_stack.api_url}/v1", api_key=key, max_retries=0, timeout=60
+        ) as caller:
+            answer = await caller.embeddings.create(model=EMBEDDING, input=texts, encoding_format="float")
+        assert [item.embedding for item in answer.data] == expected(texts), call
+
+    await asyncio.gather(*(one(call, keys["submit"] if call % 2 else keys["other"]) for call in range(24)))
+
+
+async def test_a_failing_row_fails_its_call_naming_it_and_no_other(
+    openai_stack: EmbeddedStack, client: openai.AsyncOpenAI
+) -> None:
+    bad = FAIL_PREFIX.decode() + " this row breaks the model"
+
+    async def good(call: int) -> list[list[float]]:
+        answer = await client.embeddings.create(model=EMBEDDING, input=[f"fine {call}"], encoding_format="float")
+        return [item.embedding for item in answer.data]
+
+    failing = asyncio.ensure_future(client.embeddings.create(model=EMBEDDING, input=["fine", bad]))
+    goods = await asyncio.gather(*(good(call) for call in range(8)))
+    assert goods == [expected([f"fine {call}"]) for call in range(8)]
+    with pytest.raises(openai.APIStatusError) as refused:
+        await failing
+    assert refused.value.status_code == 502
+    assert "input[1]" in refused.value.message and "inference_failed" in str(refused.value.body)
+
+
+async def test_models_are_listed_and_retrieved_with_their_kind(client: openai.AsyncOpenAI) -> None:
+    listed = {model.id: model for model in (await client.models.list()).data}
+    assert set(EMBEDDED_MODELS.split(",")) == set(listed)
+    assert listed[EMBEDDING].model_dump()["kind"] == "embedding"
+    assert listed[REFERENCE].model_dump()["kind"] == "tensor"
+    retrieved = await client.models.retrieve(EMBEDDING)
+    assert retrieved.id == EMBEDDING and retrieved.model_dump()["kind"] == "embedding"
+    with pytest.raises(openai.NotFoundError):
+        await client.models.retrieve("no-such-model")
+
+
+async def test_bad_requests_get_a_clear_4xx_naming_what_is_wrong(
+    openai_stack: EmbeddedStack, client: openai.AsyncOpenAI, keys: dict[str, str]
+) -> None:
+    cases: list[tuple[str, dict[str, object], type[openai.APIStatusError], str]] = [
+        ("token ids", {"input": [1, 2, 3]}, openai.BadRequestError, "token-id"),
+        ("token id arrays", {"input": [[1, 2], [3]]}, openai.BadRequestError, "token-id"),
+        ("empty string", {"input": ["fine", ""]}, openai.BadRequestError, "input[1]"),
+        ("empty list", {"input": []}, openai.BadRequestError, "input"),
+        ("not text", {"input": ["fine", {"x": 1}]}, openai.BadRequestError, "input[1]"),
+        ("unknown model", {"input": "x", "model": "nope"}, openai.NotFoundError, "nope"),
+        ("not an embedding model", {"input": "x", "model": REFERENCE}, openai.BadRequestError, "not an embedding"),
+        ("other dimensions", {"input": "x", "dimensions": DIMENSIONS * 2}, openai.BadRequestError, "dimensions"),
+        ("too many inputs", {"input": ["x"] * (MAX_INPUTS + 1)}, openai.APIStatusError, "limit of"),
+        ("unknown field", {"input": "x", "extra_body": {"temperature": 1}}, openai.BadRequestError, "temperature"),
+        ("bad format", {"input": "x", "extra_body": {"encoding_format": "int8"}}, openai.BadRequestError, "float"),
+    ]
+    for name, arguments, error, says in cases:
+        arguments = {"model": EMBEDDING, **arguments}
+        with pytest.raises(error) as refused:
+            await client.embeddings.create(**arguments)  # type: ignore[call-overload]
+        assert 400 <= refused.value.status_code < 500, name
+        assert says in refused.value.message, (name, refused.value.message)
+    async with httpx.AsyncClient(base_url=openai_stack.api_url, timeout=30) as http:
+        for name, body, key, status in [
+            ("not JSON", b'{"input": ', keys["submit"], 400),
+            ("no key", b'{"model": "x", "input": "x"}', None, 401),
+            ("a key without submit", b'{"model": "x", "input": "x"}', keys["read"], 403),
+        ]:
+            headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
+            answer = await http.post("/v1/embeddings", content=body, headers=headers)
+            assert answer.status_code == status, (name, answer.text)
+            assert answer.json()["error"]["message"], name
