@@ -185,7 +185,7 @@ class BacklogMonitor:
             metrics.BACKLOG_ROWS.labels(model).set(self.backlog_of(topic))
         counters = await asyncio.gather(*(stats.read() for _, stats in self._models.values()))
         for topic, read in zip(self._models, counters):
-            finished = read[StatsField.TASKS_DONE] + read[StatsField.TASKS_FAILED]
+            finished = read[StatsField.TASKS_DONE] + read[StatsField.TASKS_FAILED] + read[StatsField.TASKS_EXPIRED]
             if topic in self._finished and now > self._finished_at:
                 rate = max(0.0, (finished - self._finished[topic]) / (now - self._finished_at))
                 self._rate[topic] = self._rate.get(topic, 0.0) + 0.3 * (rate - self._rate.get(topic, 0.0))

@@ -137,7 +137,8 @@ def submit_schema(catalogue: ModelCatalogue | None) -> dict[str, Any]:
             "type": "integer",
             "minimum": 1,
             "maximum": MAX_DEADLINE_MS,
-            "description": "finish within this many ms if possible",
+            "description": "finish within this many ms if possible; a task still waiting when this passes is "
+            "never computed and reads expired",
         },
         "cache": {
             "type": "boolean",

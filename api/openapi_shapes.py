@@ -23,7 +23,11 @@ TASK_STATE: dict[str, Any] = {
             "description": "when done: true if an identical task's result answered it "
             "(from the cache, or computed beside it), with no model call of its own",
         },
-        "error": {"type": "object", "description": "class, message, attempts, batch_id, when failed"},
+        "error": {
+            "type": "object",
+            "description": "class, message, attempts, batch_id, when failed; class expired, message, deadline_at_ms, "
+            "when its deadline passed before it was sent to the model",
+        },
     },
 }
 ACCEPTED = {

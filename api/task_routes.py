@@ -85,7 +85,7 @@ def task_answer(task_id: str, record: TaskRecord, default_model: str) -> dict[st
     if record.status is TaskStatus.DONE:
         answer["outputs"] = record.outputs
         answer["cached"] = record.cached  # true: an identical task's result, no model call of its own
-    if record.status is TaskStatus.FAILED:
+    if record.status in (TaskStatus.FAILED, TaskStatus.EXPIRED):
         answer["error"] = record.error
     return answer
 

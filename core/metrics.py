@@ -98,6 +98,10 @@ TASKS_RECREATED = Counter(
     "brimful_tasks_recreated",
     "Tasks whose Redis record was gone when their batch ran (Redis lost it), re-created from their Kafka record.",
 )
+TASKS_EXPIRED = Counter(
+    "brimful_tasks_expired",
+    "Tasks whose deadline (deadline_ms) passed before they were sent to the model: never computed.",
+)
 CACHE_HITS = Counter(
     "brimful_cache_hits",
     "Tasks answered by an identical task's result (cached or computed beside them), no row of their own.",

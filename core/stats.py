@@ -18,6 +18,7 @@ class StatsField:
     CALLS_FAILED = "calls_failed"  # model calls that raised
     TASKS_DONE = "tasks_done"
     TASKS_FAILED = "tasks_failed"
+    TASKS_EXPIRED = "tasks_expired"  # deadline passed before dispatch: never computed
 
     CACHE_HITS = "cache_hits"  # tasks answered by an identical task's result, no row of their own
     CACHE_MISSES = "cache_misses"  # cacheable tasks the model computed
@@ -29,6 +30,7 @@ class StatsField:
         CALLS_FAILED,
         TASKS_DONE,
         TASKS_FAILED,
+        TASKS_EXPIRED,
         CACHE_HITS,
         CACHE_MISSES,
     )

@@ -13,7 +13,8 @@ class TaskStatus(StrEnum):
     DONE = "done"  # outputs stored
     FAILED = "failed"  # retries exhausted; the request is on the DLQ
     CANCELLED = "cancelled"  # cancelled before it reached the model
+    EXPIRED = "expired"  # its deadline passed before it was sent to the model: never computed
 
     @property
     def is_final(self) -> bool:
-        return self in (TaskStatus.DONE, TaskStatus.FAILED, TaskStatus.CANCELLED)
+        return self in (TaskStatus.DONE, TaskStatus.FAILED, TaskStatus.CANCELLED, TaskStatus.EXPIRED)

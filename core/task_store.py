@@ -23,6 +23,7 @@ from brimful.core.clock import now_ms
 from brimful.core.idempotency_keys import IdempotencyKeys
 from brimful.core.redis_client import RedisClient, as_text, is_cluster
 from brimful.core.redis_keys import RedisKeys
+from brimful.core.stats import StatsField
 from brimful.core.task_record import WRITE_RECORD_LUA, Field, KnownTask, NewTask, TaskRecord
 from brimful.core.task_status import TaskStatus
 from brimful.core.transitions import Transitions
@@ -277,6 +278,22 @@ class TaskStore:
             await self._transitions.move(
                 ids, TaskStatus.FAILED, _NOT_FINAL, Field.ERROR, [value for _ in ids], publish=True
             )
+        )
+
+    async def mark_expired(self, reasons: Mapping[str, Mapping[str, Any]]) -> list[str]:
+        """Move still-queued tasks to expired, each with its reason (by task id), counting
+        them in the shared counters in the same step; returns those that moved (a task
+        already running or final stays as it is)."""
+        ids = list(reasons)
+        return await self._transitions.move(
+            ids,
+            TaskStatus.EXPIRED,
+            _QUEUED,
+            Field.ERROR,
+            [orjson.dumps(reasons[task_id]) for task_id in ids],
+            publish=True,
+            counters={},
+            moved_counter=StatsField.TASKS_EXPIRED,
         )
 
     async def cancel(self, task_id: str, model: str | None = None) -> bool:

@@ -57,6 +57,7 @@ class BatchOutcome:
     done: int = 0
     failed: int = 0
     skipped: int = 0
+    expired: int = 0  # deadline passed before the call: never computed
     calls: int = 0
     isolation_calls: int = 0  # calls made on halves to find poison rows
     # Shared counters of the flush and of the calls that went through, not yet in Redis: they

@@ -27,6 +27,7 @@ from typing import Any
 from numpy.typing import NDArray
 
 from brimful.core import metrics
+from brimful.core.clock import now_ms
 from brimful.core.model_signature import ModelSignature
 from brimful.core.stats import SharedStats, StatsField
 from brimful.core.task_record import KnownTask
@@ -35,6 +36,7 @@ from brimful.core.tensor_codec import non_finite_rows, output_rows_to_json, stac
 from brimful.core.tracing import BatchTrace, TracedTask, Tracing
 from brimful.workers.batch import Batch, BatchItem, BatchOutcome, Seat, observe_latency
 from brimful.workers.dead_letters import DeadLetterWriter
+from brimful.workers.expiry import expiry_reason, past_deadline
 from brimful.workers.isolation import Isolation
 from brimful.workers.isolation_budget import IsolationBudget
 from brimful.workers.model_errors import ErrorClass, ModelCallError, TransientOutageTooLong
@@ -70,6 +72,7 @@ class BatchRunner:
         isolation: IsolationBudget | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         clock: Callable[[], float] = time.monotonic,
+        wall_ms: Callable[[], int] = now_ms,
         tracing: Tracing | None = None,
         cache: ResultCache | None = None,
         cacheable: bool = True,
@@ -86,6 +89,7 @@ class BatchRunner:
         self.transient_give_up_s = transient_give_up_s
         self._sleep = sleep
         self._clock = clock
+        self._wall_ms = wall_ms  # the wall clock deadlines are set on
         self.tracing = tracing
         self.cacheable = cacheable
         self.shared = SharedRows(signature, store, cache, cache_across_tenants)
@@ -108,13 +112,14 @@ class BatchRunner:
         slot, batch.slot = batch.slot, None  # a run repeated after a store error takes a new one
         seat = Seat(slot)
         try:
+            candidates = await self._expire_late(batch, outcome)
             # Only tasks that this atomic move takes from queued to running reach the model:
             # tasks already final (redelivered) or cancelled are left out.
-            running = set(await self._mark_running_while_leasing(batch, seat))
-            if len(running) < len(batch.items):
-                running.update(await self._recreate_missing(batch, running))
-            items = [item for item in batch.items if item.task_id in running]
-            outcome.skipped = len(batch.items) - len(items)
+            running = set(await self._mark_running_while_leasing(candidates, seat))
+            if len(running) < len(candidates):
+                running.update(await self._recreate_missing(batch, candidates, running))
+            items = [item for item in candidates if item.task_id in running]
+            outcome.skipped = len(candidates) - len(items)
             items = await self.failures.fail_unfit(batch, items, outcome)
             computed, followers = await self.shared.answer_identical(items, outcome) if self.cacheable else (items, [])
             if followers:
@@ -153,13 +158,30 @@ class BatchRunner:
                 "done": outcome.done,
                 "failed": outcome.failed,
                 "skipped": outcome.skipped,
+                "expired": outcome.expired,
                 "calls": outcome.calls,
                 "isolation_calls": outcome.isolation_calls,
             },
         )
         return outcome
 
-    async def _recreate_missing(self, batch: Batch, running: set[str]) -> list[str]:
+    async def _expire_late(self, batch: Batch, outcome: BatchOutcome) -> list[BatchItem]:
+        """Move the batch's queued tasks whose deadline has passed to expired (never
+        computed, counted); the items left to run."""
+        now = self._wall_ms()
+        late = past_deadline(batch.items, now)
+        if not late:
+            return batch.items
+        reasons = {item.task_id: expiry_reason(item, now) for item in late}
+        expired = set(await self.store.mark_expired(reasons))
+        if expired:
+            outcome.expired = len(expired)
+            metrics.TASKS_EXPIRED.inc(len(expired))
+            for task_id in expired:
+                log.info("task expired before dispatch", extra={"task_id": task_id, "batch_id": batch.batch_id})
+        return [item for item in batch.items if item.task_id not in expired]
+
+    async def _recreate_missing(self, batch: Batch, candidates: list[BatchItem], running: set[str]) -> list[str]:
         """Bring back the tasks of the batch whose record Redis lost (the Kafka record is
         the source of truth): they run with the rest, and their tenant's quota frees when
         they end. Final, cancelled and withdrawn tasks stay as they are."""
@@ -170,7 +192,7 @@ class BatchRunner:
                 item.request.tenant,
                 item.request.model or self.signature.name,
             )
-            for item in batch.items
+            for item in candidates
             if item.task_id not in running
         ]
         recreated = await self.store.recreate_missing(left)
@@ -200,16 +222,18 @@ class BatchRunner:
         await resolving
         return orphans
 
-    async def _mark_running_while_leasing(self, batch: Batch, seat: Seat) -> list[str]:
+    async def _mark_running_while_leasing(self, items: list[BatchItem], seat: Seat) -> list[str]:
         """Mark the batch's tasks running while its slot is leased across batchers: the call
         needs both, and the two round trips to Redis overlap (where the client's own CPU
         dominates, as on two shared cores, they still take nearly the time of two: 0.8-0.9
         against 0.4-0.5 ms at idle). ``seat`` ends holding the slot to give back (None if
         none is held)."""
-        task_ids = [item.task_id for item in batch.items]
+        task_ids = [item.task_id for item in items]
+        if not task_ids:
+            return []
         if seat.slot is None or seat.slot.leased or not self.pool.leasing:
             return await self.store.mark_running(task_ids)
-        securing = asyncio.ensure_future(self.pool.secure(seat.slot, len(batch.items)))
+        securing = asyncio.ensure_future(self.pool.secure(seat.slot, len(items)))
         try:
             running = await self.store.mark_running(task_ids)
         except BaseException:

@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 
 _RETRYABLE = {429, 502, 503, 504}
-_FINAL = {"done", "failed", "cancelled"}
+_FINAL = {"done", "failed", "cancelled", "expired"}
 
 
 class BrimfulError(Exception):
@@ -39,7 +39,7 @@ class BrimfulError(Exception):
 
 
 class TaskFailed(BrimfulError):
-    """The task ended ``failed`` or ``cancelled``; ``task`` is its last state."""
+    """The task ended ``failed``, ``cancelled`` or ``expired``; ``task`` is its last state."""
 
     def __init__(self, task: Mapping[str, Any]) -> None:
         error = task.get("error") or {}

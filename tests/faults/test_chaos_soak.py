@@ -65,7 +65,7 @@ FAULTS = (
 TENANTS = ("acme", "globex", "initech")
 MODELS = REFERENCE_MODELS.split(",")
 SHARED_TEXTS = [f"shared input {n}" for n in range(12)]  # identical inputs, every tenant, both models
-FINAL = ("done", "failed", "cancelled")
+FINAL = ("done", "failed", "cancelled", "expired")
 
 pytestmark = pytest.mark.timeout(SOAK_S + 900)
 
@@ -122,6 +122,7 @@ class Task:
     model: str
     cancelled: bool = False  # its DELETE answered 200
     cancelled_at: float = 0.0
+    deadline_ms: int = 0  # submitted with deadline_ms: it may end expired
 
 
 @dataclass
@@ -181,8 +182,8 @@ class Traffic:
             return f"!flaky {tenant} {tag}"
         return f"{tenant} {tag} ✓"
 
-    def _accepted(self, tenant: str, task_id: str, text: str, model: str) -> None:
-        self.ledger.tasks[task_id] = Task(tenant, text, model)
+    def _accepted(self, tenant: str, task_id: str, text: str, model: str, deadline_ms: int = 0) -> None:
+        self.ledger.tasks[task_id] = Task(tenant, text, model, deadline_ms=deadline_ms)
 
     async def one(self) -> None:
         self.sent += 1
@@ -210,7 +211,7 @@ class Traffic:
         if roll < 0.12:  # submitted, then cancelled at once: cancelled if it still waited
             status, body = await client.call(self.ledger, "POST", "/v1/tasks", json=document)
             if status == 202:
-                self._accepted(tenant, body["task_id"], text, model)
+                self._accepted(tenant, body["task_id"], text, model, document.get("deadline_ms", 0))
                 status, _ = await client.call(self.ledger, "DELETE", f"/v1/tasks/{body['task_id']}")
                 if status == 200:
                     self.ledger.tasks[body["task_id"]].cancelled = True
@@ -221,7 +222,7 @@ class Traffic:
             status, first = await client.call(self.ledger, "POST", "/v1/tasks", json=document, headers=headers)
             if status != 202:
                 return
-            self._accepted(tenant, first["task_id"], text, model)
+            self._accepted(tenant, first["task_id"], text, model, document.get("deadline_ms", 0))
             self.ledger.idempotency_retries += 1
             status, again = await client.call(self.ledger, "POST", "/v1/tasks", json=document, headers=headers)
             if status == 200 and again["task_id"] != first["task_id"]:
@@ -231,7 +232,7 @@ class Traffic:
             return
         status, body = await client.call(self.ledger, "POST", "/v1/tasks", json=document)
         if status == 202:
-            self._accepted(tenant, body["task_id"], text, model)
+            self._accepted(tenant, body["task_id"], text, model, document.get("deadline_ms", 0))
 
     async def run(self, stop: asyncio.Event) -> None:
         pending: set[asyncio.Task[None]] = set()
@@ -536,6 +537,8 @@ async def check_ledger(
             problems.append(f"failed without a dead letter: {task_id}")
         elif status == "cancelled" and not task.cancelled:
             problems.append(f"cancelled, though nobody asked: {task_id}")
+        elif status == "expired" and not task.deadline_ms:
+            problems.append(f"expired without a deadline: {task_id}")
     reopened = [
         (task_id, at) for task_id, at in ledger.changed if not any(0 <= at - kill <= 10 for kill in ledger.redis_kills)
     ]
@@ -571,9 +574,10 @@ async def check_ledger(
         "done, correct": outcome["done"] - sum(1 for p in problems if p.startswith("wrong result")),
         "failed, each with its dead letter": outcome["failed"],
         "cancelled as asked": outcome["cancelled"],
+        "expired past their deadline (never computed)": outcome["expired"],
         "not final at the end": sum(1 for p in problems if p.startswith("not final")),
         "lost, wrong or reopened": sum(
-            1 for p in problems if p.startswith(("wrong", "failed without", "a done answer"))
+            1 for p in problems if p.startswith(("wrong", "failed without", "a done answer", "expired without"))
         ),
         "Idempotency-Key retries / second tasks": f"{ledger.idempotency_retries} / {len(ledger.duplicates)}",
         "cross-tenant probes / reads": f"{ledger.cross_probes} / {len(ledger.cross_reads)}",

@@ -37,8 +37,9 @@ def test_sync_client_submit_result_map_and_errors(stack: EmbeddedStack) -> None:
 
 async def test_the_client_lists_the_models_and_sends_the_model_it_is_given(stack: EmbeddedStack) -> None:
     async with AsyncClient(stack.api_url) as client:
-        default, model = await client.models()
+        default, model, embedding = await client.models()
         assert default["name"] == stack.settings.model_name and default["default"] is True
+        assert embedding["kind"] == "embedding" and model["kind"] == default["kind"] == "tensor"
         assert model["name"] == stack.settings.served_models[1] and model["default"] is False
         task_id = await client.submit({"TEXT": "client names it"}, model=model["name"])
         assert (await client.status(task_id, wait_s=20))["model"] == model["name"]

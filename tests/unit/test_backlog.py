@@ -21,7 +21,7 @@ class Board:
 
 class Stats:
     async def read(self) -> dict[str, int]:
-        return {StatsField.TASKS_DONE: 0, StatsField.TASKS_FAILED: 0}
+        return dict.fromkeys(StatsField.ALL, 0)  # every counter, as SharedStats.read gives them
 
 
 def lag_by_hand(highwater: dict[int, int], produced: dict[int, int], committed: dict[int, int]) -> int:

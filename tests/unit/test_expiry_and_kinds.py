@@ -1,0 +1,59 @@
+"""Pure decisions: which rows are past their deadline, and which models embed."""
+
+from __future__ import annotations
+
+from brimful.core.model_signature import ModelSignature, TensorSpec
+from brimful.workers.expiry import expiry_reason, past_deadline
+from tests.helpers.fake_store import text_item
+
+NOW_MS = 1_000_000
+
+
+def with_deadline(task_id: str, deadline_at_ms: int):  # type: ignore[no-untyped-def]
+    item = text_item(task_id, task_id)
+    item.request.deadline_at_ms = deadline_at_ms
+    return item
+
+
+def test_only_rows_whose_deadline_passed_are_late() -> None:
+    items = [
+        with_deadline("none", 0),  # no deadline: never late
+        with_deadline("passed", NOW_MS - 1),
+        with_deadline("now", NOW_MS),  # due this very millisecond: still in time
+        with_deadline("ahead", NOW_MS + 500),
+        with_deadline("long-passed", 5),
+    ]
+    assert [item.task_id for item in past_deadline(items, NOW_MS)] == ["passed", "long-passed"]
+    assert past_deadline([], NOW_MS) == []
+
+
+def test_the_reason_says_how_late_and_that_it_was_not_computed() -> None:
+    reason = expiry_reason(with_deadline("late", NOW_MS - 250), NOW_MS)
+    assert reason["class"] == "expired" and reason["deadline_at_ms"] == NOW_MS - 250
+    assert "250 ms" in str(reason["message"]) and "not computed" in str(reason["message"])
+
+
+TEXT = TensorSpec("TEXT", "BYTES", (1,))
+
+
+def signature(inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...]) -> ModelSignature:
+    return ModelSignature("m", "1", 64, inputs, outputs)
+
+
+def test_a_model_embeds_when_it_takes_one_text_and_gives_a_float_vector_named_embedding() -> None:
+    vector = TensorSpec("EMBEDDING", "FP32", (32,))
+    embedding = signature((TEXT,), (vector,))
+    assert embedding.embedding_output == vector and embedding.kind == "embedding"
+    assert signature((TEXT,), (TensorSpec("EMBEDDING", "FP16", (8,)), TensorSpec("NORM", "FP32", (1,)))).kind == (
+        "embedding"
+    )
+    for inputs, outputs in [
+        ((TEXT,), (TensorSpec("SHA256", "BYTES", (1,)),)),  # the reference model
+        ((TEXT,), (TensorSpec("EMBEDDING", "INT32", (32,)),)),  # not floating point
+        ((TEXT,), (TensorSpec("EMBEDDING", "FP32", (4, 8)),)),  # not one vector a row
+        ((TEXT,), (TensorSpec("VECTOR", "FP32", (32,)),)),  # not declared by name
+        ((TensorSpec("IMAGE", "UINT8", (8, 8)),), (vector,)),  # does not take text
+        ((TEXT, TensorSpec("LANG", "BYTES", (1,))), (vector,)),  # takes more than a text
+    ]:
+        model = signature(inputs, outputs)
+        assert model.embedding_output is None and model.kind == "tensor", (inputs, outputs)
