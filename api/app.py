@@ -11,14 +11,17 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp
 
 from brimful.api import (
+    batch_routes,
     batching_routes,
     dlq_routes,
     embedding_routes,
+    file_routes,
     health_routes,
     model_routes,
     openapi,
     task_routes,
 )
+from brimful.api.batch_jobs import BatchJobs
 from brimful.api.browser_guard import BrowserGuard
 from brimful.api.errors import HANDLERS
 from brimful.api.fast_lane import FastLane
@@ -45,6 +48,7 @@ def create_app(settings: Settings) -> ASGIApp:
         state = ApiState(settings)
         app.state.brimful = state
         await state.start()
+        state.run_in_background(BatchJobs(state, state.batch_records).run(), "batch-jobs")
         freeze_startup_heap()
         try:
             yield
@@ -61,11 +65,22 @@ def create_app(settings: Settings) -> ASGIApp:
         telemetry={"tracing": False, "metrics": False, "logs": False, "operation_spans": False},
     )
     openapi.install(app, settings, lambda: getattr(getattr(app.state, "brimful", None), "catalogue", None))
-    for routes in (task_routes, model_routes, embedding_routes, batching_routes, dlq_routes, health_routes):
+    for routes in (
+        task_routes,
+        model_routes,
+        embedding_routes,
+        file_routes,
+        batch_routes,
+        batching_routes,
+        dlq_routes,
+        health_routes,
+    ):
         app.include_router(routes.router)
     for error, handler in HANDLERS.items():
         app.add_exception_handler(error, handler)
-    served: ASGIApp = BrowserGuard(FastLane(app) if settings.api_fast_lane else app, settings)
+    served: ASGIApp = BrowserGuard(
+        FastLane(app) if settings.api_fast_lane else app, settings, upload_paths=frozenset({file_routes.FILES_PATH})
+    )
     origins = [origin.strip().rstrip("/") for origin in settings.api_cors_origins.split(",") if origin.strip()]
     if origins:
         served = CORSMiddleware(

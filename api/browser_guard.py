@@ -13,7 +13,9 @@ API as the page's own origin. An open stack (auth off: ``brimful up``) would obe
 - a body declared as a form, text or multipart, the types a page may send without asking
   (CORS calls them safelisted): **415** ``unsupported_media_type``, naming the type to
   send. Every route with a body reads JSON (a generic client's ``application/octet-stream``
-  is read as such).
+  is read as such), except the upload routes (``POST /v1/files``), which take
+  ``multipart/form-data`` as OpenAI's client sends it: there a page is still stopped by the
+  Origin check, which browsers send with every cross-origin form.
 
 Programs (curl, SDKs, the CLI) send no ``Origin`` and a JSON body, and pass untouched.
 CORS stays off unless ``api_cors_origins`` names origins: then those, and only those, get
@@ -50,8 +52,10 @@ def is_page_type(content_type: str) -> bool:
 class BrowserGuard:
     """ASGI wrapper that refuses what only a hostile page would make a browser send."""
 
-    def __init__(self, app: ASGIApp, settings: Settings) -> None:
+    def __init__(self, app: ASGIApp, settings: Settings, upload_paths: frozenset[str] = frozenset()) -> None:
+        """``upload_paths``: where a POST may carry ``multipart/form-data``."""
         self.app = app
+        self._upload_paths = upload_paths
         self._check_host = not settings.auth_enabled
         self._hosts = LOOPBACK_HOSTS | {host_name(h) for h in settings.api_allowed_hosts.split(",") if h.strip()}
         self._origins = frozenset(o.strip().rstrip("/") for o in settings.api_cors_origins.split(",") if o.strip())
@@ -63,6 +67,10 @@ class BrowserGuard:
                 await refusal(scope, receive, send)
                 return
         await self.app(scope, receive, send)
+
+    def _upload(self, scope: Scope, content_type: str) -> bool:
+        """A multipart POST to an upload route: the one page type read."""
+        return scope["method"] == "POST" and scope["path"] in self._upload_paths and _is_multipart(content_type)
 
     def refusal(self, scope: Scope) -> JsonAnswer | None:
         """The answer that refuses this request, or None to serve it."""
@@ -92,7 +100,7 @@ class BrowserGuard:
                     f"a write from origin {origin!r} is refused: this API serves pages of no other origin "
                     "unless BRIMFUL_API_CORS_ORIGINS names it",
                 )
-        if content_type is not None and is_page_type(content_type):
+        if content_type is not None and is_page_type(content_type) and not self._upload(scope, content_type):
             return _refuse(
                 415,
                 "unsupported_media_type",
@@ -100,6 +108,10 @@ class BrowserGuard:
                 "Content-Type: application/json",
             )
         return None
+
+
+def _is_multipart(content_type: str) -> bool:
+    return content_type.split(";", 1)[0].strip().lower() == "multipart/form-data"
 
 
 def _refuse(status: int, code: str, message: str) -> JsonAnswer:

@@ -15,7 +15,9 @@ import asyncio
 import base64
 import logging
 import time
+from collections.abc import Sequence
 from contextlib import ExitStack
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -67,10 +69,26 @@ async def create_embeddings(request: Request, principal: Principal = Depends(req
                 for task_id, future in zip(task_ids, finished)
             )
         )
-    return JsonAnswer(embeddings_answer(ask, task_ids, records))
+    return JsonAnswer(embeddings_answer(EmbeddingShape.of(ask), task_ids, records))
 
 
-def embeddings_answer(ask: EmbeddingRequest, task_ids: list[str], records: list[TaskRecord | None]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class EmbeddingShape:
+    """What an embeddings answer needs besides the tasks' records (kept with a batch job's line)."""
+
+    model: str
+    output: str  # the model's EMBEDDING output
+    encoding_format: str
+    prompt_tokens: int
+
+    @classmethod
+    def of(cls, ask: EmbeddingRequest) -> EmbeddingShape:
+        return cls(ask.model.name, ask.output.name, ask.encoding_format, ask.prompt_tokens)
+
+
+def embeddings_answer(
+    ask: EmbeddingShape, task_ids: Sequence[str], records: Sequence[TaskRecord | None]
+) -> dict[str, Any]:
     """OpenAI's list of embeddings, or the error of the first input that did not end done."""
     unfinished = sum(1 for record in records if record is None or not record.status.is_final)
     if unfinished:
@@ -89,7 +107,7 @@ def embeddings_answer(ask: EmbeddingRequest, task_ids: list[str], records: list[
             raise ApiError(
                 502, "inference_failed", f"input[{index}] was not embedded ({record.status.value}): {reason}"
             )
-        vector = record.outputs[ask.output.name]
+        vector = record.outputs[ask.output]
         embedding: Any = (
             base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode("ascii")
             if ask.encoding_format == "base64"
@@ -100,6 +118,6 @@ def embeddings_answer(ask: EmbeddingRequest, task_ids: list[str], records: list[
     return {
         "object": "list",
         "data": data,
-        "model": ask.model.name,
+        "model": ask.model,
         "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
     }

@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from aiokafka import AIOKafkaProducer
 from fastapi import Request
@@ -20,9 +21,12 @@ from brimful.api.rate_limit import RateLimiter
 from brimful.api.task_waiters import TaskWaiters
 from brimful.core import metrics
 from brimful.core.api_keys import ApiKeys
+from brimful.core.batch_records import BatchRecords
+from brimful.core.file_records import FileRecords
 from brimful.core.kafka import ensure_topics, make_producer
 from brimful.core.model_catalogue import ModelCatalogue, UnknownModelError
 from brimful.core.model_metadata import ModelMetadata, wait_for_signature
+from brimful.core.object_store import ObjectStore
 from brimful.core.policy_tuning import PolicyTuning
 from brimful.core.redis_client import make_redis
 from brimful.core.redis_keys import RedisKeys
@@ -93,6 +97,9 @@ class ApiState:
         self.tenant_limits = TenantLimitStore(
             self.redis, keys, TenantLimits(settings.tenant_max_payload_bytes, settings.tenant_max_in_flight)
         )
+        self.object_store = ObjectStore.from_url(settings.file_store_url)
+        self.file_records = FileRecords(self.redis, keys)
+        self.batch_records = BatchRecords(self.redis, keys)
         self._background: list[asyncio.Task[None]] = []
         self._serving = asyncio.Event()  # set once the signature is known and the producer is up
 
@@ -115,8 +122,12 @@ class ApiState:
         if self.catalogue is not None and self.producer_started:
             self._serving.set()
 
+    def run_in_background(self, work: Coroutine[Any, Any, None], name: str) -> None:
+        """Background work of another module (the batch jobs' driver), stopped with the rest."""
+        self._background.append(asyncio.create_task(work, name=name))
+
     async def start(self) -> None:
-        self._background = [
+        self._background += [
             asyncio.create_task(self._load_signature(), name="load-signature"),
             asyncio.create_task(self._start_producer(), name="start-producer"),
             asyncio.create_task(self.backlog.run(), name="backlog-monitor"),

@@ -50,12 +50,42 @@ class RedisKeys:
       ``{prefix}:slots:model:{model}:{endpoint}`` another model's.
     - ``{prefix}:endpoint-down`` (pub/sub channel; ``...:model:{model}`` another model's):
       an endpoint whose circuit a batcher just opened.
+    - ``{prefix}:file:{file_id}``: hash with an uploaded or written file's owner, name,
+      size and purpose (the bytes are in the object store); ``{prefix}:files:{tenant}``:
+      sorted set of the tenant's file ids by creation time.
+    - ``{prefix}:batch:{batch_id}``: hash with a batch job's record;
+      ``{prefix}:batch:{batch_id}:pending``: hash of its lines running now (line number ->
+      their task ids); ``{prefix}:batch:{batch_id}:lease``: which API worker drives it;
+      ``{prefix}:batches:{tenant}``: sorted set of the tenant's jobs by creation time;
+      ``{prefix}:batches-active``: sorted set of the jobs not yet final.
     """
 
     prefix: str = "brimful"
 
     def task(self, task_id: str) -> str:
         return f"{self.prefix}:task:{task_id}"
+
+    def file(self, file_id: str) -> str:
+        return f"{self.prefix}:file:{file_id}"
+
+    def tenant_files(self, tenant: str) -> str:
+        return f"{self.prefix}:files:{tenant}"
+
+    def batch(self, batch_id: str) -> str:
+        return f"{self.prefix}:batch:{batch_id}"
+
+    def batch_pending(self, batch_id: str) -> str:
+        return f"{self.prefix}:batch:{batch_id}:pending"
+
+    def batch_lease(self, batch_id: str) -> str:
+        return f"{self.prefix}:batch:{batch_id}:lease"
+
+    def tenant_batches(self, tenant: str) -> str:
+        return f"{self.prefix}:batches:{tenant}"
+
+    @property
+    def active_batches(self) -> str:
+        return f"{self.prefix}:batches-active"
 
     def tombstone(self, task_id: str) -> str:
         return f"{self.prefix}:tombstone:{task_id}"

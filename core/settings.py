@@ -483,6 +483,22 @@ class Settings(BaseSettings):
         "POST answers 503 with Retry-After.",
     )
 
+    # --- Files and batch jobs (OpenAI's Files and Batch APIs; docs/openai.md) ----------
+    file_store_url: str = Field(
+        ".brimful/files",
+        description="Where uploaded files and batch results live: a folder (path or file:///path), or "
+        "s3://bucket/prefix with pyarrow's options in the query (?endpoint_override=host:port&scheme=http for an "
+        "S3-compatible server); S3 credentials from the standard AWS_* variables. Every API worker must reach it.",
+    )
+    file_max_bytes: int = Field(200 * 1024 * 1024, ge=1, description="Largest file POST /v1/files takes.")
+    batch_max_lines: int = Field(50_000, ge=1, description="Most lines a batch job's input file may hold.")
+    batch_job_window: int = Field(
+        512,
+        ge=1,
+        description="Most tasks of one batch job unfinished at once: a job's lines are submitted as earlier ones "
+        "finish, so it never fills the queue ahead of interactive tasks or reaches its tenant's in-flight limit.",
+    )
+
     # --- Tracing (OpenTelemetry; see core/tracing.py) --------------------------------
     tracing_enabled: bool = Field(
         False, description="Trace each task from its POST through Kafka to the model call (needs the tracing extra)."

@@ -8,6 +8,9 @@ from pathlib import Path
 import pytest
 
 from brimful.commands.up import EMBEDDED_MODELS
+from brimful.core.api_keys import ApiKeys, Scope
+from brimful.core.redis_client import make_redis
+from brimful.core.redis_keys import RedisKeys
 from brimful.stack import EmbeddedStack
 from tests.helpers.live_policy import applied, tune
 from tests.helpers.polling import wait_for
@@ -30,6 +33,46 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedStack]:
     )
     yield running
     running.stop()
+
+
+# The OpenAI-compatible routes' stack, in production shape: auth on, two API workers, two
+# partitions, every model make up serves; small limits, so tests reach them.
+OPENAI_MAX_INPUTS = 50
+OPENAI_MAX_FILE_BYTES = 2_000_000
+OPENAI_JOB_WINDOW = 8
+
+
+@pytest.fixture(scope="session")
+def openai_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedStack]:
+    running = start_stack(
+        tmp_path_factory.mktemp("openai-stack"),
+        stack_settings(
+            auth_enabled=True,
+            api_workers=2,
+            topic_partitions=2,
+            models=EMBEDDED_MODELS,
+            max_bulk_tasks=OPENAI_MAX_INPUTS,
+            file_max_bytes=OPENAI_MAX_FILE_BYTES,
+            batch_job_window=OPENAI_JOB_WINDOW,
+        ),
+    )
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="session")
+async def openai_keys(openai_stack: EmbeddedStack) -> dict[str, str]:
+    """API keys by what they may do, issued as `brimful keys create` issues them."""
+    redis = make_redis(openai_stack.settings)
+    try:
+        issuer = ApiKeys(redis, RedisKeys(openai_stack.settings.key_prefix))
+        return {
+            "submit": (await issuer.create("embedder", [Scope.SUBMIT, Scope.READ]))[0],
+            "other": (await issuer.create("another-tenant", [Scope.SUBMIT, Scope.READ]))[0],
+            "read": (await issuer.create("reader", [Scope.READ]))[0],
+        }
+    finally:
+        await redis.aclose()
 
 
 @pytest.fixture

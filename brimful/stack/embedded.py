@@ -127,6 +127,8 @@ class EmbeddedStack:
         """Start every component and wait until each is ready (raises StackError)."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         (self.workdir / "logs").mkdir(exist_ok=True)
+        if "file_store_url" not in self.settings.model_fields_set:  # files beside the stack's other data
+            self.settings = self.settings.model_copy(update={"file_store_url": str(self.workdir.absolute() / "files")})
         try:
             self.start_broker()
             self.start_redis()

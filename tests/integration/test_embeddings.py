@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import httpx
 import numpy as np
@@ -19,50 +19,18 @@ import openai
 import pytest
 
 from brimful.commands.up import EMBEDDED_MODELS
-from brimful.core.api_keys import ApiKeys, Scope
-from brimful.core.redis_client import make_redis
-from brimful.core.redis_keys import RedisKeys
 from brimful.model_server.embedding_model import DIMENSIONS, FAIL_PREFIX, embed
 from brimful.model_server.embedding_model import MODEL_NAME as EMBEDDING
 from brimful.model_server.reference_model import MODEL_NAME as REFERENCE
 from brimful.stack import EmbeddedStack
-from tests.helpers.stacks import stack_settings, start_stack
-
-MAX_INPUTS = 50
-
-
-@pytest.fixture(scope="module")
-def openai_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedStack]:
-    running = start_stack(
-        tmp_path_factory.mktemp("openai-stack"),
-        stack_settings(
-            auth_enabled=True, api_workers=2, topic_partitions=2, models=EMBEDDED_MODELS, max_bulk_tasks=MAX_INPUTS
-        ),
-    )
-    yield running
-    running.stop()
-
-
-@pytest.fixture(scope="module")
-async def keys(openai_stack: EmbeddedStack) -> dict[str, str]:
-    """API keys by what they may do, issued as `brimful keys create` issues them."""
-    redis = make_redis(openai_stack.settings)
-    try:
-        issuer = ApiKeys(redis, RedisKeys(openai_stack.settings.key_prefix))
-        return {
-            "submit": (await issuer.create("embedder", [Scope.SUBMIT, Scope.READ]))[0],
-            "other": (await issuer.create("another-tenant", [Scope.SUBMIT, Scope.READ]))[0],
-            "read": (await issuer.create("reader", [Scope.READ]))[0],
-        }
-    finally:
-        await redis.aclose()
+from tests.conftest import OPENAI_MAX_INPUTS as MAX_INPUTS
 
 
 @pytest.fixture
-async def client(openai_stack: EmbeddedStack, keys: dict[str, str]) -> AsyncIterator[openai.AsyncOpenAI]:
+async def client(openai_stack: EmbeddedStack, openai_keys: dict[str, str]) -> AsyncIterator[openai.AsyncOpenAI]:
     # No retries: a test sees the first answer, whatever it is.
     async with openai.AsyncOpenAI(
-        base_url=f"{openai_stack.api_url}/v1", api_key=keys["submit"], max_retries=0, timeout=60
+        base_url=f"{openai_stack.api_url}/v1", api_key=openai_keys["submit"], max_retries=0, timeout=60
     ) as opened:
         yield opened
 
@@ -86,12 +54,12 @@ async def test_openai_client_embeds_each_input_in_order_as_floats_and_as_base64(
     assert [item.embedding for item in single.data] == expected(["zebra"])
 
 
-async def test_base64_is_little_endian_float32(openai_stack: EmbeddedStack, keys: dict[str, str]) -> None:
+async def test_base64_is_little_endian_float32(openai_stack: EmbeddedStack, openai_keys: dict[str, str]) -> None:
     async with httpx.AsyncClient(base_url=openai_stack.api_url, timeout=60) as http:
         answer = await http.post(
             "/v1/embeddings",
             json={"model": EMBEDDING, "input": ["little endian"], "encoding_format": "base64"},
-            headers={"Authorization": f"Bearer {keys['submit']}"},
+            headers={"Authorization": f"Bearer {openai_keys['submit']}"},
         )
     assert answer.status_code == 200, answer.text
     raw = base64.b64decode(answer.json()["data"][0]["embedding"])
@@ -99,7 +67,7 @@ async def test_base64_is_little_endian_float32(openai_stack: EmbeddedStack, keys
 
 
 async def test_concurrent_calls_across_workers_and_tenants_each_get_their_own_vectors(
-    openai_stack: EmbeddedStack, keys: dict[str, str]
+    openai_stack: EmbeddedStack, openai_keys: dict[str, str]
 ) -> None:
     async def one(call: int, key: str) -> None:
         texts = [f"shared text {call % 3}", f"call {call} row {call * 7}", "shared text 0"]
@@ -109,7 +77,9 @@ async def test_concurrent_calls_across_workers_and_tenants_each_get_their_own_ve
             answer = await caller.embeddings.create(model=EMBEDDING, input=texts, encoding_format="float")
         assert [item.embedding for item in answer.data] == expected(texts), call
 
-    await asyncio.gather(*(one(call, keys["submit"] if call % 2 else keys["other"]) for call in range(24)))
+    await asyncio.gather(
+        *(one(call, openai_keys["submit"] if call % 2 else openai_keys["other"]) for call in range(24))
+    )
 
 
 async def test_a_failing_row_fails_its_call_naming_it_and_no_other(
@@ -142,7 +112,7 @@ async def test_models_are_listed_and_retrieved_with_their_kind(client: openai.As
 
 
 async def test_bad_requests_get_a_clear_4xx_naming_what_is_wrong(
-    openai_stack: EmbeddedStack, client: openai.AsyncOpenAI, keys: dict[str, str]
+    openai_stack: EmbeddedStack, client: openai.AsyncOpenAI, openai_keys: dict[str, str]
 ) -> None:
     cases: list[tuple[str, dict[str, object], type[openai.APIStatusError], str]] = [
         ("token ids", {"input": [1, 2, 3]}, openai.BadRequestError, "token-id"),
@@ -165,9 +135,9 @@ async def test_bad_requests_get_a_clear_4xx_naming_what_is_wrong(
         assert says in refused.value.message, (name, refused.value.message)
     async with httpx.AsyncClient(base_url=openai_stack.api_url, timeout=30) as http:
         for name, body, key, status in [
-            ("not JSON", b'{"input": ', keys["submit"], 400),
+            ("not JSON", b'{"input": ', openai_keys["submit"], 400),
             ("no key", b'{"model": "x", "input": "x"}', None, 401),
-            ("a key without submit", b'{"model": "x", "input": "x"}', keys["read"], 403),
+            ("a key without submit", b'{"model": "x", "input": "x"}', openai_keys["read"], 403),
         ]:
             headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
             answer = await http.post("/v1/embeddings", content=body, headers=headers)

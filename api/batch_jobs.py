@@ -1,0 +1,478 @@
+"""Driving batch jobs: every API worker runs ``BatchJobs.run``, and each job is driven by
+one worker at a time, the one holding its lease in Redis; when that worker stops, another
+takes the job over where its last checkpoint left it.
+
+A job's input file is read twice, a line at a time: once to count and check it
+(``validating``), once to run it (``in_progress``). Each line becomes low-priority tasks of
+the job's tenant, submitted as earlier ones finish (at most ``batch_job_window`` unfinished)
+under an Idempotency-Key of its own, so a takeover never submits a line twice. Finished
+lines are written to numbered parts of the output and error files in the object store;
+a part is written before the checkpoint that counts it, so a crash between the two only
+leaves a part that the next one overwrites. At the end (``finalizing``) the parts are
+joined into the output and error files. A cancel or the end of the completion window stops
+the submitting: tasks not yet dispatched are cancelled, running ones finish, and the lines
+that never ran go to the error file with ``batch_cancelled`` or ``batch_expired``.
+
+Every step is bounded: lines submitted a step, the time of a step, the lines read ahead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+import socket
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from aiokafka.errors import KafkaError
+from redis.exceptions import RedisError
+
+from brimful.api.auth import Principal
+from brimful.api.batch_lines import BatchLine, LineError, error_line, output_line, parse_line
+from brimful.api.embedding_routes import EmbeddingShape, embeddings_answer
+from brimful.api.errors import ApiError
+from brimful.api.idempotency import claim_idempotency_key
+from brimful.api.state import ApiState
+from brimful.api.submitter import Submitter, new_task_id
+from brimful.api.task_routes import task_answer
+from brimful.core.batch_records import BatchRecord, BatchRecords
+from brimful.core.batch_status import BatchStatus
+from brimful.core.file_records import OUTPUT_PURPOSE, FileRecord
+from brimful.core.object_store import ObjectNotFound
+from brimful.core.task_record import TaskRecord
+from brimful.core.task_status import TaskStatus
+
+log = logging.getLogger("brimful.api")
+
+TICK_S = 0.5  # how often a worker looks for jobs to drive
+LEASE_S = 30.0  # a job whose driver stopped is taken over after this
+STEP_S = 2.0  # the longest one job's step runs before the next job's turn
+MAX_ACTIVE = 100  # jobs one look considers (the oldest first)
+REFUSED_PAUSE_S = 1.0  # after a 429 or 503 on a line, its job waits this long
+REFUSED_PER_STEP = 10_000  # lines a step writes off when a job ends early
+# What the output says of a line whose task ended other than done.
+_STATUS_CODES = {TaskStatus.FAILED: 502, TaskStatus.EXPIRED: 408, TaskStatus.CANCELLED: 409}
+
+
+def part_name(batch_id: str, kind: str, number: int) -> str:
+    """The object holding the ``number``-th part of a job's output or error file."""
+    return f"{batch_id}.{kind}.{number}"
+
+
+def result_file_id(batch_id: str, kind: str) -> str:
+    """The id of a job's output or error file: the same on every try, so a finalizing
+    step run again after a crash rewrites the same file."""
+    return f"file-{batch_id[-24:-4]}{'0000' if kind == 'output' else '0001'}"
+
+
+@dataclass
+class _Cursor:
+    """Where this worker reads a job's input: the open line stream, and the custom ids seen."""
+
+    lines: AsyncIterator[bytes]
+    position: int = 0  # lines read so far
+    seen: set[str] = field(default_factory=set)
+    paused_until: float = 0.0
+
+
+@dataclass
+class _Step:
+    """What one step wrote: lines for the output and error parts, and the lines it ends."""
+
+    output: list[bytes] = field(default_factory=list)
+    errors: list[bytes] = field(default_factory=list)
+    finished: list[int] = field(default_factory=list)
+    completed: int = 0
+    failed: int = 0
+
+
+class BatchJobs:
+    """The jobs this worker drives."""
+
+    def __init__(self, state: ApiState, records: BatchRecords) -> None:
+        self._state = state
+        self._records = records
+        self._holder = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+        self._cursors: dict[str, _Cursor] = {}
+
+    async def run(self) -> None:
+        """For the life of the process: each active job whose lease this worker holds, or
+        can take, gets a step in turn."""
+        while True:
+            try:
+                await self.tick()
+            except (RedisError, KafkaError, OSError) as error:
+                log.warning("batch jobs: a step failed; retrying", extra={"error": str(error)})
+            await asyncio.sleep(TICK_S)
+
+    async def tick(self) -> None:
+        for batch_id in await self._records.active(MAX_ACTIVE):
+            if not await self._records.lease(batch_id, self._holder, LEASE_S):
+                self._cursors.pop(batch_id, None)  # another worker drives it now
+                continue
+            try:
+                await self._step(batch_id)
+            except (RedisError, KafkaError, OSError):
+                raise  # the whole tick waits for the next one
+            except Exception:  # one job's bug must not stop the others: logged, tried again next tick
+                log.exception("batch job step failed", extra={"batch_id": batch_id})
+                self._cursors.pop(batch_id, None)
+
+    async def _step(self, batch_id: str) -> None:
+        record = await self._records.get(batch_id)
+        if record is None or record.status.is_final:
+            self._cursors.pop(batch_id, None)
+            await self._records.release(batch_id, self._holder)
+            return
+        if not record.ending:
+            if record.status is BatchStatus.CANCELLING:
+                record.ending = "cancelled"
+            elif time.time() >= record.expires_at:
+                record.ending = "expired"
+            if record.ending:
+                await self._records.checkpoint(batch_id, ending=record.ending)
+                log.info("batch job ending", extra={"batch_id": batch_id, "ending": record.ending})
+        if record.status is BatchStatus.VALIDATING and not record.ending:
+            await self._validate(record)
+        elif record.status in (BatchStatus.VALIDATING, BatchStatus.IN_PROGRESS, BatchStatus.CANCELLING):
+            await self._run_lines(record)
+        elif record.status is BatchStatus.FINALIZING:
+            await self._finalize(record)
+
+    # --- validating ---------------------------------------------------------------------
+
+    async def _validate(self, record: BatchRecord) -> None:
+        """Count the input's lines; fail the job if it cannot be read or is too long."""
+        store, limit = self._state.object_store, self._state.settings.batch_max_lines
+        lines = 0
+        renewed = time.monotonic()
+        try:
+            async for line in store.lines(record.input_file_id):
+                if line.strip():
+                    lines += 1
+                if lines > limit:
+                    await self._fail(record, "too_many_lines", f"the input file has more than {limit} lines")
+                    return
+                if time.monotonic() - renewed > LEASE_S / 3:  # a long file: keep the job
+                    await self._records.lease(record.batch_id, self._holder, LEASE_S)
+                    renewed = time.monotonic()
+        except ObjectNotFound:
+            await self._fail(record, "invalid_file", f"the input file {record.input_file_id} is gone")
+            return
+        if lines == 0:
+            await self._fail(record, "empty_file", "the input file holds no line")
+            return
+        await self._records.move(record.batch_id, BatchStatus.IN_PROGRESS, (BatchStatus.VALIDATING,), total=lines)
+        log.info("batch job validated", extra={"batch_id": record.batch_id, "lines": lines})
+
+    async def _fail(self, record: BatchRecord, code: str, message: str) -> None:
+        errors = orjson.dumps([{"code": code, "message": message, "param": None, "line": None}]).decode()
+        await self._records.move(record.batch_id, BatchStatus.FAILED, errors=errors)
+        self._cursors.pop(record.batch_id, None)
+        log.warning("batch job failed", extra={"batch_id": record.batch_id, "code": code})
+
+    # --- in progress ---------------------------------------------------------------------
+
+    async def _run_lines(self, record: BatchRecord) -> None:
+        """Collect finished lines; submit more while the window has room (or, when the job
+        ends early, cancel what waits and account for the lines never run); then move on
+        once every line is accounted for."""
+        step = _Step()
+        pending = await self._records.pending(record.batch_id)
+        running = await self._collect(record, pending, step)
+        deadline = time.monotonic() + STEP_S
+        started: dict[int, bytes] = {}
+        lines_done = record.lines_done
+        all_read = False
+        if record.ending:
+            running = await self._cancel_waiting(record, pending, step)
+            lines_done, all_read = await self._refuse_rest(record, lines_done, step)
+        elif record.status is BatchStatus.IN_PROGRESS:
+            lines_done = await self._submit(record, lines_done, running, started, step, deadline)
+            all_read = lines_done >= record.total
+        await self._write_parts(record, step)
+        await self._records.checkpoint(
+            record.batch_id,
+            started=started,
+            finished=step.finished,
+            counts={"completed": step.completed, "failed": step.failed},
+            lines_done=lines_done,
+            # A job ended before it was counted counts what it read.
+            total=max(record.total, lines_done),
+            output_parts=record.output_parts + (1 if step.output else 0),
+            error_parts=record.error_parts + (1 if step.errors else 0),
+        )
+        if all_read and not started and running == 0:
+            await self._records.move(record.batch_id, BatchStatus.FINALIZING)
+            self._cursors.pop(record.batch_id, None)
+
+    async def _submit(
+        self,
+        record: BatchRecord,
+        lines_done: int,
+        running: int,
+        started: dict[int, bytes],
+        step: _Step,
+        deadline: float,
+    ) -> int:
+        """Submit the next lines while the window has room and the step has time; the
+        lines done after it."""
+        window = self._state.settings.batch_job_window
+        if self._state.catalogue is None or not self._state.serving:
+            return lines_done  # not serving yet: the next step
+        cursor = await self._cursor(record, lines_done)
+        if cursor is None or time.monotonic() < cursor.paused_until:
+            return lines_done
+        principal = Principal(tenant=record.tenant, scopes=frozenset(), key_id=f"batch {record.batch_id}")
+        submitter = Submitter(self._state, principal)
+        while running < window and time.monotonic() < deadline and lines_done < record.total:
+            raw = await _next_line(cursor)
+            if raw is None:
+                break
+            try:
+                line = self._parse(record, raw, cursor)
+            except LineError as error:
+                step.errors.append(error_line(error.custom_id, error.code, error.message))
+                step.failed += 1
+                lines_done += 1
+                continue
+            try:
+                task_ids = await self._submit_line(record, line, lines_done, submitter)
+            except ApiError as error:
+                if error.status in (409, 429, 503):  # the tenant or the model is full: this line again later
+                    cursor.paused_until = time.monotonic() + REFUSED_PAUSE_S
+                    cursor.lines = _pushed_back(raw, cursor.lines)
+                    cursor.position -= 1
+                    cursor.seen.discard(line.custom_id)
+                    break
+                step.errors.append(error_line(line.custom_id, error.code, error.message))
+                step.failed += 1
+                lines_done += 1
+                continue
+            shape = EmbeddingShape.of(line.embedding) if line.embedding is not None else None
+            started[lines_done] = orjson.dumps(
+                {"custom_id": line.custom_id, "task_ids": task_ids, "embedding": shape.__dict__ if shape else None}
+            )
+            running += len(task_ids)
+            lines_done += 1
+        return lines_done
+
+    def _parse(self, record: BatchRecord, raw: bytes, cursor: _Cursor) -> BatchLine:
+        assert self._state.catalogue is not None  # _submit waits for it
+        line = parse_line(raw, record.endpoint, self._state.catalogue, self._state.settings.max_bulk_tasks)
+        if line.custom_id in cursor.seen:
+            raise LineError("duplicate_custom_id", "an earlier line has the same custom_id", line.custom_id)
+        cursor.seen.add(line.custom_id)
+        return line
+
+    async def _submit_line(self, record: BatchRecord, line: BatchLine, number: int, submitter: Submitter) -> list[str]:
+        """Submit a line's tasks, each under its own key (a space: no client's key can be
+        it), so a line submitted again after a takeover finds its tasks."""
+        task_ids = []
+        for index, submission in enumerate(line.submissions):
+            task_id = new_task_id()
+            key = f"{record.tenant}/ batch {record.batch_id} {number} {index}"
+            earlier = await claim_idempotency_key(self._state, key, task_id, submission)
+            if earlier is not None:
+                task_ids.append(earlier)
+                continue
+            await submitter.submit(submission, task_id, key)
+            task_ids.append(task_id)
+        return task_ids
+
+    async def _cursor(self, record: BatchRecord, lines_done: int) -> _Cursor | None:
+        """This worker's reader of the job's input, at ``lines_done`` (opened again, and
+        the custom ids before it seen again, after a takeover)."""
+        cursor = self._cursors.get(record.batch_id)
+        if cursor is not None and cursor.position == lines_done:
+            return cursor
+        lines = _non_blank(self._state.object_store.lines(record.input_file_id))
+        cursor = _Cursor(lines)
+        try:
+            while cursor.position < lines_done:
+                raw = await _next_line(cursor)
+                if raw is None:
+                    break
+                try:
+                    custom_id = orjson.loads(raw).get("custom_id")
+                except (orjson.JSONDecodeError, AttributeError):
+                    continue
+                if isinstance(custom_id, str):
+                    cursor.seen.add(custom_id)
+        except ObjectNotFound:
+            await self._fail(record, "invalid_file", f"the input file {record.input_file_id} is gone")
+            return None
+        self._cursors[record.batch_id] = cursor
+        return cursor
+
+    async def _collect(self, record: BatchRecord, pending: dict[int, bytes], step: _Step) -> int:
+        """Write the lines whose tasks are all final; the tasks still running."""
+        running = 0
+        notes = {number: orjson.loads(raw) for number, raw in pending.items()}
+        ids = [task_id for note in notes.values() for task_id in note["task_ids"]]
+        found = await asyncio.gather(*(self._state.store.get(task_id) for task_id in ids))
+        records = dict(zip(ids, found))
+        for number, note in sorted(notes.items()):
+            tasks = [records[task_id] for task_id in note["task_ids"]]
+            # A task with no record is still to come (Redis lost it; its Kafka record brings
+            # it back when it runs), unless the job is ending.
+            unfinished = sum(
+                1 for task in tasks if (task is None and not record.ending) or (task and not task.status.is_final)
+            )
+            if unfinished:
+                running += unfinished
+                continue
+            self._write_line(record, note, tasks, step)
+            step.finished.append(number)
+        return running
+
+    def _write_line(
+        self, record: BatchRecord, note: dict[str, Any], tasks: list[TaskRecord | None], step: _Step
+    ) -> None:
+        custom_id, task_ids = note["custom_id"], note["task_ids"]
+        request_id = task_ids[0] if task_ids else ""
+        missing = [task_id for task_id, task in zip(task_ids, tasks) if task is None]
+        if missing:  # its result outlived its retention before it was collected
+            step.errors.append(error_line(custom_id, "result_lost", f"task {missing[0]}'s result expired unread"))
+            step.failed += 1
+            return
+        done = [task for task in tasks if task is not None]
+        ended = next((task for task in done if task.status is not TaskStatus.DONE), None)
+        if ended is not None and ended.status is TaskStatus.CANCELLED and record.ending:
+            step.errors.append(
+                error_line(custom_id, f"batch_{record.ending}", f"the job {record.ending} before it ran")
+            )
+            step.failed += 1
+            return
+        if ended is not None:
+            message = (ended.error or {}).get("message", ended.status.value)
+            status = _STATUS_CODES.get(ended.status, 502)
+            body = {"error": {"code": f"task_{ended.status.value}", "message": message}}
+            step.errors.append(output_line(custom_id, request_id, status, body))
+            step.failed += 1
+            return
+        try:
+            if note.get("embedding"):
+                body = embeddings_answer(EmbeddingShape(**note["embedding"]), task_ids, done)
+            else:
+                body = task_answer(task_ids[0], done[0], self._state.settings.default_model)
+        except ApiError as error:
+            step.errors.append(
+                output_line(
+                    custom_id, request_id, error.status, {"error": {"code": error.code, "message": error.message}}
+                )
+            )
+            step.failed += 1
+            return
+        step.output.append(output_line(custom_id, request_id, 200, body))
+        step.completed += 1
+
+    async def _cancel_waiting(self, record: BatchRecord, pending: dict[int, bytes], step: _Step) -> int:
+        """The job ends early: cancel its tasks still queued; the tasks still running."""
+        finished = set(step.finished)
+        running = 0
+        for number, raw in pending.items():
+            if number in finished:
+                continue
+            for task_id in orjson.loads(raw)["task_ids"]:
+                task = await self._state.store.get(task_id)
+                if task is None or task.status.is_final:
+                    continue
+                model = task.model or self._state.settings.default_model
+                if not await self._state.store.cancel(task_id, self._state.settings.model_scope(model)):
+                    running += 1  # dispatched already: it finishes
+        return running
+
+    async def _refuse_rest(self, record: BatchRecord, lines_done: int, step: _Step) -> tuple[int, bool]:
+        """The lines never submitted go to the error file (up to a step's bound); the lines
+        done after it, and whether the input is all read."""
+        cursor = await self._cursor(record, lines_done)
+        if cursor is None:
+            return lines_done, True
+        code = f"batch_{record.ending}"
+        while True:
+            if step.failed >= REFUSED_PER_STEP:
+                return lines_done, False
+            raw = await _next_line(cursor)
+            if raw is None:
+                return lines_done, True
+            try:
+                custom_id = orjson.loads(raw).get("custom_id")
+            except (orjson.JSONDecodeError, AttributeError):
+                custom_id = None
+            known = custom_id if isinstance(custom_id, str) else None
+            step.errors.append(error_line(known, code, f"the job {record.ending} before this line ran"))
+            step.failed += 1
+            lines_done += 1
+
+    async def _write_parts(self, record: BatchRecord, step: _Step) -> None:
+        store = self._state.object_store
+        for kind, lines, number in (
+            ("output", step.output, record.output_parts),
+            ("errors", step.errors, record.error_parts),
+        ):
+            if lines:
+                async with store.writer(part_name(record.batch_id, kind, number)) as writer:
+                    await writer.write(b"\n".join(lines) + b"\n")
+
+    # --- finalizing ----------------------------------------------------------------------
+
+    async def _finalize(self, record: BatchRecord) -> None:
+        """Join the parts into the output and error files, then end the job."""
+        output_id = await self._join(record, "output", record.output_parts, f"{record.batch_id}_output.jsonl")
+        error_id = await self._join(record, "errors", record.error_parts, f"{record.batch_id}_error.jsonl")
+        final = {"expired": BatchStatus.EXPIRED, "cancelled": BatchStatus.CANCELLED}.get(
+            record.ending, BatchStatus.COMPLETED
+        )
+        await self._records.move(
+            record.batch_id,
+            final,
+            (BatchStatus.FINALIZING,),
+            output_file_id=output_id or "",
+            error_file_id=error_id or "",
+        )
+        for kind, parts in (("output", record.output_parts), ("errors", record.error_parts)):
+            for number in range(parts):
+                await self._state.object_store.delete(part_name(record.batch_id, kind, number))
+        await self._records.release(record.batch_id, self._holder)
+        log.info("batch job ended", extra={"batch_id": record.batch_id, "status": final.value})
+
+    async def _join(self, record: BatchRecord, kind: str, parts: int, filename: str) -> str | None:
+        if not parts:
+            return None
+        store = self._state.object_store
+        file_id = result_file_id(record.batch_id, kind)
+        async with store.writer(file_id) as writer:
+            for number in range(parts):
+                async for chunk in store.chunks(part_name(record.batch_id, kind, number)):
+                    await writer.write(chunk)
+        await self._state.file_records.add(
+            FileRecord(file_id, record.tenant, filename, writer.written, OUTPUT_PURPOSE, int(time.time()))
+        )
+        return file_id
+
+
+async def _next_line(cursor: _Cursor) -> bytes | None:
+    try:
+        line = await cursor.lines.__anext__()
+    except StopAsyncIteration:
+        return None
+    cursor.position += 1
+    return line
+
+
+async def _non_blank(lines: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    async for line in lines:
+        if line.strip():
+            yield line
+
+
+async def _pushed_back(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    yield first
+    async for line in rest:
+        yield line

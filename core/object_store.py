@@ -1,0 +1,135 @@
+"""Where uploaded files and batch results live: a local folder (the embedded stack) or an
+S3 bucket (production), through pyarrow's filesystem layer, which the project already
+carries for its Parquet exports.
+
+One URL says where: a path or ``file:///path`` for a folder, ``s3://bucket/prefix`` for S3
+(options in its query, as pyarrow reads them: ``?endpoint_override=host:port&scheme=http``
+for an S3-compatible server; credentials from the standard ``AWS_*`` variables). Every call
+runs in a worker thread, so the event loop never waits on a disk or the network; data moves
+in chunks of ``CHUNK_BYTES``, so a file of any size is read or written in bounded memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from types import TracebackType
+from urllib.parse import urlparse
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+CHUNK_BYTES = 1 << 20
+
+
+class ObjectNotFound(LookupError):
+    """No object of that name."""
+
+
+class ObjectStore:
+    """Named objects under one root of one filesystem."""
+
+    def __init__(self, filesystem: pafs.FileSystem, root: str) -> None:
+        self._fs = filesystem
+        self._root = root.rstrip("/")
+
+    @classmethod
+    def from_url(cls, url: str) -> ObjectStore:
+        """The store a URL names (see the module's docstring); a local folder is created."""
+        if "://" not in url or urlparse(url).scheme == "file":
+            folder = Path(urlparse(url).path if "://" in url else url).absolute()
+            folder.mkdir(parents=True, exist_ok=True)  # once, at start-up
+            return cls(pafs.LocalFileSystem(), str(folder))
+        filesystem, root = pafs.FileSystem.from_uri(url)
+        return cls(filesystem, root)
+
+    def _path(self, name: str) -> str:
+        if not name or "/" in name or name in (".", ".."):
+            raise ValueError(f"not an object name: {name!r}")
+        return f"{self._root}/{name}"
+
+    async def size(self, name: str) -> int:
+        """The object's size in bytes; ObjectNotFound if there is none."""
+        info = await asyncio.to_thread(self._fs.get_file_info, self._path(name))
+        if info.type == pafs.FileType.NotFound:
+            raise ObjectNotFound(name)
+        return int(info.size)
+
+    async def delete(self, name: str) -> None:
+        """Remove the object; nothing if it is already gone."""
+        try:
+            await asyncio.to_thread(self._fs.delete_file, self._path(name))
+        except FileNotFoundError:
+            pass
+
+    def writer(self, name: str) -> ObjectWriter:
+        """An object written in chunks (``async with``): it holds what was written once
+        closed without an error, and is removed when the block raises."""
+        return ObjectWriter(self, name)
+
+    async def chunks(self, name: str, chunk_bytes: int = CHUNK_BYTES) -> AsyncIterator[bytes]:
+        """The object's bytes, a chunk at a time; ObjectNotFound if there is none."""
+        try:
+            stream = await asyncio.to_thread(self._fs.open_input_stream, self._path(name))
+        except FileNotFoundError as error:
+            raise ObjectNotFound(name) from error
+        try:
+            while True:
+                chunk = await asyncio.to_thread(stream.read, chunk_bytes)
+                if not chunk:
+                    return
+                yield bytes(chunk)
+        finally:
+            await asyncio.to_thread(stream.close)
+
+    async def lines(self, name: str) -> AsyncIterator[bytes]:
+        """The object's lines without their ending, one at a time, however long the file."""
+        rest = b""
+        async for chunk in self.chunks(name):
+            parts = (rest + chunk).split(b"\n")
+            rest = parts.pop()
+            for line in parts:
+                yield line.rstrip(b"\r")
+        if rest:
+            yield rest.rstrip(b"\r")
+
+
+class ObjectWriter:
+    """Writes one object in chunks; see ``ObjectStore.writer``."""
+
+    def __init__(self, store: ObjectStore, name: str) -> None:
+        self._store = store
+        self._name = name
+        self._stream: pa.NativeFile | None = None
+        self._buffer = bytearray()
+        self.written = 0
+
+    async def __aenter__(self) -> ObjectWriter:
+        path = self._store._path(self._name)
+        self._stream = await asyncio.to_thread(self._store._fs.open_output_stream, path)
+        return self
+
+    async def write(self, data: bytes) -> None:
+        """Add bytes; they reach the store a chunk at a time."""
+        self._buffer += data
+        self.written += len(data)
+        if len(self._buffer) >= CHUNK_BYTES:
+            await self._drain()
+
+    async def _drain(self) -> None:
+        assert self._stream is not None
+        chunk, self._buffer = bytes(self._buffer), bytearray()
+        await asyncio.to_thread(self._stream.write, chunk)
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        assert self._stream is not None
+        try:
+            if kind is None and self._buffer:
+                await self._drain()
+        finally:
+            await asyncio.to_thread(self._stream.close)
+            if kind is not None:
+                await self._store.delete(self._name)

@@ -1,0 +1,301 @@
+"""OpenAI's Files and Batch APIs, driven by OpenAI's own Python client, unmodified, against
+the production-shape stack (auth on, two API workers, two partitions, three models, a job
+window of 8 tasks so jobs take many steps): upload, list, download and delete files; run
+batch jobs over ``/v1/embeddings`` and ``/v1/tasks`` with identical inputs, failing rows and
+bad lines; cancel one; let one expire; and restart the API under a running job.
+
+Every output line is checked against what the model computes for its own input, found by
+its ``custom_id``: a line answered with another line's result, twice, or not at all fails.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import openai
+import orjson
+import pytest
+
+from brimful.model_server.embedding_model import MODEL_NAME as EMBEDDING
+from brimful.model_server.embedding_model import embed
+from brimful.stack import EmbeddedStack
+from tests.conftest import OPENAI_MAX_FILE_BYTES
+from tests.helpers.pipeline import expected_outputs
+from tests.helpers.polling import wait_for
+
+FINAL = ("completed", "failed", "expired", "cancelled")
+
+
+@pytest.fixture
+async def client(openai_stack: EmbeddedStack, openai_keys: dict[str, str]) -> AsyncIterator[openai.AsyncOpenAI]:
+    async with openai.AsyncOpenAI(
+        base_url=f"{openai_stack.api_url}/v1", api_key=openai_keys["submit"], max_retries=0, timeout=60
+    ) as opened:
+        yield opened
+
+
+@pytest.fixture
+async def other(openai_stack: EmbeddedStack, openai_keys: dict[str, str]) -> AsyncIterator[openai.AsyncOpenAI]:
+    """Another tenant's client."""
+    async with openai.AsyncOpenAI(
+        base_url=f"{openai_stack.api_url}/v1", api_key=openai_keys["other"], max_retries=0, timeout=60
+    ) as opened:
+        yield opened
+
+
+def jsonl(lines: list[Any]) -> bytes:
+    return b"".join((line if isinstance(line, bytes) else orjson.dumps(line)) + b"\n" for line in lines)
+
+
+def embedding_line(custom_id: str, texts: list[str]) -> dict[str, Any]:
+    body = {"model": EMBEDDING, "input": texts, "encoding_format": "float"}
+    return {"custom_id": custom_id, "method": "POST", "url": "/v1/embeddings", "body": body}
+
+
+def task_line(custom_id: str, text: str) -> dict[str, Any]:
+    return {"custom_id": custom_id, "method": "POST", "url": "/v1/tasks", "body": {"inputs": {"TEXT": text}}}
+
+
+async def upload(client: openai.AsyncOpenAI, content: bytes, name: str = "lines.jsonl") -> str:
+    return (await client.files.create(file=(name, io.BytesIO(content)), purpose="batch")).id
+
+
+async def finished(client: openai.AsyncOpenAI, batch_id: str, timeout_s: float = 120) -> Any:
+    async def ended() -> bool:
+        return (await client.batches.retrieve(batch_id)).status in FINAL
+
+    await wait_for(ended, timeout_s, f"batch {batch_id} to end", interval_s=0.25)
+    return await client.batches.retrieve(batch_id)
+
+
+async def lines_of(client: openai.AsyncOpenAI, file_id: str | None) -> dict[str, dict[str, Any]]:
+    """A result file's lines by custom_id (each custom_id once)."""
+    if file_id is None:
+        return {}
+    content = (await client.files.content(file_id)).read()
+    lines = [orjson.loads(line) for line in content.splitlines() if line.strip()]
+    by_id = {line["custom_id"]: line for line in lines}
+    assert len(by_id) == len(lines), "a custom_id is answered twice"
+    return by_id
+
+
+async def test_files_are_uploaded_listed_downloaded_and_deleted_per_tenant(
+    client: openai.AsyncOpenAI, other: openai.AsyncOpenAI
+) -> None:
+    content = jsonl([task_line(f"row-{n}", f"file text {n}") for n in range(100)])
+    first = await client.files.create(file=("first.jsonl", io.BytesIO(content)), purpose="batch")
+    assert (first.filename, first.bytes, first.purpose, first.object) == ("first.jsonl", len(content), "batch", "file")
+    second = await upload(client, b'{"x": 1}\n', "second.jsonl")
+    assert (await client.files.retrieve(first.id)).bytes == len(content)
+    assert (await client.files.content(first.id)).read() == content
+    listed = [f.id for f in (await client.files.list(purpose="batch")).data]
+    assert listed[:2] == [second, first.id]  # newest first
+    page = await client.files.list(limit=1)
+    assert [f.id for f in page.data] == [second] and page.has_more
+    after = await client.files.list(limit=1, after=second)
+    assert [f.id for f in after.data] == [first.id]
+    # Another tenant sees none of it.
+    assert first.id not in [f.id for f in (await other.files.list()).data]
+    for call in (other.files.retrieve, other.files.content, other.files.delete):
+        with pytest.raises(openai.NotFoundError):
+            await call(first.id)
+    deleted = await client.files.delete(first.id)
+    assert deleted.deleted and deleted.id == first.id
+    with pytest.raises(openai.NotFoundError):
+        await client.files.retrieve(first.id)
+    with pytest.raises(openai.NotFoundError):
+        await client.files.content(first.id)
+
+
+async def test_bad_uploads_get_a_clear_4xx_and_leave_nothing(
+    openai_stack: EmbeddedStack, client: openai.AsyncOpenAI, openai_keys: dict[str, str]
+) -> None:
+    before = {f.id for f in (await client.files.list()).data}
+    with pytest.raises(openai.APIStatusError) as too_large:
+        await upload(client, b"x" * (OPENAI_MAX_FILE_BYTES + 1))
+    assert too_large.value.status_code == 413 and "limit" in too_large.value.message
+    with pytest.raises(openai.BadRequestError) as purpose:
+        await client.files.create(file=("a.jsonl", io.BytesIO(b"{}\n")), purpose="fine-tune")
+    assert "purpose" in purpose.value.message
+    headers = {"Authorization": f"Bearer {openai_keys['submit']}"}
+    async with httpx.AsyncClient(base_url=openai_stack.api_url, timeout=30) as http:
+        no_file = await http.post("/v1/files", data={"purpose": "batch"}, files={"other": ("a", b"x")}, headers=headers)
+        assert no_file.status_code == 400 and "'file'" in no_file.json()["error"]["message"]
+        not_multipart = await http.post("/v1/files", json={"purpose": "batch"}, headers=headers)
+        assert not_multipart.status_code == 400 and "multipart" in not_multipart.json()["error"]["message"]
+        broken = await http.post(
+            "/v1/files",
+            content=b'--b\r\nContent-Disposition: form-data; name="file"\r\n\r\nabc',
+            headers={**headers, "Content-Type": "multipart/form-data; boundary=b"},
+        )
+        assert broken.status_code == 400, broken.text
+        read_only = await http.post(
+            "/v1/files",
+            files={"file": ("a.jsonl", b"{}\n")},
+            data={"purpose": "batch"},
+            headers={"Authorization": f"Bearer {openai_keys['read']}"},
+        )
+        assert read_only.status_code == 403
+    assert {f.id for f in (await client.files.list()).data} == before
+    files_dir = openai_stack.workdir / "files"
+    assert not any(path.name.startswith("file-") and path.name not in before for path in files_dir.iterdir())
+
+
+async def test_an_embeddings_batch_answers_every_line_once_and_sends_bad_lines_to_the_error_file(
+    client: openai.AsyncOpenAI,
+) -> None:
+    good = {f"emb-{n}": [f"batch text {n % 7}", f"second {n}"] for n in range(40)}  # identical inputs across lines
+    lines: list[Any] = [embedding_line(custom_id, texts) for custom_id, texts in good.items()]
+    lines += [
+        embedding_line("fails", ["fine", "!fail at the model"]),
+        b'{"custom_id": "broken", "method": "POST"',
+        {**embedding_line("wrong-url", ["x"]), "url": "/v1/tasks"},
+        embedding_line("no-input", []),
+        embedding_line("emb-0", ["a duplicate custom_id"]),
+    ]
+    batch = await client.batches.create(
+        input_file_id=await upload(client, jsonl(lines)),
+        endpoint="/v1/embeddings",
+        completion_window="24h",
+        metadata={"purpose": "test"},
+    )
+    assert batch.status == "validating" and batch.metadata == {"purpose": "test"}
+    batch = await finished(client, batch.id)
+    assert batch.status == "completed", batch
+    assert (batch.request_counts.total, batch.request_counts.completed, batch.request_counts.failed) == (45, 40, 5)
+    assert batch.completed_at and batch.in_progress_at and batch.finalizing_at
+    output = await lines_of(client, batch.output_file_id)
+    assert set(output) == set(good)
+    for custom_id, texts in good.items():
+        response = output[custom_id]["response"]
+        assert response["status_code"] == 200
+        vectors = [item["embedding"] for item in response["body"]["data"]]
+        assert vectors == [embed(text.encode()).tolist() for text in texts], custom_id
+    errors = await lines_of(client, batch.error_file_id)
+    assert errors["fails"]["response"]["status_code"] == 502
+    assert errors[None]["error"]["code"] == "invalid_json"  # the broken line has no custom_id to name
+    assert errors["wrong-url"]["error"]["code"] == "invalid_url"
+    assert errors["no-input"]["error"]["code"] == "invalid_request"
+    assert errors["emb-0"]["error"]["code"] == "duplicate_custom_id"  # the first line of that id ran
+    assert len(errors) == 5
+    listed = await client.batches.list(limit=5)
+    assert batch.id in [b.id for b in listed.data]
+
+
+async def test_a_tasks_batch_runs_brimfuls_own_tasks(client: openai.AsyncOpenAI) -> None:
+    texts = {f"task-{n}": f"task text {n % 5}" for n in range(30)}
+    batch = await client.batches.create(
+        input_file_id=await upload(client, jsonl([task_line(i, t) for i, t in texts.items()])),
+        endpoint="/v1/tasks",  # type: ignore[arg-type]
+        completion_window="1h",  # type: ignore[arg-type]
+    )
+    batch = await finished(client, batch.id)
+    assert batch.status == "completed" and batch.request_counts.completed == 30, batch
+    output = await lines_of(client, batch.output_file_id)
+    for custom_id, text in texts.items():
+        body = output[custom_id]["response"]["body"]
+        assert body["status"] == "done" and body["outputs"] == expected_outputs(text)
+        assert output[custom_id]["response"]["request_id"] == body["task_id"]
+    assert batch.error_file_id is None
+
+
+async def test_a_cancelled_batch_keeps_what_finished_and_names_what_never_ran(client: openai.AsyncOpenAI) -> None:
+    texts = {f"c-{n}": f"cancel me {n}" for n in range(300)}
+    batch = await client.batches.create(
+        input_file_id=await upload(client, jsonl([task_line(i, t) for i, t in texts.items()])),
+        endpoint="/v1/tasks",  # type: ignore[arg-type]
+        completion_window="24h",
+    )
+
+    async def running() -> bool:
+        return (await client.batches.retrieve(batch.id)).status == "in_progress"
+
+    await wait_for(running, 30, "the batch to run")
+    cancelling = await client.batches.cancel(batch.id)
+    assert cancelling.status == "cancelling" and cancelling.cancelling_at
+    batch = await finished(client, batch.id)
+    assert batch.status == "cancelled" and batch.cancelled_at, batch
+    counts = batch.request_counts
+    assert counts.total == 300 and counts.completed + counts.failed == 300 and counts.failed > 0, counts
+    output = await lines_of(client, batch.output_file_id)
+    errors = await lines_of(client, batch.error_file_id)
+    assert set(output) | set(errors) == set(texts) and not set(output) & set(errors)
+    assert all(output[i]["response"]["body"]["outputs"] == expected_outputs(texts[i]) for i in output)
+    assert {line["error"]["code"] for line in errors.values()} == {"batch_cancelled"}
+    with pytest.raises(openai.ConflictError):
+        await client.batches.cancel(batch.id)
+
+
+async def test_a_batch_past_its_window_ends_expired_with_its_finished_lines(client: openai.AsyncOpenAI) -> None:
+    # A window of 8 tasks moves a few lines a step: 200 lines cannot finish in 1 s.
+    texts = {f"x-{n}": f"expire me {n}" for n in range(200)}
+    batch = await client.batches.create(
+        input_file_id=await upload(client, jsonl([task_line(i, t) for i, t in texts.items()])),
+        endpoint="/v1/tasks",  # type: ignore[arg-type]
+        completion_window="1s",  # type: ignore[arg-type]
+    )
+    assert batch.expires_at - batch.created_at == 1
+    batch = await finished(client, batch.id)
+    assert batch.status == "expired" and batch.expired_at, batch
+    output = await lines_of(client, batch.output_file_id)
+    errors = await lines_of(client, batch.error_file_id)
+    assert set(output) | set(errors) == set(texts) and not set(output) & set(errors)
+    assert {line["error"]["code"] for line in errors.values()} == {"batch_expired"}
+    assert len(errors) > 100
+
+
+async def test_bad_batch_requests_get_a_clear_4xx(client: openai.AsyncOpenAI, other: openai.AsyncOpenAI) -> None:
+    file_id = await upload(client, jsonl([task_line("one", "x")]))
+    cases: list[tuple[dict[str, Any], type[openai.APIStatusError], str]] = [
+        ({"endpoint": "/v1/chat/completions"}, openai.BadRequestError, "endpoint"),
+        ({"completion_window": "48h"}, openai.BadRequestError, "completion_window"),
+        ({"completion_window": "soon"}, openai.BadRequestError, "completion_window"),
+        ({"input_file_id": "file-000000000000000000000000"}, openai.NotFoundError, "no file"),
+        ({"metadata": {f"k{n}": "v" for n in range(17)}}, openai.BadRequestError, "metadata"),
+        ({"extra_body": {"priority": "high"}}, openai.BadRequestError, "priority"),
+    ]
+    for changes, error, says in cases:
+        arguments: dict[str, Any] = {
+            "input_file_id": file_id,
+            "endpoint": "/v1/tasks",
+            "completion_window": "24h",
+            **changes,
+        }
+        with pytest.raises(error) as refused:
+            await client.batches.create(**arguments)
+        assert says in refused.value.message, (changes, refused.value.message)
+    with pytest.raises(openai.NotFoundError):  # another tenant's file
+        await other.batches.create(input_file_id=file_id, endpoint="/v1/embeddings", completion_window="24h")
+    done = await client.batches.create(input_file_id=file_id, endpoint="/v1/tasks", completion_window="24h")  # type: ignore[arg-type]
+    with pytest.raises(openai.NotFoundError):
+        await other.batches.retrieve(done.id)
+    with pytest.raises(openai.NotFoundError):
+        await other.batches.cancel(done.id)
+    with pytest.raises(openai.NotFoundError):
+        await client.batches.retrieve("batch_not-an-id")
+
+
+async def test_a_job_survives_its_api_restarting_and_answers_each_line_once(
+    openai_stack: EmbeddedStack, client: openai.AsyncOpenAI
+) -> None:
+    texts = {f"r-{n}": f"restart text {n % 9}" for n in range(120)}
+    batch = await client.batches.create(
+        input_file_id=await upload(client, jsonl([task_line(i, t) for i, t in texts.items()])),
+        endpoint="/v1/tasks",  # type: ignore[arg-type]
+        completion_window="24h",
+    )
+
+    async def under_way() -> bool:
+        counts = (await client.batches.retrieve(batch.id)).request_counts
+        return counts.completed >= 8
+
+    await wait_for(under_way, 60, "some lines to finish")
+    openai_stack.restart("api")  # every worker, mid-job: another takes the job over from its checkpoint
+    batch = await finished(client, batch.id, timeout_s=180)
+    assert batch.status == "completed" and batch.request_counts.completed == 120, batch
+    output = await lines_of(client, batch.output_file_id)
+    assert set(output) == set(texts)
+    assert all(output[i]["response"]["body"]["outputs"] == expected_outputs(texts[i]) for i in texts)
