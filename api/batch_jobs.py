@@ -2,16 +2,15 @@
 one worker at a time, the one holding its lease in Redis; when that worker stops, another
 takes the job over where its last checkpoint left it.
 
-A job's input file is read twice, a line at a time: once to count and check it
-(``validating``), once to run it (``in_progress``). Each line becomes low-priority tasks of
-the job's tenant, submitted as earlier ones finish (at most ``batch_job_window`` unfinished)
-under an Idempotency-Key of its own, so a takeover never submits a line twice. Finished
-lines are written to numbered parts of the output and error files in the object store;
-a part is written before the checkpoint that counts it, so a crash between the two only
-leaves a part that the next one overwrites. At the end (``finalizing``) the parts are
-joined into the output and error files. A cancel or the end of the completion window stops
-the submitting: tasks not yet dispatched are cancelled, running ones finish, and the lines
-that never ran go to the error file with ``batch_cancelled`` or ``batch_expired``.
+A job's input file is read twice, a line at a time: once to count it (``validating``: a
+file that is gone, empty or too long fails the job), once to run it (``in_progress``), each
+line checked as it is read (a bad one goes to the error file). Each line becomes
+low-priority tasks of the job's tenant, submitted as earlier ones finish (at most
+``batch_job_window`` unfinished) under an Idempotency-Key of its own, so a takeover never
+submits a line twice. ``api/batch_results.py`` writes what finished and, at the end
+(``finalizing``), the output and error files. A cancel or the end of the completion window
+stops the submitting: tasks not yet dispatched are cancelled, running ones finish, and the
+lines that never ran go to the error file with ``batch_cancelled`` or ``batch_expired``.
 
 Every step is bounded: lines submitted a step, the time of a step, the lines read ahead.
 """
@@ -26,26 +25,22 @@ import socket
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
 
 import orjson
 from aiokafka.errors import KafkaError
 from redis.exceptions import RedisError
 
 from brimful.api.auth import Principal
-from brimful.api.batch_lines import BatchLine, LineError, error_line, output_line, parse_line
-from brimful.api.embedding_routes import EmbeddingShape, embeddings_answer
+from brimful.api.batch_lines import BatchLine, LineError, error_line, parse_line
+from brimful.api.batch_results import BatchResults, StepLines
+from brimful.api.embedding_routes import EmbeddingShape
 from brimful.api.errors import ApiError
 from brimful.api.idempotency import claim_idempotency_key
 from brimful.api.state import ApiState
 from brimful.api.submitter import Submitter, new_task_id
-from brimful.api.task_routes import task_answer
 from brimful.core.batch_records import BatchRecord, BatchRecords
 from brimful.core.batch_status import BatchStatus
-from brimful.core.file_records import OUTPUT_PURPOSE, FileRecord
-from brimful.core.object_store import ObjectNotFound
-from brimful.core.task_record import TaskRecord
-from brimful.core.task_status import TaskStatus
+from brimful.core.object_store import LineTooLong, ObjectNotFound
 
 log = logging.getLogger("brimful.api")
 
@@ -55,19 +50,7 @@ STEP_S = 2.0  # the longest one job's step runs before the next job's turn
 MAX_ACTIVE = 100  # jobs one look considers (the oldest first)
 REFUSED_PAUSE_S = 1.0  # after a 429 or 503 on a line, its job waits this long
 REFUSED_PER_STEP = 10_000  # lines a step writes off when a job ends early
-# What the output says of a line whose task ended other than done.
-_STATUS_CODES = {TaskStatus.FAILED: 502, TaskStatus.EXPIRED: 408, TaskStatus.CANCELLED: 409}
-
-
-def part_name(batch_id: str, kind: str, number: int) -> str:
-    """The object holding the ``number``-th part of a job's output or error file."""
-    return f"{batch_id}.{kind}.{number}"
-
-
-def result_file_id(batch_id: str, kind: str) -> str:
-    """The id of a job's output or error file: the same on every try, so a finalizing
-    step run again after a crash rewrites the same file."""
-    return f"file-{batch_id[-24:-4]}{'0000' if kind == 'output' else '0001'}"
+MAX_LINE_BYTES = 8 * 1024 * 1024  # a line is one request: far above any the API takes
 
 
 @dataclass
@@ -80,17 +63,6 @@ class _Cursor:
     paused_until: float = 0.0
 
 
-@dataclass
-class _Step:
-    """What one step wrote: lines for the output and error parts, and the lines it ends."""
-
-    output: list[bytes] = field(default_factory=list)
-    errors: list[bytes] = field(default_factory=list)
-    finished: list[int] = field(default_factory=list)
-    completed: int = 0
-    failed: int = 0
-
-
 class BatchJobs:
     """The jobs this worker drives."""
 
@@ -99,6 +71,7 @@ class BatchJobs:
         self._records = records
         self._holder = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self._cursors: dict[str, _Cursor] = {}
+        self._results = BatchResults(state)
 
     async def run(self) -> None:
         """For the life of the process: each active job whose lease this worker holds, or
@@ -152,7 +125,7 @@ class BatchJobs:
         lines = 0
         renewed = time.monotonic()
         try:
-            async for line in store.lines(record.input_file_id):
+            async for line in store.lines(record.input_file_id, MAX_LINE_BYTES):
                 if line.strip():
                     lines += 1
                 if lines > limit:
@@ -163,6 +136,9 @@ class BatchJobs:
                     renewed = time.monotonic()
         except ObjectNotFound:
             await self._fail(record, "invalid_file", f"the input file {record.input_file_id} is gone")
+            return
+        except LineTooLong:
+            await self._fail(record, "line_too_long", f"line {lines + 1} is longer than {MAX_LINE_BYTES} bytes")
             return
         if lines == 0:
             await self._fail(record, "empty_file", "the input file holds no line")
@@ -182,9 +158,9 @@ class BatchJobs:
         """Collect finished lines; submit more while the window has room (or, when the job
         ends early, cancel what waits and account for the lines never run); then move on
         once every line is accounted for."""
-        step = _Step()
+        step = StepLines()
         pending = await self._records.pending(record.batch_id)
-        running = await self._collect(record, pending, step)
+        running = await self._results.collect(record, pending, step)
         deadline = time.monotonic() + STEP_S
         started: dict[int, bytes] = {}
         lines_done = record.lines_done
@@ -195,7 +171,7 @@ class BatchJobs:
         elif record.status is BatchStatus.IN_PROGRESS:
             lines_done = await self._submit(record, lines_done, running, started, step, deadline)
             all_read = lines_done >= record.total
-        await self._write_parts(record, step)
+        await self._results.write_parts(record, step)
         await self._records.checkpoint(
             record.batch_id,
             started=started,
@@ -217,7 +193,7 @@ class BatchJobs:
         lines_done: int,
         running: int,
         started: dict[int, bytes],
-        step: _Step,
+        step: StepLines,
         deadline: float,
     ) -> int:
         """Submit the next lines while the window has room and the step has time; the
@@ -291,7 +267,7 @@ class BatchJobs:
         cursor = self._cursors.get(record.batch_id)
         if cursor is not None and cursor.position == lines_done:
             return cursor
-        lines = _non_blank(self._state.object_store.lines(record.input_file_id))
+        lines = _non_blank(self._state.object_store.lines(record.input_file_id, MAX_LINE_BYTES))
         cursor = _Cursor(lines)
         try:
             while cursor.position < lines_done:
@@ -310,69 +286,7 @@ class BatchJobs:
         self._cursors[record.batch_id] = cursor
         return cursor
 
-    async def _collect(self, record: BatchRecord, pending: dict[int, bytes], step: _Step) -> int:
-        """Write the lines whose tasks are all final; the tasks still running."""
-        running = 0
-        notes = {number: orjson.loads(raw) for number, raw in pending.items()}
-        ids = [task_id for note in notes.values() for task_id in note["task_ids"]]
-        found = await asyncio.gather(*(self._state.store.get(task_id) for task_id in ids))
-        records = dict(zip(ids, found))
-        for number, note in sorted(notes.items()):
-            tasks = [records[task_id] for task_id in note["task_ids"]]
-            # A task with no record is still to come (Redis lost it; its Kafka record brings
-            # it back when it runs), unless the job is ending.
-            unfinished = sum(
-                1 for task in tasks if (task is None and not record.ending) or (task and not task.status.is_final)
-            )
-            if unfinished:
-                running += unfinished
-                continue
-            self._write_line(record, note, tasks, step)
-            step.finished.append(number)
-        return running
-
-    def _write_line(
-        self, record: BatchRecord, note: dict[str, Any], tasks: list[TaskRecord | None], step: _Step
-    ) -> None:
-        custom_id, task_ids = note["custom_id"], note["task_ids"]
-        request_id = task_ids[0] if task_ids else ""
-        missing = [task_id for task_id, task in zip(task_ids, tasks) if task is None]
-        if missing:  # its result outlived its retention before it was collected
-            step.errors.append(error_line(custom_id, "result_lost", f"task {missing[0]}'s result expired unread"))
-            step.failed += 1
-            return
-        done = [task for task in tasks if task is not None]
-        ended = next((task for task in done if task.status is not TaskStatus.DONE), None)
-        if ended is not None and ended.status is TaskStatus.CANCELLED and record.ending:
-            step.errors.append(
-                error_line(custom_id, f"batch_{record.ending}", f"the job {record.ending} before it ran")
-            )
-            step.failed += 1
-            return
-        if ended is not None:
-            message = (ended.error or {}).get("message", ended.status.value)
-            status = _STATUS_CODES.get(ended.status, 502)
-            body = {"error": {"code": f"task_{ended.status.value}", "message": message}}
-            step.errors.append(output_line(custom_id, request_id, status, body))
-            step.failed += 1
-            return
-        try:
-            if note.get("embedding"):
-                body = embeddings_answer(EmbeddingShape(**note["embedding"]), task_ids, done)
-            else:
-                body = task_answer(task_ids[0], done[0], self._state.settings.default_model)
-        except ApiError as error:
-            step.errors.append(
-                output_line(
-                    custom_id, request_id, error.status, {"error": {"code": error.code, "message": error.message}}
-                )
-            )
-            step.failed += 1
-            return
-        step.output.append(output_line(custom_id, request_id, 200, body))
-        step.completed += 1
-
-    async def _cancel_waiting(self, record: BatchRecord, pending: dict[int, bytes], step: _Step) -> int:
+    async def _cancel_waiting(self, record: BatchRecord, pending: dict[int, bytes], step: StepLines) -> int:
         """The job ends early: cancel its tasks still queued; the tasks still running."""
         finished = set(step.finished)
         running = 0
@@ -388,7 +302,7 @@ class BatchJobs:
                     running += 1  # dispatched already: it finishes
         return running
 
-    async def _refuse_rest(self, record: BatchRecord, lines_done: int, step: _Step) -> tuple[int, bool]:
+    async def _refuse_rest(self, record: BatchRecord, lines_done: int, step: StepLines) -> tuple[int, bool]:
         """The lines never submitted go to the error file (up to a step's bound); the lines
         done after it, and whether the input is all read."""
         cursor = await self._cursor(record, lines_done)
@@ -410,22 +324,9 @@ class BatchJobs:
             step.failed += 1
             lines_done += 1
 
-    async def _write_parts(self, record: BatchRecord, step: _Step) -> None:
-        store = self._state.object_store
-        for kind, lines, number in (
-            ("output", step.output, record.output_parts),
-            ("errors", step.errors, record.error_parts),
-        ):
-            if lines:
-                async with store.writer(part_name(record.batch_id, kind, number)) as writer:
-                    await writer.write(b"\n".join(lines) + b"\n")
-
-    # --- finalizing ----------------------------------------------------------------------
-
     async def _finalize(self, record: BatchRecord) -> None:
         """Join the parts into the output and error files, then end the job."""
-        output_id = await self._join(record, "output", record.output_parts, f"{record.batch_id}_output.jsonl")
-        error_id = await self._join(record, "errors", record.error_parts, f"{record.batch_id}_error.jsonl")
+        output_id, error_id = await self._results.join_files(record)
         final = {"expired": BatchStatus.EXPIRED, "cancelled": BatchStatus.CANCELLED}.get(
             record.ending, BatchStatus.COMPLETED
         )
@@ -436,25 +337,9 @@ class BatchJobs:
             output_file_id=output_id or "",
             error_file_id=error_id or "",
         )
-        for kind, parts in (("output", record.output_parts), ("errors", record.error_parts)):
-            for number in range(parts):
-                await self._state.object_store.delete(part_name(record.batch_id, kind, number))
+        await self._results.delete_parts(record)
         await self._records.release(record.batch_id, self._holder)
         log.info("batch job ended", extra={"batch_id": record.batch_id, "status": final.value})
-
-    async def _join(self, record: BatchRecord, kind: str, parts: int, filename: str) -> str | None:
-        if not parts:
-            return None
-        store = self._state.object_store
-        file_id = result_file_id(record.batch_id, kind)
-        async with store.writer(file_id) as writer:
-            for number in range(parts):
-                async for chunk in store.chunks(part_name(record.batch_id, kind, number)):
-                    await writer.write(chunk)
-        await self._state.file_records.add(
-            FileRecord(file_id, record.tenant, filename, writer.written, OUTPUT_PURPOSE, int(time.time()))
-        )
-        return file_id
 
 
 async def _next_line(cursor: _Cursor) -> bytes | None:

@@ -160,8 +160,10 @@ class BatchRecords:
         async with self._redis.pipeline(transaction=True) as pipe:
             mapping: dict[Any, Any] = record.fields()
             pipe.hset(self._keys.batch(record.batch_id), mapping=mapping)
-            pipe.zadd(self._keys.tenant_batches(record.tenant), {record.batch_id: record.created_at})
-            pipe.zadd(self._keys.active_batches, {record.batch_id: record.created_at})
+            # Ordered to the microsecond: jobs made in one second keep their order.
+            order = time.time_ns() // 1000
+            pipe.zadd(self._keys.tenant_batches(record.tenant), {record.batch_id: order})
+            pipe.zadd(self._keys.active_batches, {record.batch_id: order})
             await pipe.execute()
 
     async def get(self, batch_id: str, tenant: str | None = None) -> BatchRecord | None:

@@ -27,6 +27,10 @@ class ObjectNotFound(LookupError):
     """No object of that name."""
 
 
+class LineTooLong(ValueError):
+    """A line of an object read as lines is longer than its reader takes."""
+
+
 class ObjectStore:
     """Named objects under one root of one filesystem."""
 
@@ -83,12 +87,15 @@ class ObjectStore:
         finally:
             await asyncio.to_thread(stream.close)
 
-    async def lines(self, name: str) -> AsyncIterator[bytes]:
-        """The object's lines without their ending, one at a time, however long the file."""
+    async def lines(self, name: str, max_line_bytes: int) -> AsyncIterator[bytes]:
+        """The object's lines without their ending, one at a time, however long the file;
+        LineTooLong past ``max_line_bytes`` (so one line never fills the memory)."""
         rest = b""
         async for chunk in self.chunks(name):
             parts = (rest + chunk).split(b"\n")
             rest = parts.pop()
+            if len(rest) > max_line_bytes or any(len(line) > max_line_bytes for line in parts):
+                raise LineTooLong(name)
             for line in parts:
                 yield line.rstrip(b"\r")
         if rest:

@@ -108,3 +108,21 @@ def test_page_types_are_the_ones_a_page_sends_without_asking() -> None:
     assert is_page_type("application/x-www-form-urlencoded") and is_page_type("multipart/form-data; boundary=x")
     assert not is_page_type("application/json") and not is_page_type("application/octet-stream")
     assert not is_page_type("")
+
+
+async def test_only_the_upload_route_reads_multipart_and_a_page_still_cannot_upload(stack: EmbeddedStack) -> None:
+    boundary = "brimfulboundary"
+    body = (
+        f'--{boundary}\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nbatch\r\n'
+        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="page.jsonl"\r\n\r\n{{}}\r\n'
+        f"--{boundary}--\r\n"
+    ).encode()
+    multipart = {"Content-Type": f"multipart/form-data; boundary={boundary}"}
+    status, answer = await raw(stack, "POST", "/v1/files", {**multipart, "Origin": FOREIGN}, body)
+    assert status == 403 and answer["error"]["code"] == "cross_origin", answer
+    status, answer = await raw(stack, "POST", "/v1/batches", multipart, body)
+    assert status == 415, answer  # multipart is read on the upload route only
+    status, answer = await raw(stack, "POST", "/v1/files", {"Content-Type": "text/plain"}, body)
+    assert status == 415, answer
+    status, answer = await raw(stack, "POST", "/v1/files", multipart, body)  # a program, no Origin
+    assert status == 200 and answer["filename"] == "page.jsonl" and answer["bytes"] == 2, answer
