@@ -8,6 +8,7 @@ slowed every broker read as the log grew."""
 
 from __future__ import annotations
 
+import json
 import sys
 import urllib.error
 import urllib.request
@@ -33,10 +34,28 @@ def _bucket_ready(endpoint: str) -> bool:
     return True
 
 
+def _bucket_ready_for(endpoint: str, key: str, secret: str) -> bool:
+    """The bucket answers a signed request (a server with identities refuses anonymous ones)."""
+    import pyarrow.fs as pafs
+
+    host = endpoint.split("://", 1)[1]
+    try:
+        s3 = pafs.S3FileSystem(
+            access_key=key, secret_key=secret, endpoint_override=host, scheme="http", region="us-east-1"
+        )
+        return bool(s3.get_file_info(BUCKET).type == pafs.FileType.Directory)
+    except OSError:
+        return False
+
+
 @contextmanager
-def running_s3(workdir: Path) -> Iterator[str]:
+def running_s3(workdir: Path, identity: tuple[str, str] | None = None) -> Iterator[str]:
     """An S3 server keeping its data under ``workdir``, with the broker's bucket; yields
-    its endpoint URL. Its environment is empty: weed reads variables as flags."""
+    its endpoint URL. Its environment is empty: weed reads variables as flags.
+
+    With ``identity`` (access key, secret), the server knows that one client and checks
+    every request's signature: multipart uploads (what pyarrow sends for files) need it,
+    as weed refuses a part signed by a client it does not know."""
     ports = {name: free_port() for name in _PORTS}
     data = workdir / "data"
     data.mkdir(parents=True, exist_ok=True)
@@ -44,11 +63,22 @@ def running_s3(workdir: Path) -> Iterator[str]:
         str(Path(sys.executable).parent / "weed"), "mini", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
         "-admin.ui=false", f"-bucket={BUCKET}", *(f"-{name}={port}" for name, port in ports.items()),
     ]  # fmt: skip
+    if identity is not None:
+        config = workdir / "s3-identities.json"
+        actions = ["Admin", "Read", "Write", "List", "Tagging"]
+        credentials = [{"accessKey": identity[0], "secretKey": identity[1]}]
+        config.write_text(
+            json.dumps({"identities": [{"name": "brimful", "credentials": credentials, "actions": actions}]})
+        )
+        argv.append(f"-s3.config={config}")
     process = ManagedProcess(name="s3", argv=argv, env={}, log_path=workdir / "s3.log")
     process.start()
     endpoint = f"http://127.0.0.1:{ports['s3.port']}"
     try:
-        wait_until(lambda: _bucket_ready(endpoint), 60, "the S3 server and its bucket", process)
+        if identity is None:
+            wait_until(lambda: _bucket_ready(endpoint), 60, "the S3 server and its bucket", process)
+        else:
+            wait_until(lambda: _bucket_ready_for(endpoint, *identity), 60, "the S3 server and its bucket", process)
         yield endpoint
     finally:
         process.stop()
