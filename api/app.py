@@ -20,6 +20,7 @@ from brimful.api import (
     model_routes,
     openapi,
     task_routes,
+    webhook_routes,
 )
 from brimful.api.batch_jobs import BatchJobs
 from brimful.api.browser_guard import BrowserGuard
@@ -27,6 +28,7 @@ from brimful.api.errors import HANDLERS
 from brimful.api.fast_lane import FastLane
 from brimful.api.response_metrics import ResponseCounter
 from brimful.api.state import ApiState
+from brimful.api.webhook_sender import WebhookSender
 from brimful.core.heap import freeze_startup_heap
 from brimful.core.logs import configure_logging
 from brimful.core.settings import Settings, get_settings
@@ -49,6 +51,7 @@ def create_app(settings: Settings) -> ASGIApp:
         app.state.brimful = state
         await state.start()
         state.run_in_background(BatchJobs(state, state.batch_records).run(), "batch-jobs")
+        state.run_in_background(WebhookSender(settings, state.webhooks).run(), "webhook-sender")
         freeze_startup_heap()
         try:
             yield
@@ -74,6 +77,7 @@ def create_app(settings: Settings) -> ASGIApp:
         batching_routes,
         dlq_routes,
         health_routes,
+        webhook_routes,
     ):
         app.include_router(routes.router)
     for error, handler in HANDLERS.items():

@@ -18,6 +18,7 @@ Every step is bounded: lines submitted a step, the time of a step, the lines rea
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import secrets
@@ -147,10 +148,18 @@ class BatchJobs:
         log.info("batch job validated", extra={"batch_id": record.batch_id, "lines": lines})
 
     async def _fail(self, record: BatchRecord, code: str, message: str) -> None:
-        errors = orjson.dumps([{"code": code, "message": message, "param": None, "line": None}]).decode()
-        await self._records.move(record.batch_id, BatchStatus.FAILED, errors=errors)
+        problems = [{"code": code, "message": message, "param": None, "line": None}]
+        await self._announce(dataclasses.replace(record, status=BatchStatus.FAILED, errors=problems))
+        await self._records.move(record.batch_id, BatchStatus.FAILED, errors=orjson.dumps(problems).decode())
         self._cursors.pop(record.batch_id, None)
         log.warning("batch job failed", extra={"batch_id": record.batch_id, "code": code})
+
+    async def _announce(self, ended: BatchRecord) -> None:
+        """The job's end to the tenant's webhooks, before the move that records it: a step
+        run again after a crash emits it again, which makes no second delivery."""
+        ended.times = {**ended.times, ended.status.timestamp_field: int(time.time())}
+        event_type = f"batch.{ended.status.value}"
+        await self._state.webhooks.emit(ended.tenant, event_type, ended.as_openai(), f"{ended.batch_id}:{event_type}")
 
     # --- in progress ---------------------------------------------------------------------
 
@@ -329,6 +338,9 @@ class BatchJobs:
         output_id, error_id = await self._results.join_files(record)
         final = {"expired": BatchStatus.EXPIRED, "cancelled": BatchStatus.CANCELLED}.get(
             record.ending, BatchStatus.COMPLETED
+        )
+        await self._announce(
+            dataclasses.replace(record, status=final, output_file_id=output_id, error_file_id=error_id)
         )
         await self._records.move(
             record.batch_id,

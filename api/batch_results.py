@@ -21,10 +21,9 @@ from brimful.api.batch_lines import error_line, output_line
 from brimful.api.embedding_routes import EmbeddingShape, embeddings_answer
 from brimful.api.errors import ApiError
 from brimful.api.state import ApiState
-from brimful.api.task_routes import task_answer
 from brimful.core.batch_records import BatchRecord
 from brimful.core.file_records import OUTPUT_PURPOSE, FileRecord
-from brimful.core.task_record import TaskRecord
+from brimful.core.task_record import TaskRecord, task_record_answer
 from brimful.core.task_status import TaskStatus
 
 # What the output says of a line whose task ended other than done.
@@ -109,7 +108,7 @@ class BatchResults:
             if note.get("embedding"):
                 body = embeddings_answer(EmbeddingShape(**note["embedding"]), task_ids, done)
             else:
-                body = task_answer(task_ids[0], done[0], self._state.settings.default_model)
+                body = task_record_answer(task_ids[0], done[0], self._state.settings.default_model)
         except ApiError as error:
             step.errors.append(
                 output_line(

@@ -1,5 +1,6 @@
 """The OpenAPI operations of the OpenAI-compatible routes (embeddings, models, files,
-batches), with the limits they show imported from where they are enforced."""
+batches) and of the webhooks, with the limits they show imported from where they are
+enforced."""
 
 from __future__ import annotations
 
@@ -23,11 +24,25 @@ from brimful.api.embedding_routes import EMBEDDINGS_PATH
 from brimful.api.file_routes import FILES_PATH
 from brimful.api.file_routes import LIST_LIMIT_MAX as FILE_LIST_MAX
 from brimful.api.openapi_shapes import OBJECT, OPENAI_MODEL, json_content, query_parameter, responses
+from brimful.api.webhook_routes import LIST_LIMIT_MAX as WEBHOOK_LIST_MAX
+from brimful.api.webhook_routes import MAX_DESCRIPTION, WEBHOOKS_PATH
 from brimful.core.batch_status import BatchStatus
 from brimful.core.file_records import OUTPUT_PURPOSE, UPLOAD_PURPOSES
 from brimful.core.model_catalogue import ModelCatalogue
 from brimful.core.settings import Settings
+from brimful.core.webhook_records import EVENT_TYPES
+from brimful.core.webhook_targets import MAX_URL_LENGTH
 
+ENDPOINT_BODY = {
+    "type": "object",
+    "required": ["url", "events"],
+    "additionalProperties": False,
+    "properties": {
+        "url": {"type": "string", "format": "uri", "maxLength": MAX_URL_LENGTH},
+        "events": {"type": "array", "minItems": 1, "items": {"type": "string", "enum": list(EVENT_TYPES)}},
+        "description": {"type": "string", "maxLength": MAX_DESCRIPTION},
+    },
+}
 FILE = {
     "type": "object",
     "required": ["id", "object", "bytes", "created_at", "filename", "purpose"],
@@ -157,5 +172,28 @@ def openai_operations(catalogue: ModelCatalogue | None, settings: Settings) -> d
         },
         (BATCHES_PATH + "/{batch_id}/cancel", "post"): {
             "responses": responses({200: ("The batch, cancelling.", BATCH)}, (401, 403, 404, 409, 503)),
+        },
+        (WEBHOOKS_PATH + "/endpoints", "post"): {
+            "requestBody": {"required": True, **json_content(ENDPOINT_BODY)},
+            "responses": responses({200: ("The endpoint, with its secret.", OBJECT)}, (400, 401, 403, 408, 413, 503)),
+        },
+        (WEBHOOKS_PATH + "/endpoints", "get"): {
+            "responses": responses({200: ("The tenant's endpoints.", OBJECT)}, (401, 403, 503)),
+        },
+        (WEBHOOKS_PATH + "/endpoints/{endpoint_id}", "delete"): {
+            "responses": responses({200: ("Deleted.", OBJECT)}, (401, 403, 404, 503)),
+        },
+        (WEBHOOKS_PATH + "/deliveries", "get"): {
+            "parameters": [
+                limit(WEBHOOK_LIST_MAX),
+                query_parameter("state", {"type": "string", "enum": ["dead"]}, "dead: the dead ones only"),
+            ],
+            "responses": responses({200: ("The tenant's latest deliveries.", OBJECT)}, (400, 401, 403, 503)),
+        },
+        (WEBHOOKS_PATH + "/deliveries/{delivery_id}", "get"): {
+            "responses": responses({200: ("The delivery and its event.", OBJECT)}, (401, 403, 404, 503)),
+        },
+        (WEBHOOKS_PATH + "/deliveries/{delivery_id}/replay", "post"): {
+            "responses": responses({200: ("The delivery, pending.", OBJECT)}, (401, 403, 404, 409, 503)),
         },
     }

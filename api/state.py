@@ -37,6 +37,7 @@ from brimful.core.status_board import StatusBoard
 from brimful.core.task_store import TaskStore
 from brimful.core.tenant_limits import TenantLimits, TenantLimitStore
 from brimful.core.tracing import configure_tracing
+from brimful.core.webhook_records import WebhookRecords
 
 log = logging.getLogger("brimful.api")
 
@@ -100,6 +101,7 @@ class ApiState:
         self.object_store = ObjectStore.from_url(settings.file_store_url)
         self.file_records = FileRecords(self.redis, keys)
         self.batch_records = BatchRecords(self.redis, keys)
+        self.webhooks = WebhookRecords(self.redis, keys)
         self._background: list[asyncio.Task[None]] = []
         self._serving = asyncio.Event()  # set once the signature is known and the producer is up
 

@@ -20,7 +20,7 @@ from brimful.api.submission import Submission, parse_submission
 from brimful.api.submitter import Submitter, check_admission, new_task_id
 from brimful.api.task_waiters import read_own_task
 from brimful.core.api_keys import Scope
-from brimful.core.task_record import TaskRecord
+from brimful.core.task_record import task_record_answer
 from brimful.core.task_status import TaskStatus
 
 router = APIRouter(tags=["tasks"])
@@ -72,24 +72,6 @@ def check_task_id(task_id: str) -> None:
         raise ApiError(400, "malformed_task_id", f"task_id {task_id[:64]!r} is not 32 lowercase hex characters")
 
 
-def task_answer(task_id: str, record: TaskRecord, default_model: str) -> dict[str, Any]:
-    """A task as the API shows it. A record written before tasks named their model
-    (``model`` empty) was for the default model: the only one served then."""
-    answer: dict[str, Any] = {
-        "task_id": task_id,
-        "model": record.model or default_model,
-        "status": record.status.value,
-        "submitted_at_ms": record.submitted_at_ms,
-        "updated_at_ms": record.updated_at_ms,
-    }
-    if record.status is TaskStatus.DONE:
-        answer["outputs"] = record.outputs
-        answer["cached"] = record.cached  # true: an identical task's result, no model call of its own
-    if record.status in (TaskStatus.FAILED, TaskStatus.EXPIRED):
-        answer["error"] = record.error
-    return answer
-
-
 @router.post(TASKS_PATH, status_code=202)
 async def submit_task(request: Request, principal: Principal = Depends(requires(Scope.SUBMIT))) -> JsonAnswer:
     """Accept one task; 202 with its task_id once durably queued. With ``?wait=S``, hold
@@ -123,7 +105,7 @@ async def _submit(request: Request, principal: Principal, state: ApiState) -> Js
         if original is not None:
             record = await state.store.get(original)
             answer = (
-                task_answer(original, record, _default_model(state))
+                task_record_answer(original, record, _default_model(state))
                 if record
                 else {"task_id": original, "model": submission.model, "status": TaskStatus.QUEUED.value}
             )
@@ -145,7 +127,7 @@ async def _submit(request: Request, principal: Principal, state: ApiState) -> Js
                 task_id, principal.tenant, deadline - time.monotonic()
             )  # feed lost
         if record is not None and record.status.is_final:
-            return JsonAnswer(task_answer(task_id, record, submission.model), status_code=200)
+            return JsonAnswer(task_record_answer(task_id, record, submission.model), status_code=200)
     return _queued(task_id, submission)
 
 
@@ -192,7 +174,7 @@ async def get_task(
         record = await read_own_task(state.store, task_id, principal.tenant)
     if record is None:
         raise ApiError(404, "task_not_found", f"no task {task_id} (unknown, or expired after the retention time)")
-    return task_answer(task_id, record, _default_model(state))
+    return task_record_answer(task_id, record, _default_model(state))
 
 
 @router.delete(TASKS_PATH + "/{task_id}")

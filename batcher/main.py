@@ -37,6 +37,7 @@ from brimful.core.stats import SharedStats
 from brimful.core.status_board import StatusBoard
 from brimful.core.task_store import TaskStore
 from brimful.core.tracing import configure_tracing
+from brimful.core.webhook_records import WebhookRecords
 from brimful.workers.batch_runner import BatchRunner
 from brimful.workers.circuit_breaker import CircuitBreaker
 from brimful.workers.dead_letters import DeadLetterWriter
@@ -46,6 +47,7 @@ from brimful.workers.isolation_budget import IsolationBudget
 from brimful.workers.model_pool import ModelPool, Resolver, resolve_all
 from brimful.workers.result_cache import ResultCache
 from brimful.workers.retry_policy import BatchRetryPolicy
+from brimful.workers.task_events import TaskEvents
 from brimful.workers.triton_model import TritonModel
 
 log = logging.getLogger("brimful.batcher")
@@ -197,10 +199,11 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
             base_delay=settings.retry_backoff_ms / 1000,
             max_delay=settings.retry_backoff_max_ms / 1000,
         )
+        store = TaskStore(redis, keys, settings.result_ttl_s, settings.task_wait_ttl_s, stats_model=scope)
         runner = BatchRunner(
             pool=pool,
             signature=signature,
-            store=TaskStore(redis, keys, settings.result_ttl_s, settings.task_wait_ttl_s, stats_model=scope),
+            store=store,
             stats=SharedStats(redis, keys, scope),
             dead_letters=dead_letters,
             retry=retry,
@@ -210,6 +213,7 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
             cache=ResultCache(settings.result_cache_max_bytes) if settings.result_cache_max_bytes else None,
             cacheable=settings.cacheable(settings.model_name),
             cache_across_tenants=settings.result_cache_across_tenants,
+            task_events=TaskEvents(WebhookRecords(redis, keys), store, settings.default_model),
         )
         member = f"{socket.gethostname()}-{os.getpid()}"
         recorder = ArrivalRecorder(Path(settings.trace_dir), member) if settings.trace_dir else None

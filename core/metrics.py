@@ -98,6 +98,11 @@ TASKS_RECREATED = Counter(
     "brimful_tasks_recreated",
     "Tasks whose Redis record was gone when their batch ran (Redis lost it), re-created from their Kafka record.",
 )
+WEBHOOK_ATTEMPTS = Counter(
+    "brimful_webhook_attempts",
+    "Webhook delivery attempts, by outcome: delivered, failed (tried again later) or dead.",
+    ["outcome"],
+)
 TASKS_EXPIRED = Counter(
     "brimful_tasks_expired",
     "Tasks whose deadline (deadline_ms) passed before they were sent to the model: never computed.",

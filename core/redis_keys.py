@@ -58,6 +58,10 @@ class RedisKeys:
       their task ids); ``{prefix}:batch:{batch_id}:lease``: which API worker drives it;
       ``{prefix}:batches:{tenant}``: sorted set of the tenant's jobs by creation time;
       ``{prefix}:batches-active``: sorted set of the jobs not yet final.
+    - ``{{prefix}:webhook}:endpoint:{id}`` (hash) and ``...:endpoints:{tenant}`` (set): a
+      tenant's webhook endpoints; ``...:delivery:{id}``: one delivery's record;
+      ``...:due``: sorted set of deliveries by next attempt (ms); ``...:log:{tenant}`` and
+      ``...:dead:{tenant}``: a tenant's latest and dead deliveries. One hash tag for all.
     """
 
     prefix: str = "brimful"
@@ -86,6 +90,26 @@ class RedisKeys:
     @property
     def active_batches(self) -> str:
         return f"{self.prefix}:batches-active"
+
+    # Webhooks: one hash tag, so a delivery's record, the due set and the logs move together.
+    def webhook_endpoint(self, endpoint_id: str) -> str:
+        return f"{{{self.prefix}:webhook}}:endpoint:{endpoint_id}"
+
+    def webhook_endpoints(self, tenant: str) -> str:
+        return f"{{{self.prefix}:webhook}}:endpoints:{tenant}"
+
+    def webhook_delivery(self, delivery_id: str) -> str:
+        return f"{{{self.prefix}:webhook}}:delivery:{delivery_id}"
+
+    @property
+    def webhook_due(self) -> str:
+        return f"{{{self.prefix}:webhook}}:due"
+
+    def webhook_log(self, tenant: str) -> str:
+        return f"{{{self.prefix}:webhook}}:log:{tenant}"
+
+    def webhook_dead(self, tenant: str) -> str:
+        return f"{{{self.prefix}:webhook}}:dead:{tenant}"
 
     def tombstone(self, task_id: str) -> str:
         return f"{self.prefix}:tombstone:{task_id}"

@@ -499,6 +499,22 @@ class Settings(BaseSettings):
         "finish, so it never fills the queue ahead of interactive tasks or reaches its tenant's in-flight limit.",
     )
 
+    # --- Webhooks (Standard Webhooks; docs/openai.md) -----------------------------------
+    webhook_allowed_hosts: str = Field(
+        "",
+        description="Host names webhooks may be sent to though they resolve to this network's addresses (loopback, "
+        "private, link-local), comma-separated. Empty: only hosts whose every address is public.",
+    )
+    webhook_retry_delays_s: str = Field(
+        "5,300,1800,7200,18000,36000",
+        description="Waits between a delivery's attempts, seconds, comma-separated; after the last, or once "
+        "webhook_retry_window_s has passed since the event, the delivery is dead (listed for on-call to replay).",
+    )
+    webhook_retry_window_s: float = Field(86400.0, gt=0, description="How long a delivery is retried.")
+    webhook_timeout_s: float = Field(
+        10.0, gt=0, description="Longest one attempt may take, connecting and answering included."
+    )
+
     # --- Tracing (OpenTelemetry; see core/tracing.py) --------------------------------
     tracing_enabled: bool = Field(
         False, description="Trace each task from its POST through Kafka to the model call (needs the tracing extra)."
@@ -566,7 +582,18 @@ class Settings(BaseSettings):
             host, _, port = endpoint.rpartition(":")
             if not host or not port.isdigit() or not 0 < int(port) < 65536:
                 raise ValueError(f"triton_url entry {endpoint!r} is not host:port")
+        try:
+            delays = self.webhook_delays_s
+        except ValueError as error:
+            raise ValueError(f"webhook_retry_delays_s is not numbers: {self.webhook_retry_delays_s!r}") from error
+        if not delays or any(delay < 0 for delay in delays):
+            raise ValueError("webhook_retry_delays_s needs at least one wait of 0 s or more")
         return self
+
+    @property
+    def webhook_delays_s(self) -> list[float]:
+        """``webhook_retry_delays_s`` as numbers."""
+        return [float(part) for part in self.webhook_retry_delays_s.split(",") if part.strip()]
 
     @property
     def served_models(self) -> list[str]:

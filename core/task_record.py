@@ -123,3 +123,22 @@ class TaskRecord:
             model=fields.get(Field.MODEL, ""),
             cached=Field.CACHED_OUTPUTS in fields,
         )
+
+
+def task_record_answer(task_id: str, record: TaskRecord, default_model: str) -> dict[str, Any]:
+    """A task as the API shows it (and its webhook events carry it). A record written
+    before tasks named their model (``model`` empty) was for the default model: the only
+    one served then."""
+    answer: dict[str, Any] = {
+        "task_id": task_id,
+        "model": record.model or default_model,
+        "status": record.status.value,
+        "submitted_at_ms": record.submitted_at_ms,
+        "updated_at_ms": record.updated_at_ms,
+    }
+    if record.status is TaskStatus.DONE:
+        answer["outputs"] = record.outputs
+        answer["cached"] = record.cached  # true: an identical task's result, no model call of its own
+    if record.status in (TaskStatus.FAILED, TaskStatus.EXPIRED):
+        answer["error"] = record.error
+    return answer

@@ -40,6 +40,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedStack]:
 OPENAI_MAX_INPUTS = 50
 OPENAI_MAX_FILE_BYTES = 2_000_000
 OPENAI_JOB_WINDOW = 8
+OPENAI_WEBHOOK_RETRY_S = 0.3
 
 
 @pytest.fixture(scope="session")
@@ -54,6 +55,8 @@ def openai_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedS
             max_bulk_tasks=OPENAI_MAX_INPUTS,
             file_max_bytes=OPENAI_MAX_FILE_BYTES,
             batch_job_window=OPENAI_JOB_WINDOW,
+            webhook_allowed_hosts="127.0.0.1",  # the tests' receivers
+            webhook_retry_delays_s=",".join([str(OPENAI_WEBHOOK_RETRY_S)] * 3),
         ),
     )
     yield running
@@ -70,6 +73,8 @@ async def openai_keys(openai_stack: EmbeddedStack) -> dict[str, str]:
             "submit": (await issuer.create("embedder", [Scope.SUBMIT, Scope.READ]))[0],
             "other": (await issuer.create("another-tenant", [Scope.SUBMIT, Scope.READ]))[0],
             "read": (await issuer.create("reader", [Scope.READ]))[0],
+            "admin": (await issuer.create("embedder", [Scope.ADMIN]))[0],  # the first key's tenant
+            "other-admin": (await issuer.create("another-tenant", [Scope.ADMIN]))[0],
         }
     finally:
         await redis.aclose()

@@ -30,13 +30,12 @@ from brimful.core import metrics
 from brimful.core.clock import now_ms
 from brimful.core.model_signature import ModelSignature
 from brimful.core.stats import SharedStats, StatsField
-from brimful.core.task_record import KnownTask
 from brimful.core.task_store import TaskStore
 from brimful.core.tensor_codec import non_finite_rows, output_rows_to_json, stack_rows
 from brimful.core.tracing import BatchTrace, TracedTask, Tracing
 from brimful.workers.batch import Batch, BatchItem, BatchOutcome, Seat, observe_latency
+from brimful.workers.batch_rows import expire_late, recreate_missing
 from brimful.workers.dead_letters import DeadLetterWriter
-from brimful.workers.expiry import expiry_reason, past_deadline
 from brimful.workers.isolation import Isolation
 from brimful.workers.isolation_budget import IsolationBudget
 from brimful.workers.model_errors import ErrorClass, ModelCallError, TransientOutageTooLong
@@ -46,6 +45,7 @@ from brimful.workers.result_cache import ResultCache
 from brimful.workers.retry_policy import BatchRetryPolicy
 from brimful.workers.shared_rows import Followers, Group, SharedRows
 from brimful.workers.slot import Slot
+from brimful.workers.task_events import TaskEvents
 from brimful.workers.task_failures import Attempts, TaskFailures
 
 log = logging.getLogger("brimful.worker")
@@ -77,6 +77,7 @@ class BatchRunner:
         cache: ResultCache | None = None,
         cacheable: bool = True,
         cache_across_tenants: bool = False,
+        task_events: TaskEvents | None = None,
     ) -> None:
         """``cache``: finished results kept for identical tasks (None: none kept; identical
         tasks of one batch are still computed once). ``cacheable`` False (a model that is
@@ -92,6 +93,7 @@ class BatchRunner:
         self._wall_ms = wall_ms  # the wall clock deadlines are set on
         self.tracing = tracing
         self.cacheable = cacheable
+        self.task_events = task_events  # the webhooks of finished tasks (None: none announced)
         self.shared = SharedRows(signature, store, cache, cache_across_tenants)
         self.failures = TaskFailures(signature, store, stats, dead_letters, self.shared)
         self.isolation = Isolation(
@@ -112,12 +114,12 @@ class BatchRunner:
         slot, batch.slot = batch.slot, None  # a run repeated after a store error takes a new one
         seat = Seat(slot)
         try:
-            candidates = await self._expire_late(batch, outcome)
+            candidates = await expire_late(self.store, batch, outcome, self._wall_ms())
             # Only tasks that this atomic move takes from queued to running reach the model:
             # tasks already final (redelivered) or cancelled are left out.
             running = set(await self._mark_running_while_leasing(candidates, seat))
             if len(running) < len(candidates):
-                running.update(await self._recreate_missing(batch, candidates, running))
+                running.update(await recreate_missing(self.store, batch, candidates, running, self.signature.name))
             items = [item for item in candidates if item.task_id in running]
             outcome.skipped = len(candidates) - len(items)
             items = await self.failures.fail_unfit(batch, items, outcome)
@@ -146,6 +148,8 @@ class BatchRunner:
             metrics.BATCH_STAGE.labels("prepare").observe(max(0, outcome.call_started_ns - batch.flushed_ns) / 1e9)
             metrics.BATCH_STAGE.labels("call").observe(max(0, outcome.call_ended_ns - outcome.call_started_ns) / 1e9)
             metrics.BATCH_STAGE.labels("store").observe(max(0, stored_ns - outcome.call_ended_ns) / 1e9)
+        if self.task_events is not None:
+            await self.task_events.announce(batch.items)
         if self.tracing is not None:
             self._trace(batch, items, outcome)
         log.info(
@@ -164,46 +168,6 @@ class BatchRunner:
             },
         )
         return outcome
-
-    async def _expire_late(self, batch: Batch, outcome: BatchOutcome) -> list[BatchItem]:
-        """Move the batch's queued tasks whose deadline has passed to expired (never
-        computed, counted); the items left to run."""
-        now = self._wall_ms()
-        late = past_deadline(batch.items, now)
-        if not late:
-            return batch.items
-        reasons = {item.task_id: expiry_reason(item, now) for item in late}
-        expired = set(await self.store.mark_expired(reasons))
-        if expired:
-            outcome.expired = len(expired)
-            metrics.TASKS_EXPIRED.inc(len(expired))
-            for task_id in expired:
-                log.info("task expired before dispatch", extra={"task_id": task_id, "batch_id": batch.batch_id})
-        return [item for item in batch.items if item.task_id not in expired]
-
-    async def _recreate_missing(self, batch: Batch, candidates: list[BatchItem], running: set[str]) -> list[str]:
-        """Bring back the tasks of the batch whose record Redis lost (the Kafka record is
-        the source of truth): they run with the rest, and their tenant's quota frees when
-        they end. Final, cancelled and withdrawn tasks stay as they are."""
-        left = [
-            KnownTask(
-                item.task_id,
-                item.request.submitted_at_ms,
-                item.request.tenant,
-                item.request.model or self.signature.name,
-            )
-            for item in candidates
-            if item.task_id not in running
-        ]
-        recreated = await self.store.recreate_missing(left)
-        if recreated:
-            metrics.TASKS_RECREATED.inc(len(recreated))
-            for task_id in recreated:
-                log.warning(
-                    "task record was gone; re-created from its Kafka record",
-                    extra={"task_id": task_id, "batch_id": batch.batch_id},
-                )
-        return recreated
 
     async def _follow_beside(
         self, batch: Batch, seat: Seat, computed: list[BatchItem], followers: list[Followers], outcome: BatchOutcome

@@ -1,0 +1,299 @@
+"""Webhooks in Redis: each tenant's endpoints (URL, events, secret), and every delivery,
+from the event that made it to its last attempt.
+
+An event becomes one delivery per endpoint of its tenant that takes its type. A delivery's
+id is derived from the event's and the endpoint's, so an event emitted twice (a step run
+again after a crash) is delivered once: at least once, never twice for one emission. Due
+deliveries wait in one sorted set by the time of their next attempt; a sender claims a few
+by moving them a lease ahead (``claim_due``), so a sender that dies leaves them due again.
+Each tenant's deliveries are listed newest first (the last ``LOG_KEEP``), the dead ones
+apart, for on-call to read and replay. Every webhook key shares one hash slot, so each of
+these steps is one script or transaction on a Redis Cluster too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+import orjson
+
+from brimful.core.redis_client import RedisClient, as_text
+from brimful.core.redis_keys import RedisKeys
+
+EVENT_TYPES = (
+    "task.completed",
+    "task.failed",
+    "task.expired",
+    "batch.completed",
+    "batch.failed",
+    "batch.expired",
+    "batch.cancelled",
+)
+MAX_ENDPOINTS = 16  # a tenant's
+LOG_KEEP = 1000  # deliveries listed per tenant
+FINAL_TTL_S = 7 * 24 * 3600  # a delivered or dead delivery's record
+
+# KEYS: the delivery's record, the due set, the tenant's log. ARGV: its id, when it is due
+# (ms), how many the log keeps, then the record's (field, value) pairs. Stores a delivery
+# not made before, due then and listed, in one step; returns 1 if it made it.
+_EMIT_LUA = """
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  return 0
+end
+redis.call('HSET', KEYS[1], unpack(ARGV, 4))
+redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
+redis.call('ZADD', KEYS[3], ARGV[2], ARGV[1])
+redis.call('ZREMRANGEBYRANK', KEYS[3], 0, -tonumber(ARGV[3]) - 1)
+return 1
+"""
+
+# KEYS[1]: the due set. ARGV: now (ms), most to claim, the lease's end (ms). Moves up to
+# that many due deliveries to the lease's end and returns their ids.
+_CLAIM_LUA = """
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
+for _, id in ipairs(ids) do
+  redis.call('ZADD', KEYS[1], ARGV[3], id)
+end
+return ids
+"""
+
+
+def new_endpoint_id() -> str:
+    return f"we_{secrets.token_hex(12)}"
+
+
+def delivery_id(event_id: str, endpoint_id: str) -> str:
+    """The same for one event and endpoint, whoever emits it and how often."""
+    return "msg_" + hashlib.sha256(f"{event_id}|{endpoint_id}".encode()).hexdigest()[:24]
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    endpoint_id: str
+    tenant: str
+    url: str
+    events: tuple[str, ...]
+    secret: str
+    description: str
+    created_at: int
+
+    def shown(self, with_secret: bool = False) -> dict[str, Any]:
+        """As the API shows it; the secret only when it is made."""
+        answer = {
+            "id": self.endpoint_id,
+            "url": self.url,
+            "events": list(self.events),
+            "description": self.description,
+            "created_at": self.created_at,
+        }
+        if with_secret:
+            answer["secret"] = self.secret
+        return answer
+
+
+@dataclass
+class Delivery:
+    delivery_id: str
+    tenant: str
+    endpoint_id: str
+    event_type: str
+    payload: bytes
+    created_at_ms: int
+    state: str = "pending"  # pending, delivered, dead
+    attempts: int = 0
+    last_status: int = 0  # the receiver's HTTP status (0: no answer)
+    last_error: str = ""
+    next_at_ms: int = 0
+
+    def shown(self) -> dict[str, Any]:
+        return {
+            "id": self.delivery_id,
+            "endpoint_id": self.endpoint_id,
+            "event_type": self.event_type,
+            "state": self.state,
+            "attempts": self.attempts,
+            "last_status": self.last_status or None,
+            "last_error": self.last_error or None,
+            "created_at_ms": self.created_at_ms,
+            "next_attempt_at_ms": self.next_at_ms if self.state == "pending" else None,
+        }
+
+
+class WebhookRecords:
+    """Endpoints and deliveries; another tenant's read as none."""
+
+    def __init__(self, redis: RedisClient, keys: RedisKeys) -> None:
+        self._redis = redis
+        self._keys = keys
+        self._claim = redis.register_script(_CLAIM_LUA)
+        self._emit = redis.register_script(_EMIT_LUA)
+
+    # --- endpoints ------------------------------------------------------------------------
+
+    async def add_endpoint(self, endpoint: Endpoint) -> bool:
+        """Store it; False when the tenant already has ``MAX_ENDPOINTS``."""
+        index = self._keys.webhook_endpoints(endpoint.tenant)
+        if await self._redis.scard(index) >= MAX_ENDPOINTS:
+            return False
+        fields: dict[Any, Any] = {
+            "tenant": endpoint.tenant,
+            "url": endpoint.url,
+            "events": ",".join(endpoint.events),
+            "secret": endpoint.secret,
+            "description": endpoint.description,
+            "created_at": endpoint.created_at,
+        }
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.hset(self._keys.webhook_endpoint(endpoint.endpoint_id), mapping=fields)
+            pipe.sadd(index, endpoint.endpoint_id)
+            await pipe.execute()
+        return True
+
+    async def endpoint(self, endpoint_id: str, tenant: str | None = None) -> Endpoint | None:
+        raw = await self._redis.hgetall(self._keys.webhook_endpoint(endpoint_id))
+        if not raw:
+            return None
+        fields = {as_text(k): as_text(v) for k, v in raw.items()}
+        found = Endpoint(
+            endpoint_id,
+            fields["tenant"],
+            fields["url"],
+            tuple(event for event in fields["events"].split(",") if event),
+            fields["secret"],
+            fields.get("description", ""),
+            int(fields["created_at"]),
+        )
+        return found if tenant is None or found.tenant == tenant else None
+
+    async def endpoints(self, tenant: str) -> list[Endpoint]:
+        ids = sorted(as_text(cast(bytes, i)) for i in await self._redis.smembers(self._keys.webhook_endpoints(tenant)))
+        found = [await self.endpoint(endpoint_id, tenant) for endpoint_id in ids]
+        return sorted((e for e in found if e is not None), key=lambda e: e.created_at)
+
+    async def remove_endpoint(self, endpoint: Endpoint) -> None:
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.delete(self._keys.webhook_endpoint(endpoint.endpoint_id))
+            pipe.srem(self._keys.webhook_endpoints(endpoint.tenant), endpoint.endpoint_id)
+            await pipe.execute()
+
+    # --- deliveries -----------------------------------------------------------------------
+
+    async def emit(self, tenant: str, event_type: str, data: Mapping[str, Any], event_id: str) -> list[str]:
+        """One delivery for each of the tenant's endpoints that takes ``event_type``; the
+        ids of those made now (an event emitted again makes none)."""
+        targets = [endpoint for endpoint in await self.endpoints(tenant) if event_type in endpoint.events]
+        if not targets:
+            return []
+        now_ms = int(time.time() * 1000)
+        payload = orjson.dumps(
+            {"type": event_type, "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "data": data}
+        )
+        made = []
+        for endpoint in targets:
+            delivery = Delivery(
+                delivery_id(event_id, endpoint.endpoint_id),
+                tenant,
+                endpoint.endpoint_id,
+                event_type,
+                payload,
+                now_ms,
+                next_at_ms=now_ms,
+            )
+            pairs = [part for name, value in _fields(delivery).items() for part in (name, value)]
+            keys = [
+                self._keys.webhook_delivery(delivery.delivery_id),
+                self._keys.webhook_due,
+                self._keys.webhook_log(tenant),
+            ]
+            if await self._emit(keys=keys, args=[delivery.delivery_id, now_ms, LOG_KEEP, *pairs]):
+                made.append(delivery.delivery_id)
+        return made
+
+    async def delivery(self, delivery_id: str, tenant: str | None = None) -> Delivery | None:
+        raw = await self._redis.hgetall(self._keys.webhook_delivery(delivery_id))
+        if not raw or (b"payload" not in raw and "payload" not in raw):
+            return None
+        fields = {as_text(k): v for k, v in raw.items()}
+        text = {name: as_text(value) for name, value in fields.items() if name != "payload"}
+        payload = fields["payload"]
+        found = Delivery(
+            delivery_id,
+            text["tenant"],
+            text["endpoint_id"],
+            text["event_type"],
+            payload if isinstance(payload, bytes) else payload.encode(),
+            int(text["created_at_ms"]),
+            text["state"],
+            int(text["attempts"]),
+            int(text["last_status"]),
+            text.get("last_error", ""),
+            int(text["next_at_ms"]),
+        )
+        return found if tenant is None or found.tenant == tenant else None
+
+    async def claim_due(self, most: int, lease_ms: int) -> list[str]:
+        """Up to ``most`` deliveries due now, each hidden for ``lease_ms`` while it is tried."""
+        now_ms = int(time.time() * 1000)
+        ids = await self._claim(keys=[self._keys.webhook_due], args=[now_ms, most, now_ms + lease_ms])
+        return [as_text(i) for i in ids]
+
+    async def record_attempt(self, delivery: Delivery) -> None:
+        """Store an attempt's outcome: due again at ``next_at_ms`` while pending; off the
+        due set once delivered or dead (dead ones listed apart)."""
+        key = self._keys.webhook_delivery(delivery.delivery_id)
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.hset(key, mapping=_fields(delivery))
+            if delivery.state == "pending":
+                pipe.zadd(self._keys.webhook_due, {delivery.delivery_id: delivery.next_at_ms})
+            else:
+                pipe.zrem(self._keys.webhook_due, delivery.delivery_id)
+                pipe.expire(key, FINAL_TTL_S)
+            if delivery.state == "dead":
+                dead = self._keys.webhook_dead(delivery.tenant)
+                pipe.zadd(dead, {delivery.delivery_id: delivery.created_at_ms})
+                pipe.zremrangebyrank(dead, 0, -LOG_KEEP - 1)
+            await pipe.execute()
+
+    async def replay(self, delivery: Delivery) -> None:
+        """Try it again now, its attempts counted afresh (same id: a receiver that had it drops it)."""
+        delivery.state, delivery.attempts, delivery.last_error = "pending", 0, ""
+        delivery.created_at_ms = delivery.next_at_ms = int(time.time() * 1000)
+        key = self._keys.webhook_delivery(delivery.delivery_id)
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.hset(key, mapping=_fields(delivery))
+            pipe.persist(key)
+            pipe.zrem(self._keys.webhook_dead(delivery.tenant), delivery.delivery_id)
+            pipe.zadd(self._keys.webhook_due, {delivery.delivery_id: delivery.next_at_ms})
+            await pipe.execute()
+
+    async def listed(self, tenant: str, limit: int, dead: bool = False) -> list[Delivery]:
+        """The tenant's latest deliveries (or dead ones), newest first."""
+        index = self._keys.webhook_dead(tenant) if dead else self._keys.webhook_log(tenant)
+        ids = [as_text(cast(bytes, i)) for i in await self._redis.zrevrange(index, 0, limit - 1)]
+        found = [await self.delivery(i, tenant) for i in ids]
+        return [d for d in found if d is not None]
+
+
+def _fields(delivery: Delivery) -> dict[Any, Any]:
+    return {
+        "tenant": delivery.tenant,
+        "endpoint_id": delivery.endpoint_id,
+        "event_type": delivery.event_type,
+        "payload": delivery.payload,
+        "created_at_ms": delivery.created_at_ms,
+        "state": delivery.state,
+        "attempts": delivery.attempts,
+        "last_status": delivery.last_status,
+        "last_error": delivery.last_error,
+        "next_at_ms": delivery.next_at_ms,
+    }
+
+
+def next_delay_s(attempts: int, delays_s: Sequence[float]) -> float | None:
+    """The wait before the next attempt after ``attempts`` failed ones; None: no more."""
+    return delays_s[attempts - 1] if 1 <= attempts <= len(delays_s) else None

@@ -1,0 +1,70 @@
+"""Where a webhook may be sent: never to this network's own machines, unless named.
+
+A webhook URL is the caller's, and Brimful sends to it from inside the network: an
+attacker could aim it at the metadata service, Redis or a private admin page (SSRF). So a
+target must be ``http`` or ``https`` on a host whose every address is public: loopback,
+private, link-local (the cloud metadata address among them), shared, multicast, reserved
+and unspecified addresses are refused, unless the host is in
+``BRIMFUL_WEBHOOK_ALLOWED_HOSTS``. The check runs when the endpoint is registered and again
+before every attempt, so a name that later resolves inward is caught then.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+from urllib.parse import urlsplit
+
+MAX_URL_LENGTH = 2048
+
+
+class TargetRefused(ValueError):
+    """A URL a webhook may not be sent to; the message says why."""
+
+
+def is_public(address: str) -> bool:
+    """Whether an IP address is one of the public internet's."""
+    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_global and not ip.is_multicast
+
+
+def parse_target(url: str, allowed_hosts: frozenset[str]) -> tuple[str, int, bool]:
+    """(host, port, named in the allowed hosts) of a URL a webhook may go to; TargetRefused
+    for one that is not http(s), has credentials or no host."""
+    if len(url) > MAX_URL_LENGTH:
+        raise TargetRefused(f"the URL is longer than {MAX_URL_LENGTH} characters")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https"):
+        raise TargetRefused("the URL must be http or https")
+    if parts.username or parts.password:
+        raise TargetRefused("the URL must not carry credentials")
+    host = (parts.hostname or "").lower()
+    if not host:
+        raise TargetRefused("the URL has no host")
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError as error:
+        raise TargetRefused("the URL's port is not a number from 1 to 65535") from error
+    return host, port, host in allowed_hosts
+
+
+async def check_target(url: str, allowed_hosts: frozenset[str]) -> None:
+    """TargetRefused unless every address the URL's host resolves to now is public (or the
+    host is allowed by name)."""
+    host, port, allowed = parse_target(url, allowed_hosts)
+    if allowed:
+        return
+    try:
+        infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as error:
+        raise TargetRefused(f"the host {host!r} does not resolve") from error
+    for info in infos:
+        address = str(info[4][0])
+        if not is_public(address):
+            raise TargetRefused(
+                f"the host {host!r} resolves to {address}, an address of this network (loopback, private, "
+                "link-local or reserved); name it in BRIMFUL_WEBHOOK_ALLOWED_HOSTS to allow it"
+            )

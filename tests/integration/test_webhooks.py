@@ -1,0 +1,231 @@
+"""Webhooks, received by a real HTTP server that checks every delivery with the
+``standardwebhooks`` library, unmodified: task events from the batchers (done, failed,
+expired, identical inputs, two models), batch events from the batch jobs' driver, retries
+with backoff, dead deliveries that on-call lists and replays with the same id, and targets
+inside the network refused. On the production-shape stack (auth on, two API workers)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from aiohttp import web
+from standardwebhooks import Webhook
+
+from brimful.stack import EmbeddedStack, free_port
+from tests.helpers.pipeline import expected_outputs
+from tests.helpers.polling import wait_for
+
+
+@dataclass
+class Receiver:
+    """A webhook receiver on loopback: ``/ok`` answers 204, ``/flaky`` fails its first
+    ``flaky_failures`` calls of each delivery, ``/down`` fails while ``down`` holds."""
+
+    url: str
+    secrets: dict[str, str] = field(default_factory=dict)  # path -> the endpoint's secret
+    received: list[tuple[str, dict[str, str], dict[str, Any]]] = field(default_factory=list)  # verified
+    calls: dict[str, int] = field(default_factory=dict)  # webhook-id -> calls
+    flaky_failures: int = 2
+    down: bool = True
+
+    def events(self, path: str) -> list[dict[str, Any]]:
+        return [event for where, _, event in self.received if where == path]
+
+
+@pytest.fixture
+async def receiver() -> AsyncIterator[Receiver]:
+    port = free_port()
+    got = Receiver(f"http://127.0.0.1:{port}")
+
+    async def handle(request: web.Request) -> web.Response:
+        path = request.path
+        body = await request.read()
+        headers = {name.lower(): value for name, value in request.headers.items()}
+        event = Webhook(got.secrets[path]).verify(body, headers)  # raises on a bad signature
+        message_id = headers["webhook-id"]
+        got.calls[message_id] = got.calls.get(message_id, 0) + 1
+        if path == "/flaky" and got.calls[message_id] <= got.flaky_failures:
+            return web.Response(status=503)
+        if path == "/down" and got.down:
+            return web.Response(status=500)
+        got.received.append((path, headers, event))
+        return web.Response(status=204)
+
+    app = web.Application()
+    app.router.add_post("/{path}", handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    yield got
+    await runner.cleanup()
+
+
+@pytest.fixture
+async def api(openai_stack: EmbeddedStack, openai_keys: dict[str, str]) -> AsyncIterator[httpx.AsyncClient]:
+    """The tenant's admin calls; every endpoint it made is removed afterwards."""
+    async with httpx.AsyncClient(
+        base_url=openai_stack.api_url, headers={"Authorization": f"Bearer {openai_keys['admin']}"}, timeout=30
+    ) as client:
+        yield client
+        for endpoint in (await client.get("/v1/webhooks/endpoints")).json()["data"]:
+            await client.delete(f"/v1/webhooks/endpoints/{endpoint['id']}")
+
+
+async def register(api: httpx.AsyncClient, receiver: Receiver, path: str, events: list[str]) -> dict[str, Any]:
+    answer = await api.post("/v1/webhooks/endpoints", json={"url": f"{receiver.url}{path}", "events": events})
+    assert answer.status_code == 200, answer.text
+    endpoint = answer.json()
+    receiver.secrets[path] = endpoint["secret"]
+    return endpoint
+
+
+def until(predicate: Callable[[], bool]) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        return predicate()
+
+    return check
+
+
+async def submit(stack: EmbeddedStack, key: str, text: str, **fields: Any) -> str:
+    async with httpx.AsyncClient(base_url=stack.api_url, timeout=30) as http:
+        answer = await http.post(
+            "/v1/tasks", json={"inputs": {"TEXT": text}, **fields}, headers={"Authorization": f"Bearer {key}"}
+        )
+    assert answer.status_code == 202, answer.text
+    return str(answer.json()["task_id"])
+
+
+async def test_finished_tasks_are_announced_signed_once_each(
+    openai_stack: EmbeddedStack, openai_keys: dict[str, str], api: httpx.AsyncClient, receiver: Receiver
+) -> None:
+    await register(api, receiver, "/ok", ["task.completed", "task.failed", "task.expired"])
+    text = f"announce me {uuid.uuid4().hex}"
+    done = [await submit(openai_stack, openai_keys["submit"], text) for _ in range(3)]  # identical inputs
+    small = await submit(openai_stack, openai_keys["submit"], text, model="brimful_reference_16")
+    failed = await submit(openai_stack, openai_keys["submit"], f"!fail {uuid.uuid4().hex}")
+    late = await submit(openai_stack, openai_keys["submit"], text, deadline_ms=1)
+    foreign = await submit(openai_stack, openai_keys["other"], text)  # a tenant with no endpoint
+    expected = {**dict.fromkeys([*done, small], "task.completed"), failed: "task.failed", late: "task.expired"}
+    await wait_for(until(lambda: len(receiver.events("/ok")) >= len(expected)), 60, "every task's event")
+    events = {event["data"]["task_id"]: event for event in receiver.events("/ok")}
+    assert {task: event["type"] for task, event in events.items()} == expected
+    assert foreign not in events
+    for task in [*done, small]:
+        assert events[task]["data"]["outputs"] == expected_outputs(text)
+    assert events[failed]["data"]["error"]["message"] and events[late]["data"]["error"]["class"] == "expired"
+    # Each delivery came once, and says which; the log lists them delivered.
+    assert all(calls == 1 for calls in receiver.calls.values())
+    log = (await api.get("/v1/webhooks/deliveries")).json()["data"]
+    ids = {headers["webhook-id"] for _, headers, _ in receiver.received}
+    assert ids <= {entry["id"] for entry in log if entry["state"] == "delivered"}
+
+
+async def test_a_batch_job_announces_its_end(
+    openai_stack: EmbeddedStack, openai_keys: dict[str, str], api: httpx.AsyncClient, receiver: Receiver
+) -> None:
+    await register(api, receiver, "/ok", ["batch.completed", "batch.cancelled"])
+    headers = {"Authorization": f"Bearer {openai_keys['submit']}"}
+    line = {"custom_id": "one", "method": "POST", "url": "/v1/tasks", "body": {"inputs": {"TEXT": "batch event"}}}
+    async with httpx.AsyncClient(base_url=openai_stack.api_url, headers=headers, timeout=30) as http:
+        uploaded = await http.post(
+            "/v1/files", files={"file": ("one.jsonl", orjson.dumps(line) + b"\n")}, data={"purpose": "batch"}
+        )
+        batch = await http.post(
+            "/v1/batches",
+            json={"input_file_id": uploaded.json()["id"], "endpoint": "/v1/tasks", "completion_window": "1h"},
+        )
+    batch_id = batch.json()["id"]
+    await wait_for(until(lambda: bool(receiver.events("/ok"))), 60, "the batch's event")
+    (event,) = receiver.events("/ok")
+    assert event["type"] == "batch.completed" and event["data"]["id"] == batch_id
+    assert event["data"]["status"] == "completed" and event["data"]["output_file_id"]
+    assert event["data"]["request_counts"] == {"total": 1, "completed": 1, "failed": 0}
+
+
+async def test_failed_attempts_are_retried_then_dead_and_on_call_replays_them(
+    openai_stack: EmbeddedStack, openai_keys: dict[str, str], api: httpx.AsyncClient, receiver: Receiver
+) -> None:
+    await register(api, receiver, "/flaky", ["task.completed"])
+    await register(api, receiver, "/down", ["task.completed"])
+    task = await submit(openai_stack, openai_keys["submit"], f"retry me {uuid.uuid4().hex}")
+    await wait_for(until(lambda: bool(receiver.events("/flaky"))), 60, "the flaky endpoint's delivery")
+    # Three retries, then dead: the settings of the stack wait 0.3 s between attempts.
+    dead = await wait_for_dead(api)
+    assert dead["attempts"] == 4 and dead["last_status"] == 500 and dead["event_type"] == "task.completed"
+    flaky_id = next(headers["webhook-id"] for path, headers, _ in receiver.received if path == "/flaky")
+    assert receiver.calls[flaky_id] == receiver.flaky_failures + 1
+    shown = (await api.get(f"/v1/webhooks/deliveries/{dead['id']}")).json()
+    assert shown["payload"]["data"]["task_id"] == task
+    receiver.down = False
+    replayed = await api.post(f"/v1/webhooks/deliveries/{dead['id']}/replay")
+    assert replayed.status_code == 200 and replayed.json()["state"] == "pending"
+    await wait_for(until(lambda: bool(receiver.events("/down"))), 30, "the replayed delivery")
+    (_, headers, event) = next(entry for entry in receiver.received if entry[0] == "/down")
+    assert headers["webhook-id"] == dead["id"] and event["data"]["task_id"] == task
+    assert (await api.get("/v1/webhooks/deliveries?state=dead")).json()["data"] == []
+    # Another tenant's on-call sees none of it.
+    async with httpx.AsyncClient(
+        base_url=openai_stack.api_url, headers={"Authorization": f"Bearer {openai_keys['other-admin']}"}
+    ) as other:
+        assert (await other.get(f"/v1/webhooks/deliveries/{dead['id']}")).status_code == 404
+        assert (await other.post(f"/v1/webhooks/deliveries/{dead['id']}/replay")).status_code == 404
+        assert (await other.get("/v1/webhooks/endpoints")).json()["data"] == []
+
+
+async def wait_for_dead(api: httpx.AsyncClient) -> dict[str, Any]:
+    found: list[dict[str, Any]] = []
+
+    async def listed() -> bool:
+        found[:] = (await api.get("/v1/webhooks/deliveries?state=dead")).json()["data"]
+        return bool(found)
+
+    await wait_for(listed, 30, "a dead delivery")
+    return found[0]
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.2:9/hook",  # loopback, not the allowed 127.0.0.1
+        "http://localhost:9/hook",  # a name that resolves to loopback
+        "http://169.254.169.254/latest/meta-data",  # the cloud metadata address
+        "http://10.1.2.3/hook",
+        "http://[::1]:9/hook",
+        "http://[::ffff:192.168.0.1]/hook",
+        "ftp://example.com/hook",
+        "http://user:pass@example.com/hook",
+        "http:///no-host",
+    ],
+)
+async def test_targets_inside_the_network_are_refused(api: httpx.AsyncClient, url: str) -> None:
+    answer = await api.post("/v1/webhooks/endpoints", json={"url": url, "events": ["task.completed"]})
+    assert answer.status_code == 400 and answer.json()["error"]["code"] == "invalid_url", answer.text
+
+
+async def test_bad_endpoint_requests_get_a_clear_4xx(
+    openai_stack: EmbeddedStack, openai_keys: dict[str, str], api: httpx.AsyncClient
+) -> None:
+    for body, says in [
+        ({"url": "http://127.0.0.1:9/x", "events": ["task.started"]}, "events"),
+        ({"url": "http://127.0.0.1:9/x", "events": []}, "events"),
+        ({"events": ["task.completed"]}, "url"),
+        ({"url": "http://127.0.0.1:9/x", "events": ["task.completed"], "secret": "mine"}, "secret"),
+    ]:
+        answer = await api.post("/v1/webhooks/endpoints", json=body)
+        assert answer.status_code == 400 and says in answer.json()["error"]["message"], answer.text
+    async with httpx.AsyncClient(
+        base_url=openai_stack.api_url, headers={"Authorization": f"Bearer {openai_keys['submit']}"}
+    ) as not_admin:
+        assert (await not_admin.get("/v1/webhooks/endpoints")).status_code == 403
+    assert (await api.delete("/v1/webhooks/endpoints/we_000000000000000000000000")).status_code == 404
+    made = [
+        await api.post("/v1/webhooks/endpoints", json={"url": f"http://127.0.0.1:9/{n}", "events": ["task.failed"]})
+        for n in range(17)
+    ]
+    assert [answer.status_code for answer in made].count(200) == 16 and made[-1].status_code == 400

@@ -1,0 +1,53 @@
+"""Which of a batch's rows go on to run, decided against the task store just before the
+call: rows past their deadline are expired (``workers/expiry.py`` says which), and rows
+whose record Redis lost are re-created from their Kafka record."""
+
+from __future__ import annotations
+
+import logging
+
+from brimful.core import metrics
+from brimful.core.task_record import KnownTask
+from brimful.core.task_store import TaskStore
+from brimful.workers.batch import Batch, BatchItem, BatchOutcome
+from brimful.workers.expiry import expiry_reason, past_deadline
+
+log = logging.getLogger("brimful.worker")
+
+
+async def expire_late(store: TaskStore, batch: Batch, outcome: BatchOutcome, now_ms: int) -> list[BatchItem]:
+    """Move the batch's queued tasks whose deadline has passed to expired (never
+    computed, counted); the items left to run."""
+    late = past_deadline(batch.items, now_ms)
+    if not late:
+        return batch.items
+    reasons = {item.task_id: expiry_reason(item, now_ms) for item in late}
+    expired = set(await store.mark_expired(reasons))
+    if expired:
+        outcome.expired = len(expired)
+        metrics.TASKS_EXPIRED.inc(len(expired))
+        for task_id in expired:
+            log.info("task expired before dispatch", extra={"task_id": task_id, "batch_id": batch.batch_id})
+    return [item for item in batch.items if item.task_id not in expired]
+
+
+async def recreate_missing(
+    store: TaskStore, batch: Batch, candidates: list[BatchItem], running: set[str], default_model: str
+) -> list[str]:
+    """Bring back the tasks of the batch whose record Redis lost (the Kafka record is
+    the source of truth): they run with the rest, and their tenant's quota frees when
+    they end. Final, cancelled and withdrawn tasks stay as they are."""
+    left = [
+        KnownTask(item.task_id, item.request.submitted_at_ms, item.request.tenant, item.request.model or default_model)
+        for item in candidates
+        if item.task_id not in running
+    ]
+    recreated = await store.recreate_missing(left)
+    if recreated:
+        metrics.TASKS_RECREATED.inc(len(recreated))
+        for task_id in recreated:
+            log.warning(
+                "task record was gone; re-created from its Kafka record",
+                extra={"task_id": task_id, "batch_id": batch.batch_id},
+            )
+    return recreated

@@ -1,0 +1,62 @@
+"""Webhook events of finished tasks: ``task.completed``, ``task.failed``, ``task.expired``,
+for the tenants with an endpoint that takes them.
+
+After each batch the runner announces its tasks that are final, the ones it finished and
+the ones it found finished already (a record read again after a crash). An event's
+deliveries take ids derived from the task and its state (``core/webhook_records.py``), so
+announcing again makes none: a batcher that dies between storing a result and announcing
+it is followed by one that reads the record again and announces it then. At least once.
+Which tenants want task events is read from Redis at most every ``ENDPOINTS_TTL_S``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+
+from brimful.core.task_record import task_record_answer
+from brimful.core.task_status import TaskStatus
+from brimful.core.task_store import TaskStore
+from brimful.core.webhook_records import WebhookRecords
+from brimful.workers.batch import BatchItem
+
+ENDPOINTS_TTL_S = 2.0
+EVENTS = {TaskStatus.DONE: "task.completed", TaskStatus.FAILED: "task.failed", TaskStatus.EXPIRED: "task.expired"}
+
+
+class TaskEvents:
+    """Announces a batch's finished tasks to their tenants' webhooks."""
+
+    def __init__(self, webhooks: WebhookRecords, store: TaskStore, default_model: str) -> None:
+        self._webhooks = webhooks
+        self._store = store
+        self._default_model = default_model
+        self._wanted: dict[str, tuple[float, frozenset[str]]] = {}  # tenant -> (read at, event types)
+
+    async def _wants(self, tenant: str) -> frozenset[str]:
+        read_at, events = self._wanted.get(tenant, (0.0, frozenset()))
+        if time.monotonic() - read_at > ENDPOINTS_TTL_S:
+            endpoints = await self._webhooks.endpoints(tenant)
+            events = frozenset(event for endpoint in endpoints for event in endpoint.events)
+            self._wanted[tenant] = (time.monotonic(), events)
+        return events
+
+    async def announce(self, items: Sequence[BatchItem]) -> int:
+        """Emit the events of the items' final tasks that their tenants want; how many."""
+        by_tenant: dict[str, list[str]] = {}
+        for item in items:
+            by_tenant.setdefault(item.request.tenant, []).append(item.task_id)
+        emitted = 0
+        for tenant, task_ids in by_tenant.items():
+            wanted = await self._wants(tenant)
+            if not wanted & set(EVENTS.values()):
+                continue
+            records = await asyncio.gather(*(self._store.get(task_id) for task_id in task_ids))
+            for task_id, record in zip(task_ids, records):
+                event = EVENTS.get(record.status) if record is not None else None
+                if record is None or event is None or event not in wanted:
+                    continue
+                answer = task_record_answer(task_id, record, self._default_model)
+                emitted += len(await self._webhooks.emit(tenant, event, answer, f"{task_id}:{event}"))
+        return emitted
