@@ -7,6 +7,10 @@ replays, while a seeded schedule injects a fault every 20 s or less: an API work
 batchers killed and added (rebalances), an endpoint stopped or killed, Redis killed (losing
 its last second) or paused, the broker restarted, idle sockets flooding the API.
 
+A batch job (OpenAI's Batch API over ``/v1/tasks``: both models, identical inputs, failing
+rows, a bad line) runs through the faults; at the end every one of its lines is answered
+exactly once, in the output file with its own result or in the error file.
+
 At quiescence a ledger checks every task that got a 202: it ended exactly once, done with
 its own result, or failed with its dead letter, or cancelled as asked; no retry with an
 Idempotency-Key made a second task; no done result changed; no tenant read another's
@@ -32,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import orjson
 import pytest
 from redis.asyncio import Redis
 
@@ -50,6 +55,8 @@ ROTATION_S = float(os.environ.get("BRIMFUL_SOAK_ROTATION_S", "0"))
 SEED = int(os.environ.get("BRIMFUL_SOAK_SEED", "7"))
 REPORT = os.environ.get("BRIMFUL_SOAK_REPORT", "")
 LOAD_PER_S = 12.0
+BATCH_JOB_LINES = 400
+BATCH_JOB_WINDOW = 8
 FAULT_GAP_S = (5.0, 14.0)  # a fault, then steady load for this long: one every 20 s or less
 FAULTS = (
     "api-worker",
@@ -89,6 +96,7 @@ def soak_stack(tmp_path_factory: pytest.TempPathFactory, s3_server: str) -> Iter
         retry_backoff_ms=50.0,
         redis_timeout_s=1.0,
         topic_rotation_s=ROTATION_S,
+        batch_job_window=BATCH_JOB_WINDOW,  # the job moves a few lines a step: it runs through faults
     )
     settings = base.model_copy(update={"triton_url": f"{base.triton_url},127.0.0.1:{free_port()}"})
     stack = EmbeddedStack(
@@ -407,6 +415,7 @@ async def test_every_accepted_task_ends_right_in_the_production_shape_under_chao
     faults = Faults(stack, ledger, random.Random(SEED + 2))
     fault_file = stack.workdir / "model-fault"
     fault_file.touch()  # !flaky rows fail for the first half, and pass when replayed after
+    job = await BatchJob.start(clients[TENANTS[0]], ledger)
     stop = asyncio.Event()
     running = [asyncio.create_task(traffic.run(stop)), asyncio.create_task(watch(clients, ledger, operator, rng, stop))]
     schedule: list[tuple[float, str]] = []
@@ -442,7 +451,10 @@ async def test_every_accepted_task_ends_right_in_the_production_shape_under_chao
         if status == 200:
             ledger.replays += body["replayed"]
 
+    job_figures, job_problems = await job.check(clients[TENANTS[0]], ledger)
     figures, problems = await check_ledger(stack, clients, operator, ledger)
+    figures.update(job_figures)
+    problems += job_problems
     deleted = generations_deleted(stack)
     figures = {
         "seconds": round(elapsed),
@@ -458,6 +470,87 @@ async def test_every_accepted_task_ends_right_in_the_production_shape_under_chao
     assert not problems, problems[:10]
     if ROTATION_S:  # the rotation ran under the faults: finished generations were retired
         assert deleted > 0
+
+
+@dataclass
+class BatchJob:
+    """A batch job of the soak: its lines by custom_id (text, or None for the bad line)."""
+
+    batch_id: str
+    lines: dict[str, str | None]
+
+    @classmethod
+    async def start(cls, tenant: Tenant, ledger: Ledger) -> BatchJob:
+        lines: dict[str, str | None] = {}
+        body = b""
+        for n in range(BATCH_JOB_LINES):
+            text = f"!fail job {n}" if n % 97 == 5 else f"job text {n % 23}"  # identical inputs, failing rows
+            model = MODELS[n % 2]
+            lines[f"job-{n}"] = text
+            line = {"custom_id": f"job-{n}", "method": "POST", "url": "/v1/tasks"}
+            body += orjson.dumps({**line, "body": {"inputs": {"TEXT": text}, "model": model}}) + b"\n"
+        lines["bad"] = None
+        body += b'{"custom_id": "bad", "method": "POST", "url": "/v1/embeddings", "body": {}}\n'
+        form = aiohttp.FormData()
+        form.add_field("purpose", "batch")
+        form.add_field("file", body, filename="soak.jsonl")
+        status, uploaded = await tenant.call(ledger, "POST", "/v1/files", data=form)
+        assert status == 200, uploaded
+        status, batch = await tenant.call(
+            ledger,
+            "POST",
+            "/v1/batches",
+            json={"input_file_id": uploaded["id"], "endpoint": "/v1/tasks", "completion_window": "24h"},
+        )
+        assert status == 200, batch
+        return cls(batch["id"], lines)
+
+    async def check(self, tenant: Tenant, ledger: Ledger) -> tuple[dict[str, object], list[str]]:
+        """Once it ended: each line answered once, right, in one of its files."""
+        batch: dict[str, Any] = {}
+
+        async def ended() -> bool:
+            status, answer = await tenant.call(ledger, "GET", f"/v1/batches/{self.batch_id}")
+            if status == 200:
+                batch.update(answer)
+            return batch.get("status") in ("completed", "failed", "expired", "cancelled")
+
+        await wait_for(ended, 300, "the batch job to end", interval_s=1.0)
+        problems = [] if batch["status"] == "completed" else [f"batch job ended {batch['status']}: {batch}"]
+        output = await self._file(tenant, ledger, batch.get("output_file_id"), problems)
+        errors = await self._file(tenant, ledger, batch.get("error_file_id"), problems)
+        for custom_id in set(output) & set(errors):
+            problems.append(f"batch line {custom_id} is in both files")
+        for custom_id, text in self.lines.items():
+            if custom_id in output:
+                outputs = output[custom_id]["response"]["body"].get("outputs")
+                if text is None or text.startswith("!fail") or outputs != expected_outputs(text):
+                    problems.append(f"batch line {custom_id} has a wrong result")
+            elif custom_id not in errors:
+                problems.append(f"batch line {custom_id} is answered in neither file")
+            elif text is not None and not text.startswith("!fail"):
+                problems.append(f"batch line {custom_id} failed: {errors[custom_id]}")
+        counts = batch.get("request_counts", {})
+        figures = {
+            "batch job lines: output / error file": f"{len(output)} / {len(errors)} of {len(self.lines)}",
+            "batch job status": f"{batch.get('status')} ({counts})",
+        }
+        return figures, problems
+
+    async def _file(
+        self, tenant: Tenant, ledger: Ledger, file_id: str | None, problems: list[str]
+    ) -> dict[str, dict[str, Any]]:
+        if not file_id:
+            return {}
+        async with tenant.session.get(f"/v1/files/{file_id}/content") as response:
+            content = await response.read() if response.status == 200 else b""
+        by_id: dict[str, dict[str, Any]] = {}
+        for raw in content.splitlines():
+            line = orjson.loads(raw)
+            if line["custom_id"] in by_id:
+                problems.append(f"batch line {line['custom_id']} is answered twice")
+            by_id[line["custom_id"]] = line
+        return by_id
 
 
 def generations_deleted(stack: EmbeddedStack) -> int:
