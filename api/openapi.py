@@ -33,6 +33,7 @@ from brimful.core.model_catalogue import ModelCatalogue
 from brimful.core.model_signature import ModelSignature, TensorSpec
 from brimful.core.policy_params import TUNABLE, bounds
 from brimful.core.settings import Settings
+from brimful.core.webhook_targets import MAX_URL_LENGTH
 
 
 def input_schema(spec: TensorSpec) -> dict[str, Any]:
@@ -97,6 +98,12 @@ def submit_schema(catalogue: ModelCatalogue | None) -> dict[str, Any]:
             "type": "boolean",
             "default": True,
             "description": "false: this task gets its own model call, never an identical task's result",
+        },
+        "callback_url": {
+            "type": "string",
+            "maxLength": MAX_URL_LENGTH,
+            "description": "where the task's final state is POSTed, signed as Standard Webhooks says "
+            "(docs/webhooks.md); not inside this network",
         },
         "priority": {
             "type": "string",

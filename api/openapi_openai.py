@@ -183,6 +183,9 @@ def openai_operations(catalogue: ModelCatalogue | None, settings: Settings) -> d
         (WEBHOOKS_PATH + "/endpoints/{endpoint_id}", "delete"): {
             "responses": responses({200: ("Deleted.", OBJECT)}, (401, 403, 404, 503)),
         },
+        (WEBHOOKS_PATH + "/callback-secret", "get"): {
+            "responses": responses({200: ("The secret of the tenant's task callbacks.", OBJECT)}, (401, 403, 503)),
+        },
         (WEBHOOKS_PATH + "/deliveries", "get"): {
             "parameters": [
                 limit(WEBHOOK_LIST_MAX),

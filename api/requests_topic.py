@@ -34,6 +34,7 @@ def task_record(state: ApiState, submission: Submission, task_id: str, tenant: s
         tenant=tenant,
         no_cache=not submission.cache,
         low_priority=submission.low_priority,
+        callback_url=submission.callback_url,
     )
     for name, tensor in submission.inputs.items():
         message.inputs[name].CopyFrom(tensor)

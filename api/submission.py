@@ -11,11 +11,12 @@ from brimful.api.errors import ApiError, unknown_model
 from brimful.core.model_catalogue import ModelCatalogue, UnknownModelError
 from brimful.core.model_signature import ModelSignature
 from brimful.core.tensor_codec import InputValidationError, encode_input
+from brimful.core.webhook_targets import TargetRefused, check_target, parse_target
 from brimful.schemas import InputTensor
 
 log = logging.getLogger("brimful.api")
 
-ALLOWED_FIELDS = ("inputs", "model", "deadline_ms", "cache", "priority")
+ALLOWED_FIELDS = ("inputs", "model", "deadline_ms", "cache", "priority", "callback_url")
 PRIORITIES = ("normal", "low")
 MAX_DEADLINE_MS = 3_600_000
 
@@ -29,6 +30,7 @@ class Submission:
     deadline_ms: int | None = None  # the client wants the result within this many ms
     cache: bool = True  # False: its own model call, never a result computed for an identical task
     low_priority: bool = False  # bulk work: fills the slots normal tasks leave empty
+    callback_url: str = ""  # where its final state is POSTed (checked by the route: check_callback)
 
     @property
     def payload_bytes(self) -> int:
@@ -76,6 +78,14 @@ def parse_submission(document: Any, catalogue: ModelCatalogue) -> Submission:
     priority = document.get("priority", "normal")
     if priority not in PRIORITIES:
         raise ApiError(422, "invalid_request", f"priority must be one of: {', '.join(PRIORITIES)}")
+    callback_url = document.get("callback_url", "")
+    if not isinstance(callback_url, str):
+        raise ApiError(422, "invalid_request", "callback_url must be a string: an http(s) URL")
+    if callback_url:
+        try:
+            parse_target(callback_url, frozenset())
+        except TargetRefused as error:
+            raise ApiError(400, "invalid_callback_url", f"callback_url: {error}") from error
     encoded: dict[str, InputTensor] = {}
     for spec in signature.inputs:
         try:
@@ -83,8 +93,23 @@ def parse_submission(document: Any, catalogue: ModelCatalogue) -> Submission:
         except InputValidationError as error:
             raise ApiError(422, "invalid_input", str(error)) from error
     return Submission(
-        inputs=encoded, model=signature.name, deadline_ms=deadline_ms, cache=cache, low_priority=priority == "low"
+        inputs=encoded,
+        model=signature.name,
+        deadline_ms=deadline_ms,
+        cache=cache,
+        low_priority=priority == "low",
+        callback_url=callback_url,
     )
+
+
+async def check_callback(submission: Submission, allowed_hosts: frozenset[str]) -> None:
+    """400 when the task's callback_url points inside this network (its host resolves to a
+    loopback, private or link-local address) and is not allowed by name."""
+    if submission.callback_url:
+        try:
+            await check_target(submission.callback_url, allowed_hosts)
+        except TargetRefused as error:
+            raise ApiError(400, "invalid_callback_url", f"callback_url: {error}") from error
 
 
 def model_named(name: Any, catalogue: ModelCatalogue) -> ModelSignature:

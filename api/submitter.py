@@ -18,7 +18,7 @@ from brimful.api.group_commit import GroupCommitterFull, GroupCommitterStopped, 
 from brimful.api.idempotency import commit_idempotency_key, release_idempotency_key
 from brimful.api.requests_topic import RECORD_OVERHEAD_BYTES, task_record, too_large_for_broker
 from brimful.api.state import ApiState
-from brimful.api.submission import Submission, parse_submission
+from brimful.api.submission import Submission, check_callback, parse_submission
 from brimful.core import metrics
 from brimful.core.clock import now_ms
 from brimful.core.task_record import NewTask
@@ -79,6 +79,8 @@ class Submitter:
             try:
                 submission = parse_submission(item, self._state.catalogue)  # type: ignore[arg-type]
                 check_payload(submission, limits)
+                if submission.callback_url:
+                    await check_callback(submission, self._state.webhook_hosts)
             except ApiError as error:
                 results.append({"error": {"code": error.code, "message": error.message}})
                 continue

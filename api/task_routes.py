@@ -16,7 +16,7 @@ from brimful.api.idempotency import claim_idempotency_key
 from brimful.api.json_answer import JsonAnswer
 from brimful.api.request_body import parse_json, read_body
 from brimful.api.state import ApiState, api_state
-from brimful.api.submission import Submission, parse_submission
+from brimful.api.submission import Submission, check_callback, parse_submission
 from brimful.api.submitter import Submitter, check_admission, new_task_id
 from brimful.api.task_waiters import read_own_task
 from brimful.core.api_keys import Scope
@@ -90,6 +90,8 @@ async def _submit(request: Request, principal: Principal, state: ApiState) -> Js
     if state.catalogue is None:
         await check_admission(state)
     submission = parse_submission(document, state.catalogue)  # type: ignore[arg-type]
+    if submission.callback_url:
+        await check_callback(submission, state.webhook_hosts)
 
     task_id = new_task_id()
     key = request.headers.get("idempotency-key")

@@ -14,7 +14,7 @@ from brimful.api.auth import Principal, requires
 from brimful.api.errors import ApiError
 from brimful.api.file_routes import page_limit
 from brimful.api.request_body import parse_json, read_body
-from brimful.api.state import ApiState, api_state
+from brimful.api.state import api_state
 from brimful.core.api_keys import Scope
 from brimful.core.webhook_records import EVENT_TYPES, MAX_ENDPOINTS, Endpoint, new_endpoint_id
 from brimful.core.webhook_signing import new_secret
@@ -28,10 +28,6 @@ MAX_DESCRIPTION = 256
 BODY_LIMIT_BYTES = 16 * 1024
 LIST_LIMIT_MAX = 1000
 _admin = requires(Scope.ADMIN)
-
-
-def allowed_hosts(state: ApiState) -> frozenset[str]:
-    return frozenset(h.strip().lower() for h in state.settings.webhook_allowed_hosts.split(",") if h.strip())
 
 
 @router.post(WEBHOOKS_PATH + "/endpoints")
@@ -55,7 +51,7 @@ async def add_endpoint(request: Request, principal: Principal = Depends(_admin))
     if not isinstance(description, str) or len(description) > MAX_DESCRIPTION:
         raise ApiError(400, "invalid_request", f"description must be a string of at most {MAX_DESCRIPTION} characters")
     try:
-        await check_target(url, allowed_hosts(state))
+        await check_target(url, state.webhook_hosts)
     except TargetRefused as error:
         raise ApiError(400, "invalid_url", f"url: {error}") from error
     endpoint = Endpoint(
@@ -88,6 +84,12 @@ async def delete_endpoint(endpoint_id: str, request: Request, principal: Princip
         raise ApiError(404, "endpoint_not_found", f"no webhook endpoint {endpoint_id[:64]!r} for this tenant")
     await state.webhooks.remove_endpoint(endpoint)
     return {"id": endpoint_id, "deleted": True}
+
+
+@router.get(WEBHOOKS_PATH + "/callback-secret")
+async def callback_secret(request: Request, principal: Principal = Depends(_admin)) -> dict[str, str]:
+    """The secret that signs deliveries to the tenant's tasks' own ``callback_url``."""
+    return {"secret": await api_state(request).webhooks.callback_secret(principal.tenant)}
 
 
 @router.get(WEBHOOKS_PATH + "/deliveries")

@@ -22,7 +22,7 @@ from redis.exceptions import RedisError
 
 from brimful.core import metrics
 from brimful.core.settings import Settings
-from brimful.core.webhook_records import Delivery, WebhookRecords, next_delay_s
+from brimful.core.webhook_records import CALLBACK, Delivery, WebhookRecords, next_delay_s
 from brimful.core.webhook_signing import signed_headers
 from brimful.core.webhook_targets import TargetRefused, check_target
 
@@ -60,16 +60,20 @@ class WebhookSender:
         delivery = await self._records.delivery(delivery_id)
         if delivery is None or delivery.state != "pending":
             return
-        endpoint = await self._records.endpoint(delivery.endpoint_id, delivery.tenant)
-        if endpoint is None:
-            await self._end(delivery, "dead", 0, "the endpoint was deleted")
-            return
+        if delivery.endpoint_id == CALLBACK:
+            url, secret = delivery.url, await self._records.callback_secret(delivery.tenant)
+        else:
+            endpoint = await self._records.endpoint(delivery.endpoint_id, delivery.tenant)
+            if endpoint is None:
+                await self._end(delivery, "dead", 0, "the endpoint was deleted")
+                return
+            url, secret = endpoint.url, endpoint.secret
         delivery.attempts += 1
         try:
-            await check_target(endpoint.url, self._allowed)
-            headers = signed_headers(endpoint.secret, delivery.delivery_id, int(time.time()), delivery.payload)
+            await check_target(url, self._allowed)
+            headers = signed_headers(secret, delivery.delivery_id, int(time.time()), delivery.payload)
             status = await asyncio.wait_for(
-                _post(http, endpoint.url, delivery.payload, headers), self._settings.webhook_timeout_s
+                _post(http, url, delivery.payload, headers), self._settings.webhook_timeout_s
             )
         except TargetRefused as error:
             await self._failed(delivery, 0, f"refused target: {error}")

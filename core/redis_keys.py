@@ -61,7 +61,8 @@ class RedisKeys:
     - ``{{prefix}:webhook}:endpoint:{id}`` (hash) and ``...:endpoints:{tenant}`` (set): a
       tenant's webhook endpoints; ``...:delivery:{id}``: one delivery's record;
       ``...:due``: sorted set of deliveries by next attempt (ms); ``...:log:{tenant}`` and
-      ``...:dead:{tenant}``: a tenant's latest and dead deliveries. One hash tag for all.
+      ``...:dead:{tenant}``: a tenant's latest and dead deliveries;
+      ``...:callback-secret:{tenant}``: what signs its tasks' callbacks. One hash tag for all.
     """
 
     prefix: str = "brimful"
@@ -110,6 +111,9 @@ class RedisKeys:
 
     def webhook_dead(self, tenant: str) -> str:
         return f"{{{self.prefix}:webhook}}:dead:{tenant}"
+
+    def webhook_callback_secret(self, tenant: str) -> str:
+        return f"{{{self.prefix}:webhook}}:callback-secret:{tenant}"
 
     def tombstone(self, task_id: str) -> str:
         return f"{self.prefix}:tombstone:{task_id}"

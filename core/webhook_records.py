@@ -24,6 +24,7 @@ import orjson
 
 from brimful.core.redis_client import RedisClient, as_text
 from brimful.core.redis_keys import RedisKeys
+from brimful.core.webhook_signing import new_secret
 
 EVENT_TYPES = (
     "task.completed",
@@ -35,6 +36,7 @@ EVENT_TYPES = (
     "batch.cancelled",
 )
 MAX_ENDPOINTS = 16  # a tenant's
+CALLBACK = "callback"  # the endpoint id of a delivery to a task's own callback_url
 LOG_KEEP = 1000  # deliveries listed per tenant
 FINAL_TTL_S = 7 * 24 * 3600  # a delivered or dead delivery's record
 
@@ -109,6 +111,7 @@ class Delivery:
     last_status: int = 0  # the receiver's HTTP status (0: no answer)
     last_error: str = ""
     next_at_ms: int = 0
+    url: str = ""  # a task's callback_url (endpoint_id CALLBACK); empty: its endpoint's URL
 
     def shown(self) -> dict[str, Any]:
         return {
@@ -175,6 +178,13 @@ class WebhookRecords:
         found = [await self.endpoint(endpoint_id, tenant) for endpoint_id in ids]
         return sorted((e for e in found if e is not None), key=lambda e: e.created_at)
 
+    async def callback_secret(self, tenant: str) -> str:
+        """The secret that signs the tenant's deliveries to tasks' own callback URLs (made
+        on first use)."""
+        key = self._keys.webhook_callback_secret(tenant)
+        await self._redis.set(key, new_secret(), nx=True)
+        return as_text(await self._redis.get(key) or b"")
+
     async def remove_endpoint(self, endpoint: Endpoint) -> None:
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.delete(self._keys.webhook_endpoint(endpoint.endpoint_id))
@@ -183,10 +193,15 @@ class WebhookRecords:
 
     # --- deliveries -----------------------------------------------------------------------
 
-    async def emit(self, tenant: str, event_type: str, data: Mapping[str, Any], event_id: str) -> list[str]:
-        """One delivery for each of the tenant's endpoints that takes ``event_type``; the
-        ids of those made now (an event emitted again makes none)."""
-        targets = [endpoint for endpoint in await self.endpoints(tenant) if event_type in endpoint.events]
+    async def emit(
+        self, tenant: str, event_type: str, data: Mapping[str, Any], event_id: str, callback_url: str = ""
+    ) -> list[str]:
+        """One delivery for each of the tenant's endpoints that takes ``event_type``, and one
+        to ``callback_url`` if given; the ids of those made now (an event emitted again
+        makes none)."""
+        targets = [(e.endpoint_id, "") for e in await self.endpoints(tenant) if event_type in e.events]
+        if callback_url:
+            targets.append((CALLBACK, callback_url))
         if not targets:
             return []
         now_ms = int(time.time() * 1000)
@@ -194,15 +209,16 @@ class WebhookRecords:
             {"type": event_type, "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "data": data}
         )
         made = []
-        for endpoint in targets:
+        for endpoint_id, url in targets:
             delivery = Delivery(
-                delivery_id(event_id, endpoint.endpoint_id),
+                delivery_id(event_id, endpoint_id),
                 tenant,
-                endpoint.endpoint_id,
+                endpoint_id,
                 event_type,
                 payload,
                 now_ms,
                 next_at_ms=now_ms,
+                url=url,
             )
             pairs = [part for name, value in _fields(delivery).items() for part in (name, value)]
             keys = [
@@ -233,6 +249,7 @@ class WebhookRecords:
             int(text["last_status"]),
             text.get("last_error", ""),
             int(text["next_at_ms"]),
+            text.get("url", ""),
         )
         return found if tenant is None or found.tenant == tenant else None
 
@@ -291,6 +308,7 @@ def _fields(delivery: Delivery) -> dict[Any, Any]:
         "last_status": delivery.last_status,
         "last_error": delivery.last_error,
         "next_at_ms": delivery.next_at_ms,
+        "url": delivery.url,
     }
 
 

@@ -19,7 +19,7 @@ class InputTensor(_message.Message):
     def __init__(self, datatype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., bytes_contents: _Optional[_Iterable[bytes]] = ..., raw_contents: _Optional[bytes] = ...) -> None: ...
 
 class TaskRequest(_message.Message):
-    __slots__ = ("task_id", "model", "submitted_at_ms", "inputs", "deadline_at_ms", "tenant", "no_cache", "low_priority")
+    __slots__ = ("task_id", "model", "submitted_at_ms", "inputs", "deadline_at_ms", "tenant", "no_cache", "low_priority", "callback_url")
     class InputsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -35,6 +35,7 @@ class TaskRequest(_message.Message):
     TENANT_FIELD_NUMBER: _ClassVar[int]
     NO_CACHE_FIELD_NUMBER: _ClassVar[int]
     LOW_PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    CALLBACK_URL_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     model: str
     submitted_at_ms: int
@@ -43,7 +44,8 @@ class TaskRequest(_message.Message):
     tenant: str
     no_cache: bool
     low_priority: bool
-    def __init__(self, task_id: _Optional[str] = ..., model: _Optional[str] = ..., submitted_at_ms: _Optional[int] = ..., inputs: _Optional[_Mapping[str, InputTensor]] = ..., deadline_at_ms: _Optional[int] = ..., tenant: _Optional[str] = ..., no_cache: _Optional[bool] = ..., low_priority: _Optional[bool] = ...) -> None: ...
+    callback_url: str
+    def __init__(self, task_id: _Optional[str] = ..., model: _Optional[str] = ..., submitted_at_ms: _Optional[int] = ..., inputs: _Optional[_Mapping[str, InputTensor]] = ..., deadline_at_ms: _Optional[int] = ..., tenant: _Optional[str] = ..., no_cache: _Optional[bool] = ..., low_priority: _Optional[bool] = ..., callback_url: _Optional[str] = ...) -> None: ...
 
 class Attempt(_message.Message):
     __slots__ = ("at_ms", "error_class", "error_message")

@@ -23,6 +23,7 @@ from brimful.workers.batch import BatchItem
 
 ENDPOINTS_TTL_S = 2.0
 EVENTS = {TaskStatus.DONE: "task.completed", TaskStatus.FAILED: "task.failed", TaskStatus.EXPIRED: "task.expired"}
+TASK_EVENTS = frozenset(EVENTS.values())
 
 
 class TaskEvents:
@@ -44,19 +45,27 @@ class TaskEvents:
 
     async def announce(self, items: Sequence[BatchItem]) -> int:
         """Emit the events of the items' final tasks that their tenants want; how many."""
-        by_tenant: dict[str, list[str]] = {}
+        by_tenant: dict[str, list[BatchItem]] = {}
         for item in items:
-            by_tenant.setdefault(item.request.tenant, []).append(item.task_id)
+            by_tenant.setdefault(item.request.tenant, []).append(item)
         emitted = 0
-        for tenant, task_ids in by_tenant.items():
+        for tenant, tenant_items in by_tenant.items():
             wanted = await self._wants(tenant)
-            if not wanted & set(EVENTS.values()):
+            # Tasks with a callback are announced whatever the tenant's endpoints take.
+            told = [item for item in tenant_items if item.request.callback_url or wanted & TASK_EVENTS]
+            if not told:
                 continue
-            records = await asyncio.gather(*(self._store.get(task_id) for task_id in task_ids))
-            for task_id, record in zip(task_ids, records):
+            records = await asyncio.gather(*(self._store.get(item.task_id) for item in told))
+            for item, record in zip(told, records):
                 event = EVENTS.get(record.status) if record is not None else None
-                if record is None or event is None or event not in wanted:
+                if record is None or event is None:
                     continue
-                answer = task_record_answer(task_id, record, self._default_model)
-                emitted += len(await self._webhooks.emit(tenant, event, answer, f"{task_id}:{event}"))
+                callback = item.request.callback_url
+                if event not in wanted and not callback:
+                    continue
+                answer = task_record_answer(item.task_id, record, self._default_model)
+                made = await self._webhooks.emit(
+                    tenant, event, answer, f"{item.task_id}:{event}", callback_url=callback
+                )
+                emitted += len(made)
         return emitted

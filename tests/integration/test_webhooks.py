@@ -229,3 +229,32 @@ async def test_bad_endpoint_requests_get_a_clear_4xx(
         for n in range(17)
     ]
     assert [answer.status_code for answer in made].count(200) == 16 and made[-1].status_code == 400
+
+
+async def test_a_task_with_a_callback_url_is_posted_its_result_signed_with_the_tenant_callback_secret(
+    openai_stack: EmbeddedStack, openai_keys: dict[str, str], api: httpx.AsyncClient, receiver: Receiver
+) -> None:
+    secret = (await api.get("/v1/webhooks/callback-secret")).json()["secret"]
+    assert (await api.get("/v1/webhooks/callback-secret")).json()["secret"] == secret  # made once
+    receiver.secrets["/cb"] = secret
+    text = f"call me back {uuid.uuid4().hex}"
+    task = await submit(openai_stack, openai_keys["submit"], text, callback_url=f"{receiver.url}/cb")
+    failing = await submit(openai_stack, openai_keys["submit"], f"!fail {text}", callback_url=f"{receiver.url}/cb")
+    await wait_for(until(lambda: len(receiver.events("/cb")) >= 2), 60, "both callbacks")
+    events = {event["data"]["task_id"]: event for event in receiver.events("/cb")}
+    assert events[task]["type"] == "task.completed" and events[task]["data"]["outputs"] == expected_outputs(text)
+    assert events[failing]["type"] == "task.failed"
+    async with httpx.AsyncClient(
+        base_url=openai_stack.api_url, headers={"Authorization": f"Bearer {openai_keys['submit']}"}
+    ) as http:
+        for url in ("http://10.0.0.7/cb", "http://localhost:9/cb", "file:///etc/passwd"):
+            answer = await http.post("/v1/tasks", json={"inputs": {"TEXT": "x"}, "callback_url": url})
+            assert answer.status_code == 400 and answer.json()["error"]["code"] == "invalid_callback_url", url
+        bulk = await http.post(
+            "/v1/tasks:batch",
+            json={
+                "tasks": [{"inputs": {"TEXT": "x"}, "callback_url": "http://10.0.0.7/cb"}, {"inputs": {"TEXT": "y"}}]
+            },
+        )
+        results = bulk.json()["results"]
+        assert results[0]["error"]["code"] == "invalid_callback_url" and "task_id" in results[1]
