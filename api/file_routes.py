@@ -15,6 +15,7 @@ from fastapi.responses import StreamingResponse
 from brimful.api.auth import Principal, requires
 from brimful.api.errors import ApiError
 from brimful.api.json_answer import JsonAnswer
+from brimful.api.result_tables import FORMATS, table_chunks
 from brimful.api.state import ApiState, api_state
 from brimful.api.upload import receive_upload
 from brimful.core.api_keys import Scope
@@ -101,9 +102,22 @@ async def retrieve_file(
 async def file_content(
     file_id: str, request: Request, principal: Principal = Depends(requires(Scope.READ))
 ) -> StreamingResponse:
-    """The file's bytes, streamed from the store a chunk at a time."""
+    """The file's bytes, streamed from the store a chunk at a time; a batch job's output or
+    error file also as a table (``?format=parquet`` or ``arrow``: ``api/result_tables.py``)."""
     state = api_state(request)
     record = await _own_file(state, file_id, principal)
+    table_format = request.query_params.get("format")
+    if table_format is not None:
+        if table_format not in FORMATS:
+            raise ApiError(400, "invalid_request", f"format must be one of: {', '.join(FORMATS)}")
+        if record.purpose != OUTPUT_PURPOSE:
+            raise ApiError(400, "invalid_request", f"format applies to a batch job's results ({OUTPUT_PURPOSE} files)")
+        name = f"{record.filename.rsplit('.', 1)[0]}.{table_format}".replace(chr(34), "")
+        return StreamingResponse(
+            table_chunks(state.object_store, file_id, table_format),
+            media_type=FORMATS[table_format],
+            headers={"content-disposition": f'attachment; filename="{name}"'},
+        )
     chunks = state.object_store.chunks(file_id)
     try:
         first = await anext(chunks, b"")

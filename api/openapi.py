@@ -15,6 +15,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
+from brimful.api.bulk_arrow import ARROW_STREAM
 from brimful.api.dlq_routes import DRY_RUN_FIELD, FILTER_FIELDS, PAGE_FIELDS
 from brimful.api.openapi_openai import openai_operations
 from brimful.api.openapi_shapes import (
@@ -180,7 +181,19 @@ def operations(catalogue: ModelCatalogue | None, settings: Settings) -> dict[tup
             ),
         },
         ("/v1/tasks:batch", "post"): {
-            "requestBody": {"required": True, **json_content(bulk)},
+            "requestBody": {
+                "required": True,
+                "content": {
+                    **json_content(bulk)["content"],
+                    ARROW_STREAM: {"schema": {"type": "string", "format": "binary"}},
+                },
+            },
+            "parameters": [
+                query_parameter(
+                    "model", {"type": "string"}, "Arrow body: the model of every row (default: the default)"
+                ),
+                query_parameter("priority", {"type": "string", "enum": list(PRIORITIES)}, "Arrow body: every row's"),
+            ],
             "responses": responses(
                 {200: ("Ids in order; per-item errors.", OBJECT)}, (400, 401, 403, 408, 413, 422, 429, 503)
             ),

@@ -24,6 +24,7 @@ from brimful.api.embedding_routes import EMBEDDINGS_PATH
 from brimful.api.file_routes import FILES_PATH
 from brimful.api.file_routes import LIST_LIMIT_MAX as FILE_LIST_MAX
 from brimful.api.openapi_shapes import OBJECT, OPENAI_MODEL, json_content, query_parameter, responses
+from brimful.api.result_tables import FORMATS as TABLE_FORMATS
 from brimful.api.webhook_routes import LIST_LIMIT_MAX as WEBHOOK_LIST_MAX
 from brimful.api.webhook_routes import MAX_DESCRIPTION, WEBHOOKS_PATH
 from brimful.core.batch_status import BatchStatus
@@ -151,12 +152,20 @@ def openai_operations(catalogue: ModelCatalogue | None, settings: Settings) -> d
             "responses": responses({200: ("Deleted.", OBJECT)}, (401, 403, 404, 503)),
         },
         (FILES_PATH + "/{file_id}/content", "get"): {
+            "parameters": [
+                query_parameter(
+                    "format", {"type": "string", "enum": list(TABLE_FORMATS)}, "a batch job's results as a table"
+                )
+            ],
             "responses": {
                 "200": {
-                    "description": "The file's bytes.",
-                    "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+                    "description": "The file's bytes (or, with format, a batch job's results as a table).",
+                    "content": {
+                        media: {"schema": {"type": "string", "format": "binary"}}
+                        for media in ("application/octet-stream", *TABLE_FORMATS.values())
+                    },
                 },
-                **responses({}, (401, 403, 404, 503)),
+                **responses({}, (400, 401, 403, 404, 503)),
             },
         },
         (BATCHES_PATH, "post"): {

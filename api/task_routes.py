@@ -11,6 +11,7 @@ from urllib.parse import parse_qsl
 from fastapi import APIRouter, Depends, Request
 
 from brimful.api.auth import Principal, requires
+from brimful.api.bulk_arrow import ARROW_STREAM, submit_arrow
 from brimful.api.errors import ApiError
 from brimful.api.idempotency import claim_idempotency_key
 from brimful.api.json_answer import JsonAnswer
@@ -142,10 +143,15 @@ def _queued(task_id: str, submission: Submission) -> JsonAnswer:
 @router.post(TASKS_PATH + ":batch")
 async def submit_tasks(request: Request, principal: Principal = Depends(requires(Scope.SUBMIT))) -> dict[str, Any]:
     """Accept up to ``max_bulk_tasks`` tasks in one call. Answers their ids in order; an
-    invalid item gets its own error and does not stop the others."""
+    invalid item gets its own error and does not stop the others. As an Arrow IPC stream
+    (``api/bulk_arrow.py``), a table with a column per input, a task a row."""
     state = api_state(request)
     settings = state.settings
-    document = parse_json(await read_body(request, settings.max_body_bytes * 4, settings.api_read_timeout_s))
+    body = await read_body(request, settings.max_body_bytes * 4, settings.api_read_timeout_s)
+    media_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if media_type == ARROW_STREAM:
+        return await submit_arrow(state, principal, body, request.query_params)
+    document = parse_json(body)
     tasks = document.get("tasks") if isinstance(document, dict) else None
     if not isinstance(tasks, list) or not tasks:
         raise ApiError(

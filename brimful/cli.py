@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from brimful.commands import dlq, keys, simulate, stats, tenants, tune, up
+from brimful.commands import batches, dlq, keys, simulate, stats, tenants, tune, up, webhooks
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -13,7 +13,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="brimful", description="Fill fixed-size inference batches from single requests."
     )
     commands = parser.add_subparsers(dest="command", required=True)
-    for command in (up, tune, stats, simulate, dlq, keys, tenants):
+    for command in (up, tune, stats, simulate, dlq, keys, tenants, batches, webhooks):
         command.register(commands)
     return parser
 

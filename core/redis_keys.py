@@ -62,7 +62,8 @@ class RedisKeys:
       tenant's webhook endpoints; ``...:delivery:{id}``: one delivery's record;
       ``...:due``: sorted set of deliveries by next attempt (ms); ``...:log:{tenant}`` and
       ``...:dead:{tenant}``: a tenant's latest and dead deliveries;
-      ``...:callback-secret:{tenant}``: what signs its tasks' callbacks. One hash tag for all.
+      ``...:callback-secret:{tenant}``: what signs its tasks' callbacks;
+      ``...:endpoints-version``: a counter every endpoint change moves. One hash tag for all.
     """
 
     prefix: str = "brimful"
@@ -111,6 +112,10 @@ class RedisKeys:
 
     def webhook_dead(self, tenant: str) -> str:
         return f"{{{self.prefix}:webhook}}:dead:{tenant}"
+
+    @property
+    def webhook_endpoints_version(self) -> str:
+        return f"{{{self.prefix}:webhook}}:endpoints-version"
 
     def webhook_callback_secret(self, tenant: str) -> str:
         return f"{{{self.prefix}:webhook}}:callback-secret:{tenant}"

@@ -154,8 +154,14 @@ class WebhookRecords:
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.hset(self._keys.webhook_endpoint(endpoint.endpoint_id), mapping=fields)
             pipe.sadd(index, endpoint.endpoint_id)
+            pipe.incr(self._keys.webhook_endpoints_version)
             await pipe.execute()
         return True
+
+    async def endpoints_version(self) -> int:
+        """A number that changes whenever any tenant's endpoints do: a reader that holds
+        endpoints knows when to read them again."""
+        return int(await self._redis.get(self._keys.webhook_endpoints_version) or 0)
 
     async def endpoint(self, endpoint_id: str, tenant: str | None = None) -> Endpoint | None:
         raw = await self._redis.hgetall(self._keys.webhook_endpoint(endpoint_id))
@@ -189,6 +195,7 @@ class WebhookRecords:
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.delete(self._keys.webhook_endpoint(endpoint.endpoint_id))
             pipe.srem(self._keys.webhook_endpoints(endpoint.tenant), endpoint.endpoint_id)
+            pipe.incr(self._keys.webhook_endpoints_version)
             await pipe.execute()
 
     # --- deliveries -----------------------------------------------------------------------

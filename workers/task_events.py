@@ -6,13 +6,13 @@ the ones it found finished already (a record read again after a crash). An event
 deliveries take ids derived from the task and its state (``core/webhook_records.py``), so
 announcing again makes none: a batcher that dies between storing a result and announcing
 it is followed by one that reads the record again and announces it then. At least once.
-Which tenants want task events is read from Redis at most every ``ENDPOINTS_TTL_S``.
+Which tenants want which events is read again whenever any endpoint changed (one read of
+a counter a batch), so a task finished after its tenant registered an endpoint is announced.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Sequence
 
 from brimful.core.task_record import task_record_answer
@@ -21,7 +21,6 @@ from brimful.core.task_store import TaskStore
 from brimful.core.webhook_records import WebhookRecords
 from brimful.workers.batch import BatchItem
 
-ENDPOINTS_TTL_S = 2.0
 EVENTS = {TaskStatus.DONE: "task.completed", TaskStatus.FAILED: "task.failed", TaskStatus.EXPIRED: "task.expired"}
 TASK_EVENTS = frozenset(EVENTS.values())
 
@@ -33,18 +32,22 @@ class TaskEvents:
         self._webhooks = webhooks
         self._store = store
         self._default_model = default_model
-        self._wanted: dict[str, tuple[float, frozenset[str]]] = {}  # tenant -> (read at, event types)
+        self._wanted: dict[str, frozenset[str]] = {}  # tenant -> the event types its endpoints take
+        self._version = -1  # of the endpoints read into _wanted
 
     async def _wants(self, tenant: str) -> frozenset[str]:
-        read_at, events = self._wanted.get(tenant, (0.0, frozenset()))
-        if time.monotonic() - read_at > ENDPOINTS_TTL_S:
+        events = self._wanted.get(tenant)
+        if events is None:
             endpoints = await self._webhooks.endpoints(tenant)
-            events = frozenset(event for endpoint in endpoints for event in endpoint.events)
-            self._wanted[tenant] = (time.monotonic(), events)
+            events = self._wanted[tenant] = frozenset(event for endpoint in endpoints for event in endpoint.events)
         return events
 
     async def announce(self, items: Sequence[BatchItem]) -> int:
         """Emit the events of the items' final tasks that their tenants want; how many."""
+        version = await self._webhooks.endpoints_version()
+        if version != self._version:  # an endpoint was added or removed: read them again
+            self._wanted.clear()
+            self._version = version
         by_tenant: dict[str, list[BatchItem]] = {}
         for item in items:
             by_tenant.setdefault(item.request.tenant, []).append(item)

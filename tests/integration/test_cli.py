@@ -6,7 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import orjson
+
 from brimful.stack import EmbeddedStack
+from tests.helpers.pipeline import expected_outputs
 
 
 def brimful(*args: str) -> subprocess.CompletedProcess[str]:
@@ -64,3 +67,42 @@ def test_simulate_generates_replays_and_plots_a_sweep(tmp_path: Path) -> None:
     for bad in ("-1", "nan", "inf"):
         refused = brimful("simulate", "--trace", str(trace), "--around-ms", bad)
         assert refused.returncode == 1 and "--around-ms" in refused.stderr, bad
+
+
+def test_batches_create_waits_with_a_progress_bar_and_saves_the_files(stack: EmbeddedStack, tmp_path: Path) -> None:
+    lines = [
+        {"custom_id": f"cli-{n}", "method": "POST", "url": "/v1/tasks", "body": {"inputs": {"TEXT": f"cli {n % 3}"}}}
+        for n in range(12)
+    ]
+    source = tmp_path / "job.jsonl"
+    source.write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in lines) + b"not json\n")
+    api = ["--api", stack.api_url]
+    made = brimful("batches", "create", str(source), "--endpoint", "/v1/tasks", "--wait", "--out", str(tmp_path), *api)
+    assert made.returncode == 0, made.stderr
+    batch_id = made.stdout.splitlines()[0]
+    assert f"{batch_id} [{'#' * 30}] 100.0% 13/13 (1 failed) completed" in made.stderr
+    output = [orjson.loads(line) for line in (tmp_path / f"{batch_id}_output.jsonl").read_bytes().splitlines()]
+    assert {line["custom_id"]: line["response"]["body"]["outputs"] for line in output} == {
+        line["custom_id"]: expected_outputs(line["body"]["inputs"]["TEXT"]) for line in lines
+    }
+    assert "invalid_json" in (tmp_path / f"{batch_id}_error.jsonl").read_text()
+    listed = brimful("batches", "list", *api)
+    assert any(row.startswith(batch_id) and "completed" in row for row in listed.stdout.splitlines())
+    assert brimful("batches", "cancel", batch_id, *api).returncode == 1  # ended already: 409, one line
+    missing = brimful("batches", "create", str(tmp_path / "absent.jsonl"), "--endpoint", "/v1/tasks", *api)
+    assert missing.returncode == 1 and "no file" in missing.stderr
+
+
+def test_webhooks_are_added_listed_and_refused_inside_the_network(stack: EmbeddedStack) -> None:
+    api = ["--api", stack.api_url]
+    refused = brimful("webhooks", "add", "http://10.0.0.9/hook", "--events", "task.completed", *api)
+    assert refused.returncode == 1 and "network" in refused.stderr
+    # A public address, written as one: no name to resolve on a machine without DNS.
+    added = brimful("webhooks", "add", "https://93.184.216.34/brimful", "--events", "batch.failed", *api)
+    assert added.returncode == 0, added.stderr
+    endpoint_id = added.stdout.split()[0]
+    assert "secret: whsec_" in added.stdout
+    assert endpoint_id in brimful("webhooks", "list", *api).stdout
+    assert brimful("webhooks", "remove", endpoint_id, *api).returncode == 0
+    assert endpoint_id not in brimful("webhooks", "list", *api).stdout
+    assert brimful("webhooks", "deliveries", "--dead", *api).returncode == 0

@@ -17,6 +17,8 @@ from typing import Any
 import httpx
 import openai
 import orjson
+import pyarrow.ipc
+import pyarrow.parquet as pq
 import pytest
 
 from brimful.model_server.embedding_model import MODEL_NAME as EMBEDDING
@@ -185,7 +187,9 @@ async def test_an_embeddings_batch_answers_every_line_once_and_sends_bad_lines_t
     assert batch.id in [b.id for b in listed.data]
 
 
-async def test_a_tasks_batch_runs_brimfuls_own_tasks(client: openai.AsyncOpenAI) -> None:
+async def test_a_tasks_batch_runs_brimfuls_own_tasks_and_its_results_read_as_tables(
+    openai_stack: EmbeddedStack, client: openai.AsyncOpenAI, openai_keys: dict[str, str]
+) -> None:
     texts = {f"task-{n}": f"task text {n % 5}" for n in range(30)}
     batch = await client.batches.create(
         input_file_id=await upload(client, jsonl([task_line(i, t) for i, t in texts.items()])),
@@ -200,6 +204,24 @@ async def test_a_tasks_batch_runs_brimfuls_own_tasks(client: openai.AsyncOpenAI)
         assert body["status"] == "done" and body["outputs"] == expected_outputs(text)
         assert output[custom_id]["response"]["request_id"] == body["task_id"]
     assert batch.error_file_id is None
+    # The same results as a table, in Parquet and as an Arrow stream.
+    headers = {"Authorization": f"Bearer {openai_keys['submit']}"}
+    async with httpx.AsyncClient(base_url=openai_stack.api_url, headers=headers, timeout=60) as http:
+        url = f"/v1/files/{batch.output_file_id}/content"
+        as_parquet = await http.get(url, params={"format": "parquet"})
+        as_arrow = await http.get(url, params={"format": "arrow"})
+        assert (await http.get(url, params={"format": "csv"})).status_code == 400
+        input_file = (await client.batches.retrieve(batch.id)).input_file_id
+        assert (await http.get(f"/v1/files/{input_file}/content", params={"format": "arrow"})).status_code == 400
+    for table in (
+        pq.read_table(io.BytesIO(as_parquet.content)),
+        pyarrow.ipc.open_stream(as_arrow.content).read_all(),
+    ):
+        rows = {row["custom_id"]: row for row in table.to_pylist()}
+        assert set(rows) == set(texts)
+        for custom_id, row in rows.items():
+            assert row["status_code"] == 200 and row["error_code"] is None
+            assert orjson.loads(row["body"]) == output[custom_id]["response"]["body"]
 
 
 async def test_a_cancelled_batch_keeps_what_finished_and_names_what_never_ran(client: openai.AsyncOpenAI) -> None:

@@ -1,8 +1,15 @@
-"""Pure decisions: which rows are past their deadline, and which models embed."""
+"""Pure decisions: which rows are past their deadline, which models embed, and how an
+Arrow table's columns become each row's tensors."""
 
 from __future__ import annotations
 
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from brimful.core.arrow_columns import tensors_from_table
 from brimful.core.model_signature import ModelSignature, TensorSpec
+from brimful.core.tensor_codec import InputValidationError
 from brimful.workers.expiry import expiry_reason, past_deadline
 from tests.helpers.fake_store import text_item
 
@@ -57,3 +64,35 @@ def test_a_model_embeds_when_it_takes_one_text_and_gives_a_float_vector_named_em
     ]:
         model = signature(inputs, outputs)
         assert model.embedding_output is None and model.kind == "tensor", (inputs, outputs)
+
+
+def test_numeric_columns_become_each_rows_bytes_in_the_models_type() -> None:
+    vector = TensorSpec("VECTOR", "FP32", (3,))
+    count = TensorSpec("COUNT", "INT8", (1,))
+    values = np.arange(12, dtype=np.float64).reshape(4, 3) / 7
+    table = pa.table(
+        {"VECTOR": pa.FixedSizeListArray.from_arrays(pa.array(values.ravel()), 3), "COUNT": pa.array([1, 2, 3, 4])}
+    )
+    rows = tensors_from_table([vector, count], table)
+    assert [np.frombuffer(row["VECTOR"].raw_contents, "<f4").tolist() for row in rows] == values.astype("<f4").tolist()
+    assert [np.frombuffer(row["COUNT"].raw_contents, "<i1").tolist() for row in rows] == [[1], [2], [3], [4]]
+    assert rows[0]["VECTOR"].shape == [3] and rows[0]["VECTOR"].datatype == "FP32"
+    for bad, says in [
+        (pa.table({"VECTOR": pa.FixedSizeListArray.from_arrays(pa.array([1.0, 2.0]), 2), "COUNT": [1]}), "lists of 2"),
+        (
+            pa.table({"VECTOR": pa.FixedSizeListArray.from_arrays(pa.array([1.0, 2.0, 3.0]), 3), "COUNT": [300]}),
+            "out of range",
+        ),
+        (
+            pa.table({"VECTOR": pa.FixedSizeListArray.from_arrays(pa.array([1.0, 2.0, 1e300]), 3), "COUNT": [1]}),
+            "not finite",
+        ),
+        (pa.table({"VECTOR": pa.FixedSizeListArray.from_arrays(pa.array(["a", "b", "c"]), 3), "COUNT": [1]}), "holds"),
+        (pa.table({"VECTOR": [[1.0, 2.0, 3.0]], "COUNT": [1]}), "fixed-size list"),
+        (
+            pa.table({"VECTOR": pa.FixedSizeListArray.from_arrays(pa.array([1.0, 2.0, 3.0]), 3), "COUNT": [1.5]}),
+            "holds",
+        ),
+    ]:
+        with pytest.raises(InputValidationError, match=says):
+            tensors_from_table([vector, count], bad)
