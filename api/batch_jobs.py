@@ -51,6 +51,7 @@ STEP_S = 2.0  # the longest one job's step runs before the next job's turn
 MAX_ACTIVE = 100  # jobs one look considers (the oldest first)
 REFUSED_PAUSE_S = 1.0  # after a 429 or 503 on a line, its job waits this long
 REFUSED_PER_STEP = 10_000  # lines a step writes off when a job ends early
+SUBMIT_GROUP = 64  # lines submitted at once
 MAX_LINE_BYTES = 8 * 1024 * 1024  # a line is one request: far above any the API takes
 
 
@@ -61,7 +62,6 @@ class _Cursor:
     lines: AsyncIterator[bytes]
     position: int = 0  # lines read so far
     seen: set[str] = field(default_factory=set)
-    paused_until: float = 0.0
 
 
 class BatchJobs:
@@ -72,6 +72,7 @@ class BatchJobs:
         self._records = records
         self._holder = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self._cursors: dict[str, _Cursor] = {}
+        self._paused: dict[str, float] = {}  # job -> until when its submitting waits (after a 429 or 503)
         self._results = BatchResults(state)
 
     async def run(self) -> None:
@@ -88,6 +89,7 @@ class BatchJobs:
         for batch_id in await self._records.active(MAX_ACTIVE):
             if not await self._records.lease(batch_id, self._holder, LEASE_S):
                 self._cursors.pop(batch_id, None)  # another worker drives it now
+                self._paused.pop(batch_id, None)
                 continue
             try:
                 await self._step(batch_id)
@@ -152,6 +154,7 @@ class BatchJobs:
         await self._announce(dataclasses.replace(record, status=BatchStatus.FAILED, errors=problems))
         await self._records.move(record.batch_id, BatchStatus.FAILED, errors=orjson.dumps(problems).decode())
         self._cursors.pop(record.batch_id, None)
+        self._paused.pop(record.batch_id, None)
         log.warning("batch job failed", extra={"batch_id": record.batch_id, "code": code})
 
     async def _announce(self, ended: BatchRecord) -> None:
@@ -210,41 +213,61 @@ class BatchJobs:
         window = self._state.settings.batch_job_window
         if self._state.catalogue is None or not self._state.serving:
             return lines_done  # not serving yet: the next step
+        if time.monotonic() < self._paused.get(record.batch_id, 0.0):
+            return lines_done
         cursor = await self._cursor(record, lines_done)
-        if cursor is None or time.monotonic() < cursor.paused_until:
+        if cursor is None:
             return lines_done
         principal = Principal(tenant=record.tenant, scopes=frozenset(), key_id=f"batch {record.batch_id}")
         submitter = Submitter(self._state, principal)
         while running < window and time.monotonic() < deadline and lines_done < record.total:
-            raw = await _next_line(cursor)
-            if raw is None:
-                break
-            try:
-                line = self._parse(record, raw, cursor)
-            except LineError as error:
-                step.errors.append(error_line(error.custom_id, error.code, error.message))
-                step.failed += 1
-                lines_done += 1
-                continue
-            try:
-                task_ids = await self._submit_line(record, line, lines_done, submitter)
-            except ApiError as error:
-                if error.status in (409, 429, 503):  # the tenant or the model is full: this line again later
-                    cursor.paused_until = time.monotonic() + REFUSED_PAUSE_S
-                    cursor.lines = _pushed_back(raw, cursor.lines)
-                    cursor.position -= 1
-                    cursor.seen.discard(line.custom_id)
+            # A group of lines at once: their tasks share the group commits of the API.
+            group: list[BatchLine | LineError] = []
+            while len(group) < min(SUBMIT_GROUP, window - running) and lines_done + len(group) < record.total:
+                raw = await _next_line(cursor)
+                if raw is None:
                     break
-                step.errors.append(error_line(line.custom_id, error.code, error.message))
-                step.failed += 1
-                lines_done += 1
-                continue
-            shape = EmbeddingShape.of(line.embedding) if line.embedding is not None else None
-            started[lines_done] = orjson.dumps(
-                {"custom_id": line.custom_id, "task_ids": task_ids, "embedding": shape.__dict__ if shape else None}
+                try:
+                    group.append(self._parse(record, raw, cursor))
+                except LineError as error:
+                    group.append(error)
+            if not group:
+                break
+            outcomes = await asyncio.gather(
+                *(
+                    self._submit_line(record, line, lines_done + offset, submitter)
+                    for offset, line in enumerate(group)
+                    if isinstance(line, BatchLine)
+                ),
+                return_exceptions=True,
             )
-            running += len(task_ids)
-            lines_done += 1
+            submitted = iter(outcomes)
+            for line in group:
+                if isinstance(line, LineError):
+                    step.errors.append(error_line(line.custom_id, line.code, line.message))
+                    step.failed += 1
+                    lines_done += 1
+                    continue
+                outcome = next(submitted)
+                if isinstance(outcome, ApiError) and outcome.status in (409, 429, 503):
+                    # The tenant or the model is full: this line and the rest of the group
+                    # again later (submitting one again finds the tasks it made: their keys).
+                    self._cursors.pop(record.batch_id, None)
+                    self._paused[record.batch_id] = time.monotonic() + REFUSED_PAUSE_S
+                    return lines_done
+                if isinstance(outcome, ApiError):
+                    step.errors.append(error_line(line.custom_id, outcome.code, outcome.message))
+                    step.failed += 1
+                    lines_done += 1
+                    continue
+                if isinstance(outcome, BaseException):
+                    raise outcome
+                shape = EmbeddingShape.of(line.embedding) if line.embedding is not None else None
+                started[lines_done] = orjson.dumps(
+                    {"custom_id": line.custom_id, "task_ids": outcome, "embedding": shape.__dict__ if shape else None}
+                )
+                running += len(outcome)
+                lines_done += 1
         return lines_done
 
     def _parse(self, record: BatchRecord, raw: bytes, cursor: _Cursor) -> BatchLine:
@@ -298,17 +321,19 @@ class BatchJobs:
     async def _cancel_waiting(self, record: BatchRecord, pending: dict[int, bytes], step: StepLines) -> int:
         """The job ends early: cancel its tasks still queued; the tasks still running."""
         finished = set(step.finished)
+        ids = [
+            task_id
+            for number, raw in pending.items()
+            if number not in finished
+            for task_id in orjson.loads(raw)["task_ids"]
+        ]
         running = 0
-        for number, raw in pending.items():
-            if number in finished:
+        for task_id, task in zip(ids, await self._state.store.get_many(ids)):
+            if task is None or task.status.is_final:
                 continue
-            for task_id in orjson.loads(raw)["task_ids"]:
-                task = await self._state.store.get(task_id)
-                if task is None or task.status.is_final:
-                    continue
-                model = task.model or self._state.settings.default_model
-                if not await self._state.store.cancel(task_id, self._state.settings.model_scope(model)):
-                    running += 1  # dispatched already: it finishes
+            model = task.model or self._state.settings.default_model
+            if not await self._state.store.cancel(task_id, self._state.settings.model_scope(model)):
+                running += 1  # dispatched already: it finishes
         return running
 
     async def _refuse_rest(self, record: BatchRecord, lines_done: int, step: StepLines) -> tuple[int, bool]:
@@ -351,6 +376,7 @@ class BatchJobs:
         )
         await self._results.delete_parts(record)
         await self._records.release(record.batch_id, self._holder)
+        self._paused.pop(record.batch_id, None)
         log.info("batch job ended", extra={"batch_id": record.batch_id, "status": final.value})
 
 
@@ -367,9 +393,3 @@ async def _non_blank(lines: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
     async for line in lines:
         if line.strip():
             yield line
-
-
-async def _pushed_back(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    yield first
-    async for line in rest:
-        yield line

@@ -10,7 +10,6 @@ job's, so joining again after a crash rewrites the same files.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -63,7 +62,7 @@ class BatchResults:
         running = 0
         notes = {number: orjson.loads(raw) for number, raw in pending.items()}
         ids = [task_id for note in notes.values() for task_id in note["task_ids"]]
-        found = await asyncio.gather(*(self._state.store.get(task_id) for task_id in ids))
+        found = await self._state.store.get_many(ids)
         records = dict(zip(ids, found))
         for number, note in sorted(notes.items()):
             tasks = [records[task_id] for task_id in note["task_ids"]]

@@ -186,6 +186,19 @@ class TaskStore:
             return None
         return TaskRecord.from_fields(task_id, {as_text(k): as_text(v) for k, v in raw.items()})
 
+    async def get_many(self, task_ids: Sequence[str]) -> list[TaskRecord | None]:
+        """The stored tasks, in order (None for one unknown or expired), in one round trip."""
+        if not task_ids:
+            return []
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for task_id in task_ids:
+                pipe.hgetall(self._keys.task(task_id))
+            raws = await pipe.execute()
+        return [
+            TaskRecord.from_fields(task_id, {as_text(k): as_text(v) for k, v in raw.items()}) if raw else None
+            for task_id, raw in zip(task_ids, raws)
+        ]
+
     async def unfinished(self, task_ids: Iterable[str]) -> list[str]:
         """Those of these tasks that have not reached a final state (in one round trip)."""
         ids = list(task_ids)

@@ -12,7 +12,6 @@ a counter a batch), so a task finished after its tenant registered an endpoint i
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 
 from brimful.core.task_record import task_record_answer
@@ -58,7 +57,7 @@ class TaskEvents:
             told = [item for item in tenant_items if item.request.callback_url or wanted & TASK_EVENTS]
             if not told:
                 continue
-            records = await asyncio.gather(*(self._store.get(item.task_id) for item in told))
+            records = await self._store.get_many([item.task_id for item in told])
             for item, record in zip(told, records):
                 event = EVENTS.get(record.status) if record is not None else None
                 if record is None or event is None:
