@@ -14,9 +14,9 @@ from brimful.api.auth import Principal, requires
 from brimful.api.errors import ApiError
 from brimful.api.file_routes import page_limit
 from brimful.api.request_body import parse_json, read_body
-from brimful.api.state import api_state
+from brimful.api.state import ApiState, api_state
 from brimful.core.api_keys import Scope
-from brimful.core.webhook_records import EVENT_TYPES, MAX_ENDPOINTS, Endpoint, new_endpoint_id
+from brimful.core.webhook_records import EVENT_TYPES, MAX_ENDPOINTS, Delivery, Endpoint, new_endpoint_id
 from brimful.core.webhook_signing import new_secret
 from brimful.core.webhook_targets import TargetRefused, check_target
 
@@ -103,12 +103,17 @@ async def list_deliveries(request: Request, principal: Principal = Depends(_admi
     return {"object": "list", "data": [delivery.shown() for delivery in found]}
 
 
+async def _own_delivery(state: ApiState, delivery_id: str, principal: Principal) -> Delivery:
+    delivery = await state.webhooks.delivery(delivery_id, principal.tenant)
+    if delivery is None:
+        raise ApiError(404, "delivery_not_found", f"no delivery {delivery_id[:64]!r} for this tenant")
+    return delivery
+
+
 @router.get(WEBHOOKS_PATH + "/deliveries/{delivery_id}")
 async def get_delivery(delivery_id: str, request: Request, principal: Principal = Depends(_admin)) -> dict[str, Any]:
     """One delivery with the event it carries."""
-    delivery = await api_state(request).webhooks.delivery(delivery_id, principal.tenant)
-    if delivery is None:
-        raise ApiError(404, "delivery_not_found", f"no delivery {delivery_id[:64]!r} for this tenant")
+    delivery = await _own_delivery(api_state(request), delivery_id, principal)
     return {**delivery.shown(), "payload": orjson.loads(delivery.payload)}
 
 
@@ -116,9 +121,7 @@ async def get_delivery(delivery_id: str, request: Request, principal: Principal 
 async def replay_delivery(delivery_id: str, request: Request, principal: Principal = Depends(_admin)) -> dict[str, Any]:
     """Send a delivery again now (a dead one, or one delivered), with the same id."""
     state = api_state(request)
-    delivery = await state.webhooks.delivery(delivery_id, principal.tenant)
-    if delivery is None:
-        raise ApiError(404, "delivery_not_found", f"no delivery {delivery_id[:64]!r} for this tenant")
+    delivery = await _own_delivery(state, delivery_id, principal)
     if delivery.state == "pending":
         raise ApiError(409, "delivery_pending", f"delivery {delivery_id} is still being tried")
     await state.webhooks.replay(delivery)

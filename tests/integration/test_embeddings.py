@@ -24,14 +24,12 @@ from brimful.model_server.embedding_model import MODEL_NAME as EMBEDDING
 from brimful.model_server.reference_model import MODEL_NAME as REFERENCE
 from brimful.stack import EmbeddedStack
 from tests.conftest import OPENAI_MAX_INPUTS as MAX_INPUTS
+from tests.helpers.openai_clients import openai_client
 
 
 @pytest.fixture
 async def client(openai_stack: EmbeddedStack, openai_keys: dict[str, str]) -> AsyncIterator[openai.AsyncOpenAI]:
-    # No retries: a test sees the first answer, whatever it is.
-    async with openai.AsyncOpenAI(
-        base_url=f"{openai_stack.api_url}/v1", api_key=openai_keys["submit"], max_retries=0, timeout=60
-    ) as opened:
+    async with openai_client(openai_stack, openai_keys["submit"]) as opened:
         yield opened
 
 
@@ -71,9 +69,7 @@ async def test_concurrent_calls_across_workers_and_tenants_each_get_their_own_ve
 ) -> None:
     async def one(call: int, key: str) -> None:
         texts = [f"shared text {call % 3}", f"call {call} row {call * 7}", "shared text 0"]
-        async with openai.AsyncOpenAI(
-            base_url=f"{openai_stack.api_url}/v1", api_key=key, max_retries=0, timeout=60
-        ) as caller:
+        async with openai_client(openai_stack, key) as caller:
             answer = await caller.embeddings.create(model=EMBEDDING, input=texts, encoding_format="float")
         assert [item.embedding for item in answer.data] == expected(texts), call
 

@@ -25,6 +25,7 @@ from brimful.model_server.embedding_model import MODEL_NAME as EMBEDDING
 from brimful.model_server.embedding_model import embed
 from brimful.stack import EmbeddedStack
 from tests.conftest import OPENAI_MAX_FILE_BYTES
+from tests.helpers.openai_clients import openai_client
 from tests.helpers.pipeline import expected_outputs
 from tests.helpers.polling import wait_for
 
@@ -33,18 +34,14 @@ FINAL = ("completed", "failed", "expired", "cancelled")
 
 @pytest.fixture
 async def client(openai_stack: EmbeddedStack, openai_keys: dict[str, str]) -> AsyncIterator[openai.AsyncOpenAI]:
-    async with openai.AsyncOpenAI(
-        base_url=f"{openai_stack.api_url}/v1", api_key=openai_keys["submit"], max_retries=0, timeout=60
-    ) as opened:
+    async with openai_client(openai_stack, openai_keys["submit"]) as opened:
         yield opened
 
 
 @pytest.fixture
 async def other(openai_stack: EmbeddedStack, openai_keys: dict[str, str]) -> AsyncIterator[openai.AsyncOpenAI]:
     """Another tenant's client."""
-    async with openai.AsyncOpenAI(
-        base_url=f"{openai_stack.api_url}/v1", api_key=openai_keys["other"], max_retries=0, timeout=60
-    ) as opened:
+    async with openai_client(openai_stack, openai_keys["other"]) as opened:
         yield opened
 
 
