@@ -186,6 +186,16 @@ class PlanRunner:
 Plan = Generator["Send | Pause", Any, Any]
 
 
+def embed_body(texts: Sequence[str], model: str) -> dict[str, Any]:
+    """An embeddings call's body: the texts as a list, answered as numbers."""
+    return {"model": model, "input": list(texts), "encoding_format": "float"}
+
+
+def vectors(answer: Mapping[str, Any]) -> list[list[float]]:
+    """The vectors of an embeddings answer, in input order."""
+    return [item["embedding"] for item in sorted(answer["data"], key=lambda item: item["index"])]
+
+
 def call_plan(retry: RetryPolicy, method: str, path: str, **options: Any) -> Plan:
     """One API call, retried as ``retry`` and the server's Retry-After say."""
     attempt = 0
@@ -300,8 +310,13 @@ class Client(_Connection):
         return str(self._run(submit_plan(self._retry, inputs, deadline_ms, idempotency_key, fields)))
 
     def models(self) -> list[dict[str, Any]]:
-        """The models served: name, version, batch_size, inputs, outputs, default."""
+        """The models served: name, kind, version, batch_size, inputs, outputs, default."""
         return list(self._run(call_plan(self._retry, "GET", "/v1/models"))["models"])
+
+    def embed(self, texts: Sequence[str], model: str) -> list[list[float]]:
+        """A vector for each text, in order, from an embedding model (``POST /v1/embeddings``:
+        each text a task, batched with everyone else's rows)."""
+        return vectors(self._run(call_plan(self._retry, "POST", "/v1/embeddings", json=embed_body(texts, model))))
 
     def status(self, task_id: str, wait_s: float = 0.0) -> dict[str, Any]:
         """The task as the API shows it, held up to ``wait_s`` for it to finish."""
@@ -362,6 +377,9 @@ class AsyncClient(_Connection):
 
     async def models(self) -> list[dict[str, Any]]:
         return list((await self._run(call_plan(self._retry, "GET", "/v1/models")))["models"])
+
+    async def embed(self, texts: Sequence[str], model: str) -> list[list[float]]:
+        return vectors(await self._run(call_plan(self._retry, "POST", "/v1/embeddings", json=embed_body(texts, model))))
 
     async def status(self, task_id: str, wait_s: float = 0.0) -> dict[str, Any]:
         return dict(await self._run(status_plan(self._retry, task_id, wait_s)))

@@ -6,6 +6,7 @@ import uuid
 
 import pytest
 
+from brimful.model_server.embedding_model import MODEL_NAME, embed
 from brimful.stack import EmbeddedStack
 from brimful_client import AsyncClient, BrimfulError, Client, TaskFailed
 from tests.helpers.pipeline import expected_outputs
@@ -65,3 +66,15 @@ async def test_the_client_sends_priority_and_cache(stack: EmbeddedStack) -> None
         with pytest.raises(BrimfulError) as refused:
             await client.submit(text, priority="urgent")
         assert refused.value.status == 422 and "priority" in refused.value.message
+
+
+async def test_the_client_embeds_texts_in_order(stack: EmbeddedStack) -> None:
+    texts = ["first text", "second one", "first text"]
+    expected = [embed(text.encode()).tolist() for text in texts]
+    async with AsyncClient(stack.api_url) as client:
+        assert await client.embed(texts, MODEL_NAME) == expected
+        with pytest.raises(BrimfulError) as refused:
+            await client.embed(texts, stack.settings.model_name)  # not an embedding model
+        assert refused.value.status == 400 and "not an embedding model" in str(refused.value)
+    with Client(stack.api_url) as sync:
+        assert sync.embed(texts[:1], MODEL_NAME) == expected[:1]
