@@ -51,7 +51,7 @@ def create_app(settings: Settings) -> ASGIApp:
         app.state.brimful = state
         await state.start()
         state.run_in_background(BatchJobs(state, state.batch_records).run(), "batch-jobs")
-        state.run_in_background(WebhookSender(settings, state.webhooks).run(), "webhook-sender")
+        state.run_in_background(WebhookSender(settings, state.webhooks, state.webhook_hosts).run(), "webhook-sender")
         freeze_startup_heap()
         try:
             yield

@@ -36,10 +36,11 @@ MAX_ANSWER_BYTES = 64 * 1024  # of a receiver's answer: read, then dropped
 class WebhookSender:
     """This worker's share of the deliveries."""
 
-    def __init__(self, settings: Settings, records: WebhookRecords) -> None:
+    def __init__(self, settings: Settings, records: WebhookRecords, allowed_hosts: frozenset[str]) -> None:
+        """``allowed_hosts``: those a delivery may reach inside the network (``ApiState.webhook_hosts``)."""
         self._settings = settings
         self._records = records
-        self._allowed = frozenset(h.strip().lower() for h in settings.webhook_allowed_hosts.split(",") if h.strip())
+        self._allowed = allowed_hosts
         self._lease_ms = int((settings.webhook_timeout_s + 5) * 1000)
 
     async def run(self) -> None:
