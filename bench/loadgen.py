@@ -19,6 +19,9 @@ cannot slow the offered load) or closed-loop (``--concurrency`` clients, each se
 next request when the last is answered: the saturation throughput). Latency runs from
 a request's scheduled arrival, so a late send counts against the server. Only requests
 arriving after ``--warmup`` count. Prints one JSON summary line.
+With ``--processes N`` the load is split over N processes (the rate or the clients divided
+among them, each with its own texts and seed) and their records are merged before the
+summary: one Python process tops out at a few thousand requests a second.
 
 HTTP goes through ``bench/raw_http.py`` (``--client raw``, the default), a client that
 costs a fraction of a general one, so the machine measures Brimful and not its client;
@@ -29,13 +32,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import copy
 import hashlib
 import json
+import multiprocessing
 import random
 import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -245,7 +251,8 @@ def stage_summary(inside: Stages) -> dict[str, dict[str, float]]:
     }
 
 
-def summary(record: Record, args: argparse.Namespace, stages: Stages) -> dict[str, object]:
+def summary(record: Record, args: argparse.Namespace, inside: Stages, repeated: int) -> dict[str, object]:
+    """The JSON summary; ``inside`` holds the stages of the requests sent inside the window."""
     latencies = np.array(record.latencies_ms) if record.latencies_ms else np.array([float("nan")])
     window = args.duration - args.warmup
     return {
@@ -254,6 +261,7 @@ def summary(record: Record, args: argparse.Namespace, stages: Stages) -> dict[st
         "mode": "open" if args.rate else "closed",
         "offered_per_s": args.rate,
         "concurrency": args.concurrency,
+        "processes": args.processes,
         "achieved_rows_per_s": record.completed_rows_in_window / window,
         "requests": len(record.latencies_ms),
         "errors": record.errors,
@@ -265,11 +273,21 @@ def summary(record: Record, args: argparse.Namespace, stages: Stages) -> dict[st
         "p99_ms": float(np.percentile(latencies, 99)),
         "mean_ms": float(latencies.mean()),
         # Each span's median and mean, over the requests sent inside the window (brimful path only).
-        **stage_summary([stage for stage in stages if stage[0] >= record.window[0]]),
+        **stage_summary(inside),
+        "repeated": repeated,
     }
 
 
-async def main_async(args: argparse.Namespace) -> dict[str, object]:
+@dataclass
+class Shard:
+    """What one load-generating process measured."""
+
+    record: Record
+    inside: Stages  # the stages of requests sent inside its window
+    repeated: int
+
+
+async def drive(args: argparse.Namespace) -> Shard:
     closers: list[Callable[[], Awaitable[None]]] = []
     stages: Stages = []
     repeated = [0]  # requests that repeated an earlier text (brimful path, --repeat-share)
@@ -304,7 +322,54 @@ async def main_async(args: argparse.Namespace) -> dict[str, object]:
     finally:
         for close in closers:
             await close()
-    return {**summary(record, args, stages), "repeated": repeated[0]}
+    return Shard(record, [stage for stage in stages if stage[0] >= record.window[0]], repeated[0])
+
+
+def run_shard(args: argparse.Namespace) -> Shard:
+    """One process's share of the load, on its own event loop."""
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+    return asyncio.run(drive(args))
+
+
+def shard_args(args: argparse.Namespace, k: int) -> argparse.Namespace:
+    """Process ``k``'s share: the rate divided evenly, the clients as evenly as whole
+    clients allow, and a seed of its own (so arrivals do not line up across processes)."""
+    share = copy.copy(args)
+    share.rate = args.rate / args.processes
+    share.concurrency = args.concurrency // args.processes + (k < args.concurrency % args.processes)
+    share.seed = args.seed + k
+    return share
+
+
+def merged(shards: list[Shard]) -> Shard:
+    """The shards' records as one: every latency, every count."""
+    record = Record(window=(0.0, 0.0))
+    inside: Stages = []
+    for shard in shards:
+        record.latencies_ms += shard.record.latencies_ms
+        record.completed_rows_in_window += shard.record.completed_rows_in_window
+        record.errors += shard.record.errors
+        record.lost += shard.record.lost
+        record.finished += shard.record.finished
+        record.first_error = record.first_error or shard.record.first_error
+        inside += shard.inside
+    return Shard(record, inside, sum(shard.repeated for shard in shards))
+
+
+def measure(args: argparse.Namespace) -> Shard:
+    """Run the load in this process, or split over ``args.processes`` forked ones."""
+    if args.processes == 1:
+        return run_shard(args)
+    # Fork: nothing runs yet in this process (no loop, no threads), and the children need
+    # no re-import of this script.
+    context = multiprocessing.get_context("fork")
+    with ProcessPoolExecutor(max_workers=args.processes, mp_context=context) as pool:
+        return merged(list(pool.map(run_shard, [shard_args(args, k) for k in range(args.processes)])))
 
 
 def main() -> int:
@@ -325,16 +390,14 @@ def main() -> int:
         default=0.0,
         help="brimful: this share of requests repeats an earlier text of the run (results checked)",
     )
+    parser.add_argument("--processes", type=int, default=1, help="split the load over this many processes")
     args = parser.parse_args()
     if bool(args.rate) == bool(args.concurrency):
         parser.error("give exactly one of --rate (open loop) and --concurrency (closed loop)")
-    try:
-        import uvloop
-
-        uvloop.install()
-    except ImportError:
-        pass
-    print(json.dumps(asyncio.run(main_async(args))))
+    if args.processes < 1 or (args.concurrency and args.concurrency < args.processes):
+        parser.error("--processes is at least 1, and at most --concurrency")
+    shard = measure(args)
+    print(json.dumps(summary(shard.record, args, shard.inside, shard.repeated)))
     return 0
 
 

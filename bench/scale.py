@@ -1,16 +1,22 @@
 """How Brimful scales: API workers x batchers x partitions x endpoints, on the GPU-like model.
 
     .venv/bin/python bench/scale.py [--configs 1x1x1x1,2x1x1x1,1x2x2x1,2x2x2x2] [--seconds 10]
+        [--clients 256] [--load-processes 1] [--open-rate 0]
 
 A configuration ``WxBxPxE`` is W API workers, B batchers (of the one model) sharing a
 requests topic of P partitions, and E model endpoints (each a Triton server with one
 instance of the GPU-like model, every call at least 20 ms, and a second slot that queues
 the next call). For each, in order, on a stack of its own:
 
-1. a closed loop of 256 clients finds the rows a second it sustains, with the CPU every
-   process spent per completed task (API workers, batchers, broker, Redis, model hosts,
-   from /proc);
-2. an open loop at 80% of that, on an empty broker: p50 and p99 from the scheduled arrival.
+1. a closed loop of ``--clients`` clients finds the rows a second it sustains, with the CPU
+   every process spent per completed task (API workers, batchers, broker, Redis, model
+   hosts, from /proc);
+2. an open loop at 80% of that (or at ``--open-rate``), on an empty broker: p50 and p99
+   from the scheduled arrival.
+
+A closed loop sustains at most clients / latency: 256 clients at 80 ms cap it near 3,200
+a second, so a large machine needs more clients, and ``--load-processes`` to send them
+(one Python process tops out at a few thousand requests a second).
 
 The report gives each configuration's rate against the first one's: with the first
 ``1x1x1x1``, the efficiency of an added API worker or batcher is that ratio over the
@@ -72,13 +78,13 @@ def role_of(process: str) -> str:
     return process
 
 
-def start(shape: Shape, scratch: Path) -> EmbeddedStack:
+def start(shape: Shape, scratch: Path, model_host_python: str = sys.executable) -> EmbeddedStack:
     """A stack of ``shape``, every batcher in the group."""
     model = MODELS["gpu-like"]
     settings = load_settings(model, api_workers=shape.api_workers, topic_partitions=shape.partitions)
     extra = [f"127.0.0.1:{free_port()}" for _ in range(shape.endpoints - 1)]
     settings = settings.model_copy(update={"triton_url": ",".join([settings.triton_url, *extra])})
-    stack = EmbeddedStack(settings, scratch, model_host_args=model.host_args)
+    stack = EmbeddedStack(settings, scratch, model_host_args=model.host_args, model_host_python=model_host_python)
     stack.start()
     try:
         for _ in range(shape.batchers - 1):
@@ -90,15 +96,26 @@ def start(shape: Shape, scratch: Path) -> EmbeddedStack:
     return stack
 
 
-def measure(shape: Shape, seconds: float) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Load:
+    """How the load is sent: closed-loop clients, processes, and the open loop's rate
+    (0: 80% of what the closed loop sustained)."""
+
+    clients: int = CLIENTS
+    processes: int = 1
+    open_rate: float = 0.0
+    model_host_python: str = sys.executable
+
+
+def measure(shape: Shape, seconds: float, load: Load) -> dict[str, Any]:
     """Saturation with CPU a task by role, then the open loop at 80% of it."""
     with tempfile.TemporaryDirectory(prefix="brimful-scale-") as scratch:
-        stack = start(shape, Path(scratch))
+        stack = start(shape, Path(scratch), load.model_host_python)
         try:
             names = list(stack.processes)
             before = {name: usage(process_pids(stack, name)).cpu_s for name in names}
             counted = stats(stack)
-            closed = loadgen(stack, "brimful", seconds, clients=CLIENTS)
+            closed = loadgen(stack, "brimful", seconds, clients=load.clients, processes=load.processes)
             after = stats(stack)
             tasks = max(1, after.get("tasks_done", 0) - counted.get("tasks_done", 0))
             calls = after.get("batches_dispatched", 0) - counted.get("batches_dispatched", 0)
@@ -108,8 +125,8 @@ def measure(shape: Shape, seconds: float) -> dict[str, Any]:
                 spent = usage(process_pids(stack, name)).cpu_s - before[name]
                 cpu_us[role_of(name)] = cpu_us.get(role_of(name), 0.0) + spent / tasks * 1e6
             stack.empty_broker()
-            offered = OPEN_LOOP_SHARE * closed["achieved_rows_per_s"]
-            opened = loadgen(stack, "brimful", seconds, rate=offered)
+            offered = load.open_rate or OPEN_LOOP_SHARE * closed["achieved_rows_per_s"]
+            opened = loadgen(stack, "brimful", seconds, rate=offered, processes=load.processes)
         finally:
             stack.stop()
     return {
@@ -120,6 +137,7 @@ def measure(shape: Shape, seconds: float) -> dict[str, Any]:
         "cpu_us_per_task": cpu_us,
         "open_offered": offered,
         "open_rows_per_s": opened["achieved_rows_per_s"],
+        "open_errors": opened["errors"] + opened["lost"],
         "open_p50_ms": opened["p50_ms"],
         "open_p99_ms": opened["p99_ms"],
         "errors": closed["errors"] + closed["lost"] + opened["errors"] + opened["lost"],
@@ -134,16 +152,16 @@ def render(results: dict[str, Any]) -> str:
         "",
         f"Command: `{results['command']}`. Machine: {results['machine']}. A configuration WxBxPxE is W API "
         "workers, B batchers on P partitions, E endpoints (one model instance each, 20 ms a call). Rows/s: a "
-        f"closed loop of {CLIENTS} clients for {results['seconds']:g} s; x first: that against the first "
+        f"closed loop of {results.get('clients', CLIENTS)} clients for {results['seconds']:g} s"
+        f" ({results.get('load_processes', 1)} load-generating processes); x first: that against the first "
         "configuration; per added: (x first - 1) over the API workers and batchers added; rows a call: real rows "
-        "a model call carried in the closed loop. Open loop: Poisson at "
-        f"{OPEN_LOOP_SHARE:.0%} of the closed loop's rate on an empty broker, ms from the scheduled arrival. "
+        f"a model call carried in the closed loop. Open loop: Poisson at {open_loop_rate(results)} on an empty "
+        "broker (offered and answered rows/s in the table), ms from the scheduled arrival. "
         "CPU: us a completed task in the closed loop, summed over the role's processes.",
         "",
-        "| config | rows/s | x first | per added | rows a call | open p50 ms | open p99 ms | "
-        + " | ".join(f"{role} us" for role in ROLES)
-        + " |",
-        "|---|---|---|---|---|---|---|" + "---|" * len(ROLES),
+        "| config | rows/s | x first | per added | rows a call | open offered | open answered | open p50 ms "
+        "| open p99 ms | " + " | ".join(f"{role} us" for role in ROLES) + " |",
+        "|---|---|---|---|---|---|---|---|---|" + "---|" * len(ROLES),
     ]
     for run in runs:
         assert base is not None
@@ -154,17 +172,32 @@ def render(results: dict[str, Any]) -> str:
         cpu = run["cpu_us_per_task"]
         lines.append(
             f"| {run['config']} | {run['rows_per_s']:.0f} | {ratio:.2f} | {per_added} "
-            f"| {run.get('rows_per_call', 0.0):.1f} | {run['open_p50_ms']:.1f} "
+            f"| {run.get('rows_per_call', 0.0):.1f} | {run['open_offered']:.0f} "
+            f"| {run['open_rows_per_s']:.0f} | {run['open_p50_ms']:.1f} "
             f"| {run['open_p99_ms']:.1f} | " + " | ".join(f"{cpu.get(role, 0.0):.0f}" for role in ROLES) + " |"
         )
     lines += errors_footer(results["runs"], lambda run: run["config"])
     return "\n".join(lines) + "\n"
 
 
+def open_loop_rate(results: dict[str, Any]) -> str:
+    """How the report's open loop was offered."""
+    rate = results.get("open_rate", 0.0)
+    return f"{rate:g} rows/s" if rate else f"{OPEN_LOOP_SHARE:.0%} of the closed loop's rate"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--configs", default=DEFAULT_CONFIGS, help="comma-separated WxBxPxE configurations")
     parser.add_argument("--seconds", type=float, default=10.0, help="length of each loop")
+    parser.add_argument("--clients", type=int, default=CLIENTS, help="closed-loop clients")
+    parser.add_argument("--load-processes", type=int, default=1, help="processes sending the load")
+    parser.add_argument("--open-rate", type=float, default=0.0, help="open-loop rows/s (0: 80%% of the closed loop)")
+    parser.add_argument(
+        "--model-host-python",
+        default=sys.executable,
+        help="the model hosts' interpreter, where this one cannot host PyTriton (numpy 2)",
+    )
     add_report_arguments(parser, "scale")
     args = parser.parse_args()
     report = SavedReport(args.out_dir, "scale", render)
@@ -172,17 +205,23 @@ def main() -> int:
         report.render_again()
         return 0
     shapes = [Shape.parse(part) for part in args.configs.split(",")]
-    command = command_line("bench/scale.py", args, {"configs": DEFAULT_CONFIGS, "seconds": 10.0})
+    defaults = {"configs": DEFAULT_CONFIGS, "seconds": 10.0, "clients": CLIENTS, "load_processes": 1, "open_rate": 0.0}
+    defaults["model_host_python"] = sys.executable
+    command = command_line("bench/scale.py", args, defaults)
+    load = Load(args.clients, args.load_processes, args.open_rate, args.model_host_python)
     results: dict[str, Any] = {
         "command": command,
         "machine": machine_description(),
         "seconds": args.seconds,
+        "clients": load.clients,
+        "load_processes": load.processes,
+        "open_rate": load.open_rate,
         "runs": [],
     }
     for shape in shapes:
         print(f"{shape}:", flush=True)
         try:
-            run = measure(shape, args.seconds)
+            run = measure(shape, args.seconds, load)
         except Exception as error:  # recorded; the next configuration still runs
             run = {"config": str(shape), "error": f"{type(error).__name__}: {error}"[:300]}
         results["runs"].append(run)

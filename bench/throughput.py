@@ -110,13 +110,16 @@ def loadgen(
     client: str = "raw",
     settle_first: bool = True,
     extra: tuple[str, ...] = (),
+    processes: int = 1,
 ) -> dict[str, Any]:
     """Run the load generator in its own process and return its summary, with the CPU
     time the generator itself used per request (it shares the machine with the stack).
     Without a stack (the floor server) only ``url`` is used. ``settle_first`` False: start
     while earlier work still runs (a backlog the run is meant to meet); ``extra``: more
-    load-generator flags."""
+    load-generator flags; ``processes``: load-generating processes (past a few thousand requests
+    a second one is not enough)."""
     argv = [sys.executable, str(LOADGEN), "--path", path, "--duration", str(seconds), "--client", client, *extra]
+    argv += ["--processes", str(processes)]
     if stack is not None:
         if settle_first:
             settle(stack)

@@ -99,6 +99,9 @@ class EmbeddedStack:
     echo_service_logs: bool = False  # API and batcher log to the terminal instead of files
     startup_timeout_s: float = 60.0
     model_host_args: tuple[str, ...] = ()  # extra model-host flags: --call-ms, --fault-file, ...
+    # The model hosts' Python. Another one where this one cannot host PyTriton: its Python
+    # backend misreads text tensors under numpy 2, which some machines' Pythons carry.
+    model_host_python: str = sys.executable
     redis_append_only: bool = False  # AOF on, so Redis keeps what it had across a restart
     redis_fsync: str = "always"  # with AOF: "everysec" loses up to its last second to a kill, as compose runs it
     broker_storage: str = "memory://tansu/"  # or s3://BUCKET/ with AWS_* in broker_env
@@ -132,8 +135,11 @@ class EmbeddedStack:
         try:
             self.start_broker()
             self.start_redis()
+            # Every model host loads at once (about 2 s each), then each is waited for.
             for name in self.model_host_names:
-                self.start_model_host(name)
+                self.start_model_host(name, wait=False)
+            for name in self.model_host_names:
+                self.wait_for_model_host(name)
             if with_batcher:
                 for model in self.batcher_models:
                     self.start_batcher(model=model)
@@ -250,7 +256,8 @@ class EmbeddedStack:
             sizes.append(int(rows))
         return sizes
 
-    def start_model_host(self, name: str = "triton") -> None:
+    def start_model_host(self, name: str = "triton", wait: bool = True) -> None:
+        """Start model host ``name``; with ``wait``, until each served model is ready."""
         index = self.model_host_names.index(name)
         if name not in self.model_host_ports:
             grpc = _port_of(self.settings.triton_endpoints[index])
@@ -264,10 +271,10 @@ class EmbeddedStack:
         scratch = Path(tempfile.mkdtemp(prefix="brimful-"))
         self._scratch_dirs.append(scratch)
         workspace = scratch / "ws"
-        process = self._launch(
+        self._launch(
             name,
             [
-                sys.executable,
+                self.model_host_python,
                 "-m",
                 "brimful.model_server.model_host",
                 "--grpc-port",
@@ -285,9 +292,15 @@ class EmbeddedStack:
                 *self.model_host_args,
             ],
         )
+        if wait:
+            self.wait_for_model_host(name)
+
+    def wait_for_model_host(self, name: str) -> None:
+        """Wait until every served model of the started model host ``name`` is ready."""
+        http_port = self.model_host_ports[name][1]
         for model in self.settings.served_models:
             ready = f"http://127.0.0.1:{http_port}/v2/models/{model}/ready"
-            wait_until(functools.partial(http_ok, ready), self.startup_timeout_s, name, process)
+            wait_until(functools.partial(http_ok, ready), self.startup_timeout_s, name, self.processes[name])
 
     def start_batcher(self, name: str | None = None, model: str | None = None) -> ManagedProcess:
         """Start a batcher of ``model`` (default: model_name; a named batcher started
