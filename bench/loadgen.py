@@ -91,26 +91,50 @@ Send = Callable[[int], Awaitable[int]]  # sends request i, returns the rows it c
 Stages = list[tuple[float, float, float, float]]  # per answered task: sent (perf_counter), then three spans in ms
 
 
-Post = Callable[[str, bytes], Awaitable[tuple[int, bytes]]]  # (target, JSON body) -> (status, body)
+Call = Callable[[str, str, bytes], Awaitable[tuple[int, bytes]]]  # (method, target, JSON body) -> (status, body)
+
+FOLLOW_UPS = 50  # most GETs after a 202 before a request counts as failed
+FOLLOW_UP_PAUSE_S = 0.05  # after a 429 (the API holds its most waiters for the tenant)
 
 
-def raw_post(pool: HttpPool) -> Post:
-    async def post(target: str, body: bytes) -> tuple[int, bytes]:
-        return await pool.request("POST", target, body)
+def raw_call(pool: HttpPool) -> Call:
+    async def call(method: str, target: str, body: bytes) -> tuple[int, bytes]:
+        return await pool.request(method, target, body)
 
-    return post
+    return call
 
 
-def aiohttp_post(session: aiohttp.ClientSession, base_url: str) -> Post:
-    async def post(target: str, body: bytes) -> tuple[int, bytes]:
-        async with session.post(base_url + target, data=body, headers={"Content-Type": "application/json"}) as r:
+def aiohttp_call(session: aiohttp.ClientSession, base_url: str) -> Call:
+    async def call(method: str, target: str, body: bytes) -> tuple[int, bytes]:
+        headers = {"Content-Type": "application/json"} if body else {}
+        async with session.request(method, base_url + target, data=body or None, headers=headers) as r:
             return r.status, await r.read()
 
-    return post
+    return call
+
+
+async def follow_up(call: Call, task_id: str) -> tuple[int, bytes]:
+    """What a client does after a 202 (the API already held its most waiters for the
+    tenant, so it answered at once): long-poll the task, pausing after a 429, a bounded
+    number of times."""
+    status, raw = 0, b""
+    for _ in range(FOLLOW_UPS):
+        status, raw = await call("GET", f"/v1/tasks/{task_id}?wait=30", b"")
+        if status == 429:
+            await asyncio.sleep(FOLLOW_UP_PAUSE_S)
+        elif status != 200 or json.loads(raw).get("status") != "queued":
+            return status, raw
+    return status, raw
 
 
 def brimful_sender(
-    post: Post, stages: Stages, run: bytes, repeat_share: float = 0.0, seed: int = 0, repeated: list[int] | None = None
+    call: Call,
+    stages: Stages,
+    run: bytes,
+    repeat_share: float = 0.0,
+    seed: int = 0,
+    repeated: list[int] | None = None,
+    followed: list[int] | None = None,
 ) -> Send:
     """POST with ?wait=30. Each answer carries the task's submitted_at_ms (the API took it)
     and updated_at_ms (its result was stored): with the client's own clock on the same
@@ -132,7 +156,11 @@ def brimful_sender(
             number = i
             sent.append(i)
         text = b"bench %s %d" % (run, number)
-        status, raw = await post("/v1/tasks?wait=30", b'{"inputs": {"TEXT": "%s"}}' % text)
+        status, raw = await call("POST", "/v1/tasks?wait=30", b'{"inputs": {"TEXT": "%s"}}' % text)
+        if status == 202:
+            if followed is not None:
+                followed[0] += 1
+            status, raw = await follow_up(call, json.loads(raw)["task_id"])
         if status != 200:  # before parsing: a refusal says what it is even if it is not JSON
             raise RuntimeError(f"{status} {raw[:200]!r}")
         body = json.loads(raw)
@@ -148,12 +176,12 @@ def brimful_sender(
     return send
 
 
-def expecting(post: Post, target: str, body: bytes, status: int) -> Send:
+def expecting(call: Call, target: str, body: bytes, status: int) -> Send:
     """POST ``body`` (holding %d for the request's number) and expect ``status``: the floor
     server's constant 202, Ray Serve's 200."""
 
     async def send(i: int) -> int:
-        answered, raw = await post(target, body % i)
+        answered, raw = await call("POST", target, body % i)
         if answered != status:
             raise RuntimeError(f"{answered} {raw[:200]!r}")
         return 1
@@ -251,7 +279,9 @@ def stage_summary(inside: Stages) -> dict[str, dict[str, float]]:
     }
 
 
-def summary(record: Record, args: argparse.Namespace, inside: Stages, repeated: int) -> dict[str, object]:
+def summary(
+    record: Record, args: argparse.Namespace, inside: Stages, repeated: int, followed: int
+) -> dict[str, object]:
     """The JSON summary; ``inside`` holds the stages of the requests sent inside the window."""
     latencies = np.array(record.latencies_ms) if record.latencies_ms else np.array([float("nan")])
     window = args.duration - args.warmup
@@ -275,6 +305,7 @@ def summary(record: Record, args: argparse.Namespace, inside: Stages, repeated: 
         # Each span's median and mean, over the requests sent inside the window (brimful path only).
         **stage_summary(inside),
         "repeated": repeated,
+        "followed_up": followed,  # answered 202 at first (waiters full), then long-polled by GET
     }
 
 
@@ -285,29 +316,32 @@ class Shard:
     record: Record
     inside: Stages  # the stages of requests sent inside its window
     repeated: int
+    followed: int  # requests answered 202 and followed up
 
 
 async def drive(args: argparse.Namespace) -> Shard:
     closers: list[Callable[[], Awaitable[None]]] = []
     stages: Stages = []
     repeated = [0]  # requests that repeated an earlier text (brimful path, --repeat-share)
+    followed = [0]  # requests answered 202 and followed up by GET (brimful path)
     if args.path in ("brimful", "ray", "floor"):
         if args.client == "raw":
             pool = HttpPool(args.url)
             closers.append(pool.close)
-            post = raw_post(pool)
+            call = raw_call(pool)
         else:
             session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=4000), timeout=aiohttp.ClientTimeout(total=60)
             )
             closers.append(session.close)
-            post = aiohttp_post(session, args.url.rstrip("/"))
+            call = aiohttp_call(session, args.url.rstrip("/"))
         if args.path == "brimful":
-            send = brimful_sender(post, stages, uuid.uuid4().hex.encode(), args.repeat_share, args.seed, repeated)
+            run = uuid.uuid4().hex.encode()
+            send = brimful_sender(call, stages, run, args.repeat_share, args.seed, repeated, followed)
         elif args.path == "ray":
-            send = expecting(post, "/", b'{"TEXT": "bench %d"}', 200)
+            send = expecting(call, "/", b'{"TEXT": "bench %d"}', 200)
         else:  # the floor: the same POST as Brimful's, to a server answering a constant 202
-            send = expecting(post, "/v1/tasks", b'{"inputs": {"TEXT": "bench %d"}}', 202)
+            send = expecting(call, "/v1/tasks", b'{"inputs": {"TEXT": "bench %d"}}', 202)
     else:
         import tritonclient.grpc.aio as grpcaio
 
@@ -322,7 +356,7 @@ async def drive(args: argparse.Namespace) -> Shard:
     finally:
         for close in closers:
             await close()
-    return Shard(record, [stage for stage in stages if stage[0] >= record.window[0]], repeated[0])
+    return Shard(record, [stage for stage in stages if stage[0] >= record.window[0]], repeated[0], followed[0])
 
 
 def run_shard(args: argparse.Namespace) -> Shard:
@@ -358,7 +392,7 @@ def merged(shards: list[Shard]) -> Shard:
         record.finished += shard.record.finished
         record.first_error = record.first_error or shard.record.first_error
         inside += shard.inside
-    return Shard(record, inside, sum(shard.repeated for shard in shards))
+    return Shard(record, inside, sum(shard.repeated for shard in shards), sum(shard.followed for shard in shards))
 
 
 def measure(args: argparse.Namespace) -> Shard:
@@ -397,7 +431,7 @@ def main() -> int:
     if args.processes < 1 or (args.concurrency and args.concurrency < args.processes):
         parser.error("--processes is at least 1, and at most --concurrency")
     shard = measure(args)
-    print(json.dumps(summary(shard.record, args, shard.inside, shard.repeated)))
+    print(json.dumps(summary(shard.record, args, shard.inside, shard.repeated, shard.followed)))
     return 0
 
 

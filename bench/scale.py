@@ -99,7 +99,7 @@ def start(shape: Shape, scratch: Path, model_host_python: str = sys.executable) 
 @dataclass(frozen=True)
 class Load:
     """How the load is sent: closed-loop clients, processes, and the open loop's rate
-    (0: 80% of what the closed loop sustained)."""
+    (0: 80% of what the closed loop sustained); and the model hosts' Python."""
 
     clients: int = CLIENTS
     processes: int = 1
@@ -141,6 +141,8 @@ def measure(shape: Shape, seconds: float, load: Load) -> dict[str, Any]:
         "open_p50_ms": opened["p50_ms"],
         "open_p99_ms": opened["p99_ms"],
         "errors": closed["errors"] + closed["lost"] + opened["errors"] + opened["lost"],
+        "followed_up": {"closed": closed.get("followed_up", 0), "open": opened.get("followed_up", 0)},
+        "first_errors": [loop["first_error"][:300] for loop in (closed, opened) if loop["first_error"]],
     }
 
 

@@ -32,6 +32,8 @@ def _run(config: str, rows_per_s: float) -> dict[str, object]:
         "config": config,
         "rows_per_s": rows_per_s,
         "cpu_us_per_task": {"api": 400.0, "batcher": 150.0},
+        "open_offered": 0.8 * rows_per_s,
+        "open_rows_per_s": 0.79 * rows_per_s,
         "open_p50_ms": 50.0,
         "open_p99_ms": 90.0,
     }
@@ -55,3 +57,12 @@ def test_the_report_gives_each_added_process_its_share_of_the_gain() -> None:
     assert rows["2x1x1x1"][2:4] == ["1.80", "0.80"]  # one worker added: 0.8 of one worker's rate
     assert rows["2x2x2x1"][2:4] == ["2.20", "0.60"]  # a worker and a batcher added
     assert "4x4x4x4: StackError: no" in page
+
+
+def test_the_report_names_the_open_loops_rate() -> None:
+    results = {"command": "c", "machine": "m", "seconds": 10.0, "runs": [_run("1x1x1x1", 1000.0)]}
+    assert "Poisson at 80% of the closed loop's rate" in render(results)
+    page = render({**results, "open_rate": 10000.0, "clients": 3072, "load_processes": 6})
+    assert "Poisson at 10000 rows/s" in page
+    assert "closed loop of 3072 clients for 10 s (6 load-generating processes)" in page
+    assert "| 1x1x1x1 | 1000 | 1.00 | - | 0.0 | 800 | 790 | 50.0 | 90.0 |" in page

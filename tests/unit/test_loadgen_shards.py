@@ -1,0 +1,65 @@
+"""The load generator's split over processes, its merge, and its follow-up of a 202."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+
+import pytest
+
+from bench import loadgen
+from bench.loadgen import Record, Shard, follow_up, merged, shard_args
+
+
+def _args(**values: object) -> argparse.Namespace:
+    return argparse.Namespace(**{"rate": 0.0, "concurrency": 0, "seed": 7, "processes": 3, **values})
+
+
+def test_clients_are_split_as_evenly_as_whole_clients_allow() -> None:
+    shares = [shard_args(_args(concurrency=10), k) for k in range(3)]
+    assert [share.concurrency for share in shares] == [4, 3, 3]
+    assert [share.seed for share in shares] == [7, 8, 9]  # arrivals do not line up across processes
+
+
+def test_the_rate_is_split_evenly() -> None:
+    assert [shard_args(_args(rate=900.0), k).rate for k in range(3)] == [300.0, 300.0, 300.0]
+
+
+def test_merged_shards_keep_every_latency_and_count() -> None:
+    def shard(latencies: list[float], rows: int, errors: int, first: str) -> Shard:
+        record = Record(window=(1.0, 2.0), latencies_ms=latencies, completed_rows_in_window=rows, errors=errors)
+        record.finished, record.lost, record.first_error = len(latencies) + errors, 1, first
+        return Shard(record, [(1.5, 1.0, 2.0, 3.0)], repeated=2, followed=1)
+
+    both = merged([shard([1.0, 2.0], 2, 0, ""), shard([3.0], 1, 4, "RuntimeError: x")])
+    assert sorted(both.record.latencies_ms) == [1.0, 2.0, 3.0]
+    assert (both.record.completed_rows_in_window, both.record.errors, both.record.lost) == (3, 4, 2)
+    assert (both.record.finished, both.record.first_error) == (7, "RuntimeError: x")
+    assert (len(both.inside), both.repeated, both.followed) == (2, 4, 2)
+
+
+def _scripted(answers: list[tuple[int, dict[str, object]]], asked: list[str]) -> loadgen.Call:
+    async def call(method: str, target: str, body: bytes) -> tuple[int, bytes]:
+        asked.append(f"{method} {target}")
+        status, answer = answers.pop(0)
+        return status, json.dumps(answer).encode()
+
+    return call
+
+
+def test_a_202_is_followed_by_long_polls_past_429s_until_final(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(loadgen, "FOLLOW_UP_PAUSE_S", 0.0)
+    asked: list[str] = []
+    answers = [(429, {}), (200, {"status": "queued"}), (200, {"status": "done", "outputs": {}})]
+    status, raw = asyncio.run(follow_up(_scripted(answers, asked), "t1"))
+    assert (status, json.loads(raw)["status"]) == (200, "done")
+    assert asked == ["GET /v1/tasks/t1?wait=30"] * 3
+
+
+def test_follow_ups_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(loadgen, "FOLLOW_UP_PAUSE_S", 0.0)
+    asked: list[str] = []
+    answers = [(429, {})] * (loadgen.FOLLOW_UPS + 5)
+    status, _ = asyncio.run(follow_up(_scripted(answers, asked), "t1"))
+    assert status == 429 and len(asked) == loadgen.FOLLOW_UPS
