@@ -4,6 +4,8 @@
         task_id = brimful.submit({"TEXT": "hello"})
         outputs = brimful.result(task_id)              # long-polls, no busy loop
         every = brimful.map([{"TEXT": t} for t in texts])  # outputs in input order
+        job = brimful.wait_batch(brimful.create_batch(task_lines(rows))["id"])
+        answers = brimful.batch_output(job)            # by custom_id
 
 Both honour ``Retry-After`` on 429 and 503, and a submission keeps one
 ``Idempotency-Key`` across its retries, so a retried POST never makes a second task.
@@ -21,6 +23,19 @@ from typing import Any
 
 import httpx
 
+from brimful_client.job_plans import (
+    Progress,
+    add_webhook_plan,
+    batch_plan,
+    by_custom_id,
+    cancel_batch_plan,
+    create_batch_plan,
+    file_lines_plan,
+    jsonl,
+    remove_webhook_plan,
+    wait_batch_plan,
+    webhooks_plan,
+)
 from brimful_client.plans import (
     BrimfulError,
     Plan,
@@ -130,6 +145,52 @@ class Client(_Connection):
         task_ids = self._run(submit_all_plan(self._retry, inputs, chunk, task_fields(model, priority, cache)))
         return [self.result(task_id, timeout_s=timeout_s) for task_id in task_ids]
 
+    # --- batch jobs (OpenAI's Batch API) and webhook endpoints ---
+
+    def create_batch(
+        self,
+        lines: Iterable[Mapping[str, Any]] | bytes,
+        endpoint: str = "/v1/tasks",
+        metadata: Mapping[str, str] | None = None,
+        filename: str = "batch.jsonl",
+    ) -> dict[str, Any]:
+        """Upload request lines (``task_lines`` makes them from inputs) and start a batch job
+        over them: each line a low-priority task. Returns the job (``id``, ``status``, ...)."""
+        return dict(self._run(create_batch_plan(self._retry, jsonl(lines), endpoint, metadata, filename)))
+
+    def batch(self, batch_id: str) -> dict[str, Any]:
+        return dict(self._run(batch_plan(self._retry, batch_id)))
+
+    def wait_batch(
+        self, batch_id: str, timeout_s: float = 86_400.0, poll_s: float = 2.0, progress: Progress | None = None
+    ) -> dict[str, Any]:
+        """The job once it has ended (completed, failed, expired or cancelled); ``progress``
+        is called with the job at every poll (its ``request_counts`` say how far it is)."""
+        return dict(self._run(wait_batch_plan(self._retry, batch_id, timeout_s, poll_s, progress)))
+
+    def cancel_batch(self, batch_id: str) -> dict[str, Any]:
+        return dict(self._run(cancel_batch_plan(self._retry, batch_id)))
+
+    def batch_output(self, batch: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+        """The output file's lines of an ended job, by ``custom_id``: each line's
+        ``response`` holds its status_code and body."""
+        return by_custom_id(self._run(file_lines_plan(self._retry, batch.get("output_file_id"))))
+
+    def batch_errors(self, batch: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The error file's lines: lines that failed or could not be read (one of those may
+        have no ``custom_id``, or repeat another line's)."""
+        return list(self._run(file_lines_plan(self._retry, batch.get("error_file_id"))))
+
+    def add_webhook(self, url: str, events: Iterable[str], description: str = "") -> dict[str, Any]:
+        """Register a webhook endpoint (admin key); the answer holds its secret, this once."""
+        return dict(self._run(add_webhook_plan(self._retry, url, events, description)))
+
+    def webhooks(self) -> list[dict[str, Any]]:
+        return list(self._run(webhooks_plan(self._retry)))
+
+    def remove_webhook(self, endpoint_id: str) -> dict[str, Any]:
+        return dict(self._run(remove_webhook_plan(self._retry, endpoint_id)))
+
 
 class AsyncClient(_Connection):
     """asyncio client; ``map`` keeps up to ``concurrency`` results in flight."""
@@ -197,3 +258,40 @@ class AsyncClient(_Connection):
                 return await self.result(task_id, timeout_s=timeout_s)
 
         return list(await asyncio.gather(*(one(task_id) for task_id in task_ids)))
+
+    # --- batch jobs (OpenAI's Batch API) and webhook endpoints ---
+
+    async def create_batch(
+        self,
+        lines: Iterable[Mapping[str, Any]] | bytes,
+        endpoint: str = "/v1/tasks",
+        metadata: Mapping[str, str] | None = None,
+        filename: str = "batch.jsonl",
+    ) -> dict[str, Any]:
+        return dict(await self._run(create_batch_plan(self._retry, jsonl(lines), endpoint, metadata, filename)))
+
+    async def batch(self, batch_id: str) -> dict[str, Any]:
+        return dict(await self._run(batch_plan(self._retry, batch_id)))
+
+    async def wait_batch(
+        self, batch_id: str, timeout_s: float = 86_400.0, poll_s: float = 2.0, progress: Progress | None = None
+    ) -> dict[str, Any]:
+        return dict(await self._run(wait_batch_plan(self._retry, batch_id, timeout_s, poll_s, progress)))
+
+    async def cancel_batch(self, batch_id: str) -> dict[str, Any]:
+        return dict(await self._run(cancel_batch_plan(self._retry, batch_id)))
+
+    async def batch_output(self, batch: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+        return by_custom_id(await self._run(file_lines_plan(self._retry, batch.get("output_file_id"))))
+
+    async def batch_errors(self, batch: Mapping[str, Any]) -> list[dict[str, Any]]:
+        return list(await self._run(file_lines_plan(self._retry, batch.get("error_file_id"))))
+
+    async def add_webhook(self, url: str, events: Iterable[str], description: str = "") -> dict[str, Any]:
+        return dict(await self._run(add_webhook_plan(self._retry, url, events, description)))
+
+    async def webhooks(self) -> list[dict[str, Any]]:
+        return list(await self._run(webhooks_plan(self._retry)))
+
+    async def remove_webhook(self, endpoint_id: str) -> dict[str, Any]:
+        return dict(await self._run(remove_webhook_plan(self._retry, endpoint_id)))

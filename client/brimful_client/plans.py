@@ -186,8 +186,11 @@ def vectors(answer: Mapping[str, Any]) -> list[list[float]]:
     return [item["embedding"] for item in sorted(answer["data"], key=lambda item: item["index"])]
 
 
-def call_plan(retry: RetryPolicy, method: str, path: str, **options: Any) -> Plan:
-    """One API call, retried as ``retry`` and the server's Retry-After say."""
+def call_plan(
+    retry: RetryPolicy, method: str, path: str, read: Callable[[httpx.Response], Any] = raise_for_error, **options: Any
+) -> Plan:
+    """One API call, retried as ``retry`` and the server's Retry-After say; ``read`` turns
+    the final answer into the call's value (default: its JSON, or BrimfulError)."""
     attempt = 0
     while True:
         attempt += 1
@@ -198,7 +201,7 @@ def call_plan(retry: RetryPolicy, method: str, path: str, **options: Any) -> Pla
                 raise
         else:
             if (delay := retry_delay(retry, attempt, response)) is None:
-                return raise_for_error(response)
+                return read(response)
         yield Pause(delay)
 
 
