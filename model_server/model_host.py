@@ -90,7 +90,7 @@ def serve(
     fixed; the benchmarks compare), with as many instances. For each of ``also_fixed``,
     also bind the same model under ``fixed_name``, fixed at that many rows (a second
     fixed-batch model: Triton refuses any other row count for each). Each of ``beside`` is
-    another model bound fixed at ``batch_size``, one instance (the embedding model)."""
+    another model bound fixed at ``batch_size``, one instance (the embedding models)."""
     os.environ["LD_LIBRARY_PATH"] = library_path(os.environ.get("LD_LIBRARY_PATH", ""))
     from pytriton.decorators import batch
     from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
@@ -195,6 +195,11 @@ def main() -> None:
         action="store_true",
         help="also serve the small deterministic embedding model (brimful_embedding)",
     )
+    parser.add_argument(
+        "--minilm",
+        action="store_true",
+        help="also serve MiniLM embeddings (brimful_minilm) beside the reference model (needs the minilm extra)",
+    )
     parser.add_argument("--gpu-metrics", action="store_true", help="let Triton export GPU metrics (on a GPU machine)")
     parser.add_argument(
         "--also-fixed",
@@ -236,7 +241,7 @@ def main() -> None:
         with_dynamic=args.with_dynamic,
         also_fixed=sorted(set(args.also_fixed)),
         gpu_metrics=args.gpu_metrics,
-        beside=[embedding()] if args.embedding else [],
+        beside=[*([embedding()] if args.embedding else []), *([minilm()] if args.minilm else [])],
     )
 
 

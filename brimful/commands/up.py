@@ -13,6 +13,8 @@ from types import FrameType
 
 from brimful.core.settings import Settings, get_settings
 from brimful.model_server.embedding_model import MODEL_NAME as EMBEDDING_MODEL
+from brimful.model_server.minilm_model import MODEL_NAME as MINILM_MODEL
+from brimful.model_server.minilm_model import minilm_installed
 from brimful.model_server.model_host import fixed_name
 from brimful.model_server.reference_model import MODEL_NAME
 from brimful.stack import EmbeddedStack, StackError, Supervisor
@@ -33,16 +35,21 @@ REFERENCE_MODELS = f"{MODEL_NAME},{fixed_name(MODEL_NAME, 16)}"
 EMBEDDED_MODELS = f"{REFERENCE_MODELS},{EMBEDDING_MODEL}"
 
 
-def embedded_settings(settings: Settings) -> Settings:
+def embedded_models(with_minilm: bool) -> str:
+    """The embedded stack's models: MiniLM too where its extra is installed."""
+    return f"{EMBEDDED_MODELS},{MINILM_MODEL}" if with_minilm else EMBEDDED_MODELS
+
+
+def embedded_settings(settings: Settings, with_minilm: bool) -> Settings:
     """The settings with the embedded stack's models, where neither BRIMFUL_MODELS nor
     another BRIMFUL_MODEL_NAME was given."""
     if "models" in settings.model_fields_set or settings.model_name != MODEL_NAME:
         return settings
-    return settings.model_copy(update={"models": EMBEDDED_MODELS})
+    return settings.model_copy(update={"models": embedded_models(with_minilm)})
 
 
 def run(args: argparse.Namespace) -> int:
-    settings = embedded_settings(get_settings())
+    settings = embedded_settings(get_settings(), minilm_installed())
     if not args.auth:
         settings = settings.model_copy(update={"auth_enabled": False})
         print(

@@ -6,7 +6,8 @@
 - Triton: a real Triton server hosted by PyTriton, serving the reference model (one per
   endpoint when ``triton_url`` names several: a pool of model endpoints), and the same
   function fixed at other row counts (``brimful_reference_16``: 16 rows) where the served
-  models name them, and the small embedding model (``brimful_embedding``) where they name it;
+  models name them, the small embedding model (``brimful_embedding``) and MiniLM
+  (``brimful_minilm``, where the minilm extra is installed) where they name them;
 - Brimful's own API and one batcher per served model.
 
 Each runs in a process group of its own; ``stop()`` takes them down in reverse order
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import shutil
 import sys
 import tempfile
@@ -27,11 +27,11 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import redis
-from pydantic import SecretStr
 
 from brimful.core.redis_keys import RedisKeys
 from brimful.core.settings import Settings
 from brimful.model_server.embedding_model import MODEL_NAME as EMBEDDING_MODEL
+from brimful.model_server.minilm_model import MODEL_NAME as MINILM_MODEL
 from brimful.stack.processes import (
     ManagedProcess,
     StackError,
@@ -42,8 +42,11 @@ from brimful.stack.processes import (
     wait_until,
 )
 from brimful.stack.redis_cluster import ClusterNode, cluster_ready, form_cluster, server_args
+from brimful.stack.stack_settings import settings_env
 
 REDIS_CLUSTER_MASTERS = 3  # the fewest masters Redis documents a working cluster with
+# Models the model host serves beside the reference model, each with its flag.
+BESIDE = {EMBEDDING_MODEL: "--embedding", MINILM_MODEL: "--minilm"}
 
 
 def tansu_binary() -> Path:
@@ -60,34 +63,6 @@ def tansu_binary() -> Path:
 
 def _port_of(address: str) -> int:
     return int(address.rsplit(":", 1)[1])
-
-
-def settings_env(settings: Settings) -> dict[str, str]:
-    """The environment that gives a child process exactly these settings."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith("BRIMFUL_")}
-    for name, value in settings.model_dump().items():
-        if isinstance(value, SecretStr):
-            value = value.get_secret_value()
-        env[f"BRIMFUL_{name.upper()}"] = str(value).lower() if isinstance(value, bool) else str(value)
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
-def settings_on_free_ports(**overrides: object) -> Settings:
-    """Settings for a stack of its own on free loopback ports, beside any other (tests and
-    benchmarks run several). Open (auth off), as the embedded stack runs, unless overridden."""
-    values: dict[str, object] = {
-        "kafka_bootstrap": f"127.0.0.1:{free_port()}",
-        "redis_url": f"redis://127.0.0.1:{free_port()}/0",
-        "triton_url": f"127.0.0.1:{free_port()}",
-        "triton_http_port": free_port(),
-        "triton_metrics_port": free_port(),
-        "api_port": free_port(),
-        "batcher_metrics_port": free_port(),
-        "auth_enabled": False,
-    }
-    values.update(overrides)
-    return Settings(**values)  # type: ignore[arg-type]
 
 
 @dataclass
@@ -239,19 +214,23 @@ class EmbeddedStack:
         """The models the stack starts a batcher for: every one served."""
         return self.settings.served_models
 
+    def beside_flags(self) -> list[str]:
+        """The model host's flags for the served models it binds beside the reference model."""
+        return [flag for model, flag in BESIDE.items() if model in self.settings.served_models]
+
     def reference_sizes(self) -> list[int]:
         """Row counts the model host serves the reference model at besides batch_size: one
         per served model named ``<model_name>_<rows>`` (raises StackError for a served
         model the embedded host cannot serve)."""
         sizes = []
         for model in self.settings.served_models:
-            if model in (self.settings.model_name, EMBEDDING_MODEL):
+            if model == self.settings.model_name or model in BESIDE:
                 continue
             prefix, _, rows = model.rpartition("_")
             if prefix != self.settings.model_name or not rows.isdigit() or int(rows) < 1:
                 raise StackError(
                     f"the embedded model host serves {self.settings.model_name}, "
-                    f"{self.settings.model_name}_<rows> and {EMBEDDING_MODEL} only, not {model}"
+                    f"{self.settings.model_name}_<rows>, {EMBEDDING_MODEL} and {MINILM_MODEL} only, not {model}"
                 )
             sizes.append(int(rows))
         return sizes
@@ -288,7 +267,7 @@ class EmbeddedStack:
                 "--workspace",
                 str(workspace),
                 *(f"--also-fixed={rows}" for rows in self.reference_sizes()),
-                *(["--embedding"] if EMBEDDING_MODEL in self.settings.served_models else []),
+                *self.beside_flags(),
                 *self.model_host_args,
             ],
         )

@@ -1,0 +1,34 @@
+"""Which models the embedded stack serves, and which flags its model host gets for them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from brimful.commands.up import EMBEDDED_MODELS, embedded_models, embedded_settings
+from brimful.core.settings import Settings
+from brimful.model_server.minilm_model import MODEL_NAME as MINILM
+from brimful.stack import EmbeddedStack
+from brimful.stack.embedded import StackError
+
+
+def test_minilm_joins_the_embedded_models_only_where_its_extra_is_installed() -> None:
+    assert embedded_models(False) == EMBEDDED_MODELS
+    assert embedded_models(True).split(",") == [*EMBEDDED_MODELS.split(","), MINILM]
+    assert MINILM not in EMBEDDED_MODELS
+
+
+def test_models_given_by_the_operator_are_kept() -> None:
+    chosen = Settings(models="brimful_reference")
+    assert embedded_settings(chosen, with_minilm=True).models == "brimful_reference"
+    assert embedded_settings(Settings(), with_minilm=True).served_models == embedded_models(True).split(",")
+
+
+def test_the_model_host_serves_minilm_beside_the_reference_model(tmp_path: Path) -> None:
+    stack = EmbeddedStack(Settings(models=embedded_models(True)), tmp_path)
+    assert stack.reference_sizes() == [16]  # the other models are flags, not sizes
+    assert stack.beside_flags() == ["--embedding", "--minilm"]
+    assert EmbeddedStack(Settings(models=EMBEDDED_MODELS), tmp_path).beside_flags() == ["--embedding"]
+    with pytest.raises(StackError, match="brimful_minilm only, not other_model"):
+        EmbeddedStack(Settings(models="brimful_reference,other_model"), tmp_path).reference_sizes()
