@@ -1,7 +1,7 @@
 """How Brimful scales: API workers x batchers x partitions x endpoints, on the GPU-like model.
 
     .venv/bin/python bench/scale.py [--configs 1x1x1x1,2x1x1x1,1x2x2x1,2x2x2x2] [--seconds 10]
-        [--clients 256] [--load-processes 1] [--open-rate 0]
+        [--clients 256] [--load-processes 1] [--open-rate 0] [--rotation-s 0]
 
 A configuration ``WxBxPxE`` is W API workers, B batchers (of the one model) sharing a
 requests topic of P partitions, and E model endpoints (each a Triton server with one
@@ -78,10 +78,15 @@ def role_of(process: str) -> str:
     return process
 
 
-def start(shape: Shape, scratch: Path, model_host_python: str = sys.executable) -> EmbeddedStack:
-    """A stack of ``shape``, every batcher in the group."""
+def start(
+    shape: Shape, scratch: Path, model_host_python: str = sys.executable, rotation_s: float = 0.0
+) -> EmbeddedStack:
+    """A stack of ``shape``, every batcher in the group; with ``rotation_s``, the requests
+    topic rotates that often (the broker keeps recent records only)."""
     model = MODELS["gpu-like"]
-    settings = load_settings(model, api_workers=shape.api_workers, topic_partitions=shape.partitions)
+    settings = load_settings(
+        model, api_workers=shape.api_workers, topic_partitions=shape.partitions, topic_rotation_s=rotation_s
+    )
     extra = [f"127.0.0.1:{free_port()}" for _ in range(shape.endpoints - 1)]
     settings = settings.model_copy(update={"triton_url": ",".join([settings.triton_url, *extra])})
     stack = EmbeddedStack(settings, scratch, model_host_args=model.host_args, model_host_python=model_host_python)
@@ -99,18 +104,20 @@ def start(shape: Shape, scratch: Path, model_host_python: str = sys.executable) 
 @dataclass(frozen=True)
 class Load:
     """How the load is sent: closed-loop clients, processes, and the open loop's rate
-    (0: 80% of what the closed loop sustained); and the model hosts' Python."""
+    (0: 80% of what the closed loop sustained); the model hosts' Python; the requests
+    topic's rotation period (0: one topic)."""
 
     clients: int = CLIENTS
     processes: int = 1
     open_rate: float = 0.0
     model_host_python: str = sys.executable
+    rotation_s: float = 0.0
 
 
 def measure(shape: Shape, seconds: float, load: Load) -> dict[str, Any]:
     """Saturation with CPU a task by role, then the open loop at 80% of it."""
     with tempfile.TemporaryDirectory(prefix="brimful-scale-") as scratch:
-        stack = start(shape, Path(scratch), load.model_host_python)
+        stack = start(shape, Path(scratch), load.model_host_python, load.rotation_s)
         try:
             names = list(stack.processes)
             before = {name: usage(process_pids(stack, name)).cpu_s for name in names}
@@ -159,7 +166,8 @@ def render(results: dict[str, Any]) -> str:
         "configuration; per added: (x first - 1) over the API workers and batchers added; rows a call: real rows "
         f"a model call carried in the closed loop. Open loop: Poisson at {open_loop_rate(results)} on an empty "
         "broker (offered and answered rows/s in the table), ms from the scheduled arrival. "
-        "CPU: us a completed task in the closed loop, summed over the role's processes.",
+        "CPU: us a completed task in the closed loop, summed over the role's processes."
+        + (f" The requests topic rotated every {results['rotation_s']:g} s." if results.get("rotation_s") else ""),
         "",
         "| config | rows/s | x first | per added | rows a call | open offered | open answered | open p50 ms "
         "| open p99 ms | " + " | ".join(f"{role} us" for role in ROLES) + " |",
@@ -195,6 +203,7 @@ def main() -> int:
     parser.add_argument("--clients", type=int, default=CLIENTS, help="closed-loop clients")
     parser.add_argument("--load-processes", type=int, default=1, help="processes sending the load")
     parser.add_argument("--open-rate", type=float, default=0.0, help="open-loop rows/s (0: 80%% of the closed loop)")
+    parser.add_argument("--rotation-s", type=float, default=0.0, help="requests topic rotation period (0: one topic)")
     parser.add_argument(
         "--model-host-python",
         default=sys.executable,
@@ -209,8 +218,9 @@ def main() -> int:
     shapes = [Shape.parse(part) for part in args.configs.split(",")]
     defaults = {"configs": DEFAULT_CONFIGS, "seconds": 10.0, "clients": CLIENTS, "load_processes": 1, "open_rate": 0.0}
     defaults["model_host_python"] = sys.executable
+    defaults["rotation_s"] = 0.0
     command = command_line("bench/scale.py", args, defaults)
-    load = Load(args.clients, args.load_processes, args.open_rate, args.model_host_python)
+    load = Load(args.clients, args.load_processes, args.open_rate, args.model_host_python, args.rotation_s)
     results: dict[str, Any] = {
         "command": command,
         "machine": machine_description(),
@@ -218,6 +228,7 @@ def main() -> int:
         "clients": load.clients,
         "load_processes": load.processes,
         "open_rate": load.open_rate,
+        "rotation_s": load.rotation_s,
         "runs": [],
     }
     for shape in shapes:
