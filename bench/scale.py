@@ -102,10 +102,10 @@ def start(
 
 
 @dataclass(frozen=True)
-class Load:
-    """How the load is sent: closed-loop clients, processes, and the open loop's rate
-    (0: 80% of what the closed loop sustained); the model hosts' Python; the requests
-    topic's rotation period (0: one topic)."""
+class RunOptions:
+    """How each configuration runs: closed-loop clients, load-generating processes, the
+    open loop's rate (0: 80% of what the closed loop sustained), the model hosts' Python,
+    the requests topic's rotation period (0: one topic)."""
 
     clients: int = CLIENTS
     processes: int = 1
@@ -114,15 +114,15 @@ class Load:
     rotation_s: float = 0.0
 
 
-def measure(shape: Shape, seconds: float, load: Load) -> dict[str, Any]:
+def measure(shape: Shape, seconds: float, options: RunOptions) -> dict[str, Any]:
     """Saturation with CPU a task by role, then the open loop at 80% of it."""
     with tempfile.TemporaryDirectory(prefix="brimful-scale-") as scratch:
-        stack = start(shape, Path(scratch), load.model_host_python, load.rotation_s)
+        stack = start(shape, Path(scratch), options.model_host_python, options.rotation_s)
         try:
             names = list(stack.processes)
             before = {name: usage(process_pids(stack, name)).cpu_s for name in names}
             counted = stats(stack)
-            closed = loadgen(stack, "brimful", seconds, clients=load.clients, processes=load.processes)
+            closed = loadgen(stack, "brimful", seconds, clients=options.clients, processes=options.processes)
             after = stats(stack)
             tasks = max(1, after.get("tasks_done", 0) - counted.get("tasks_done", 0))
             calls = after.get("batches_dispatched", 0) - counted.get("batches_dispatched", 0)
@@ -132,8 +132,8 @@ def measure(shape: Shape, seconds: float, load: Load) -> dict[str, Any]:
                 spent = usage(process_pids(stack, name)).cpu_s - before[name]
                 cpu_us[role_of(name)] = cpu_us.get(role_of(name), 0.0) + spent / tasks * 1e6
             stack.empty_broker()
-            offered = load.open_rate or OPEN_LOOP_SHARE * closed["achieved_rows_per_s"]
-            opened = loadgen(stack, "brimful", seconds, rate=offered, processes=load.processes)
+            offered = options.open_rate or OPEN_LOOP_SHARE * closed["achieved_rows_per_s"]
+            opened = loadgen(stack, "brimful", seconds, rate=offered, processes=options.processes)
         finally:
             stack.stop()
     return {
@@ -162,7 +162,7 @@ def render(results: dict[str, Any]) -> str:
         f"Command: `{results['command']}`. Machine: {results['machine']}. A configuration WxBxPxE is W API "
         "workers, B batchers on P partitions, E endpoints (one model instance each, 20 ms a call). Rows/s: a "
         f"closed loop of {results.get('clients', CLIENTS)} clients for {results['seconds']:g} s"
-        f" ({results.get('load_processes', 1)} load-generating processes); x first: that against the first "
+        f" (load-generating processes: {results.get('load_processes', 1)}); x first: that against the first "
         "configuration; per added: (x first - 1) over the API workers and batchers added; rows a call: real rows "
         f"a model call carried in the closed loop. Open loop: Poisson at {open_loop_rate(results)} on an empty "
         "broker (offered and answered rows/s in the table), ms from the scheduled arrival. "
@@ -220,21 +220,21 @@ def main() -> int:
     defaults["model_host_python"] = sys.executable
     defaults["rotation_s"] = 0.0
     command = command_line("bench/scale.py", args, defaults)
-    load = Load(args.clients, args.load_processes, args.open_rate, args.model_host_python, args.rotation_s)
+    options = RunOptions(args.clients, args.load_processes, args.open_rate, args.model_host_python, args.rotation_s)
     results: dict[str, Any] = {
         "command": command,
         "machine": machine_description(),
         "seconds": args.seconds,
-        "clients": load.clients,
-        "load_processes": load.processes,
-        "open_rate": load.open_rate,
-        "rotation_s": load.rotation_s,
+        "clients": options.clients,
+        "load_processes": options.processes,
+        "open_rate": options.open_rate,
+        "rotation_s": options.rotation_s,
         "runs": [],
     }
     for shape in shapes:
         print(f"{shape}:", flush=True)
         try:
-            run = measure(shape, args.seconds, load)
+            run = measure(shape, args.seconds, options)
         except Exception as error:  # recorded; the next configuration still runs
             run = {"config": str(shape), "error": f"{type(error).__name__}: {error}"[:300]}
         results["runs"].append(run)

@@ -64,7 +64,7 @@ def test_the_report_names_the_open_loops_rate() -> None:
     assert "Poisson at 80% of the closed loop's rate" in render(results)
     page = render({**results, "open_rate": 10000.0, "clients": 3072, "load_processes": 6})
     assert "Poisson at 10000 rows/s" in page
-    assert "closed loop of 3072 clients for 10 s (6 load-generating processes)" in page
+    assert "closed loop of 3072 clients for 10 s (load-generating processes: 6)" in page
     assert "| 1x1x1x1 | 1000 | 1.00 | - | 0.0 | 800 | 790 | 50.0 | 90.0 |" in page
     assert "rotated" not in page
     assert "The requests topic rotated every 10 s." in render({**results, "rotation_s": 10.0})
