@@ -18,6 +18,7 @@ from brimful.model_server.embedding_model import MODEL_NAME as EMBEDDING
 from brimful.stack import EmbeddedStack, sample_sums
 from tests.helpers.metrics import batcher_metrics_url, metrics_page, model_stats, triton_counts
 from tests.helpers.pipeline import expected_outputs
+from tests.helpers.polling import wait_for
 from tests.helpers.stacks import SMALL, rows_seen_by_model
 from tests.helpers.task_client import TaskClient
 
@@ -204,7 +205,13 @@ async def test_a_cancel_is_heard_by_its_own_models_batchers_only(stack: Embedded
     status, policy = await client.request("GET", f"/v1/admin/policy?model={SMALL}")
     held = {"min_wait_ms": 4000, "max_wait_ms": 4000}  # the task waits in its batcher while it is cancelled
     assert (await client.request("PATCH", f"/v1/admin/policy?model={SMALL}", json=held))[0] == 200
+
+    async def applied(min_wait_ms: float) -> bool:  # batchers read the policy on a timer, not at once
+        batchers = (await client.request("GET", f"/v1/stats?model={SMALL}"))[1]["batchers"]
+        return bool(batchers) and all(abs(b["params"]["min_wait"] - min_wait_ms / 1000) < 1e-9 for b in batchers)
+
     try:
+        await wait_for(lambda: applied(4000), 10, f"{SMALL}'s batchers to hold their rows 4 s", interval_s=0.05)
         text = f"cancelled in its own batcher {uuid.uuid4().hex}"
         status, body = await client.request("POST", "/v1/tasks", json={"inputs": {"TEXT": text}, "model": SMALL})
         assert status == 202, body
@@ -220,6 +227,7 @@ async def test_a_cancel_is_heard_by_its_own_models_batchers_only(stack: Embedded
     finally:
         restore = {name: policy["params"][name] for name in held}
         assert (await client.request("PATCH", f"/v1/admin/policy?model={SMALL}", json=restore))[0] == 200
+        await wait_for(lambda: applied(restore["min_wait_ms"]), 10, f"{SMALL}'s batchers to let go", interval_s=0.05)
         await pubsub.aclose()
         await redis.aclose()
     assert text not in rows_seen_by_model(stack)
