@@ -201,12 +201,21 @@ class WebhookRecords:
     # --- deliveries -----------------------------------------------------------------------
 
     async def emit(
-        self, tenant: str, event_type: str, data: Mapping[str, Any], event_id: str, callback_url: str = ""
+        self,
+        tenant: str,
+        event_type: str,
+        data: Mapping[str, Any],
+        event_id: str,
+        callback_url: str = "",
+        endpoints: Sequence[Endpoint] | None = None,
     ) -> list[str]:
         """One delivery for each of the tenant's endpoints that takes ``event_type``, and one
         to ``callback_url`` if given; the ids of those made now (an event emitted again
-        makes none)."""
-        targets = [(e.endpoint_id, "") for e in await self.endpoints(tenant) if event_type in e.events]
+        makes none). ``endpoints``: the tenant's, where the caller holds them already (else
+        they are read)."""
+        if endpoints is None:
+            endpoints = await self.endpoints(tenant)
+        targets = [(e.endpoint_id, "") for e in endpoints if event_type in e.events]
         if callback_url:
             targets.append((CALLBACK, callback_url))
         if not targets:

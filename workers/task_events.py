@@ -6,8 +6,9 @@ the ones it found finished already (a record read again after a crash). An event
 deliveries take ids derived from the task and its state (``core/webhook_records.py``), so
 announcing again makes none: a batcher that dies between storing a result and announcing
 it is followed by one that reads the record again and announces it then. At least once.
-Which tenants want which events is read again whenever any endpoint changed (one read of
-a counter a batch), so a task finished after its tenant registered an endpoint is announced.
+Each tenant's endpoints are read once and kept, and read again whenever any endpoint
+changed (one read of a counter a batch), so a task finished after its tenant registered an
+endpoint is announced.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Sequence
 from brimful.core.task_record import task_record_answer
 from brimful.core.task_status import TaskStatus
 from brimful.core.task_store import TaskStore
-from brimful.core.webhook_records import WebhookRecords
+from brimful.core.webhook_records import Endpoint, WebhookRecords
 from brimful.workers.batch import BatchItem
 
 EVENTS = {TaskStatus.DONE: "task.completed", TaskStatus.FAILED: "task.failed", TaskStatus.EXPIRED: "task.expired"}
@@ -31,28 +32,28 @@ class TaskEvents:
         self._webhooks = webhooks
         self._store = store
         self._default_model = default_model
-        self._wanted: dict[str, frozenset[str]] = {}  # tenant -> the event types its endpoints take
-        self._version = -1  # of the endpoints read into _wanted
+        self._endpoints: dict[str, list[Endpoint]] = {}  # tenant -> its endpoints, as last read
+        self._version = -1  # of the endpoints read into _endpoints
 
-    async def _wants(self, tenant: str) -> frozenset[str]:
-        events = self._wanted.get(tenant)
-        if events is None:
-            endpoints = await self._webhooks.endpoints(tenant)
-            events = self._wanted[tenant] = frozenset(event for endpoint in endpoints for event in endpoint.events)
-        return events
+    async def _endpoints_of(self, tenant: str) -> list[Endpoint]:
+        endpoints = self._endpoints.get(tenant)
+        if endpoints is None:
+            endpoints = self._endpoints[tenant] = await self._webhooks.endpoints(tenant)
+        return endpoints
 
     async def announce(self, items: Sequence[BatchItem]) -> int:
         """Emit the events of the items' final tasks that their tenants want; how many."""
         version = await self._webhooks.endpoints_version()
         if version != self._version:  # an endpoint was added or removed: read them again
-            self._wanted.clear()
+            self._endpoints.clear()
             self._version = version
         by_tenant: dict[str, list[BatchItem]] = {}
         for item in items:
             by_tenant.setdefault(item.request.tenant, []).append(item)
         emitted = 0
         for tenant, tenant_items in by_tenant.items():
-            wanted = await self._wants(tenant)
+            endpoints = await self._endpoints_of(tenant)
+            wanted = frozenset(event for endpoint in endpoints for event in endpoint.events)
             # Tasks with a callback are announced whatever the tenant's endpoints take.
             told = [item for item in tenant_items if item.request.callback_url or wanted & TASK_EVENTS]
             if not told:
@@ -67,7 +68,7 @@ class TaskEvents:
                     continue
                 answer = task_record_answer(item.task_id, record, self._default_model)
                 made = await self._webhooks.emit(
-                    tenant, event, answer, f"{item.task_id}:{event}", callback_url=callback
+                    tenant, event, answer, f"{item.task_id}:{event}", callback_url=callback, endpoints=endpoints
                 )
                 emitted += len(made)
         return emitted
