@@ -43,6 +43,7 @@ from bench.saved_report import (
     errors_footer,
     machine_description,
     value_range,
+    why,
 )
 from bench.throughput import loadgen, process_pids, stats
 from bench.throughput_plan import MODELS
@@ -212,7 +213,7 @@ def main() -> int:
                         else:
                             run = with_job(stack, job["file_id"], args.rate, args.seconds)
                     except Exception as error:  # recorded; the next run still goes
-                        run = {"error": f"{type(error).__name__}: {error}"[:300]}
+                        run = {"error": why(error)}
                     run.update(case=case, rep=rep)
                     results["runs"].append(run)
                     report.save(results)

@@ -41,6 +41,7 @@ from bench.saved_report import (
     errors_footer,
     machine_description,
     value_range,
+    why,
 )
 from bench.throughput import process_pids
 from brimful.stack import EmbeddedStack, settings_on_free_ports
@@ -194,7 +195,7 @@ def main() -> int:
                     try:
                         run = run_once(stack, kind, args.rows, args.calls, args.concurrency)
                     except Exception as error:  # recorded; the next run still goes
-                        run = {"format": kind, "error": f"{type(error).__name__}: {error}"[:300]}
+                        run = {"format": kind, "error": why(error)}
                     run["rep"] = rep
                     results["runs"].append(run)
                     report.save(results)

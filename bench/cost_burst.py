@@ -33,6 +33,7 @@ from bench.saved_report import (
     errors_footer,
     machine_description,
     value_range,
+    why,
 )
 from bench.throughput import loadgen, stats, tune
 from bench.throughput_plan import MODELS
@@ -122,7 +123,7 @@ def main() -> int:
                     try:
                         run = run_burst(stack, args.tasks, args.rate, target)
                     except Exception as error:  # recorded; the next run still goes
-                        run = {"target_ms": target, "error": f"{type(error).__name__}: {error}"[:300]}
+                        run = {"target_ms": target, "error": why(error)}
                     run["rep"] = rep
                     results["runs"].append(run)
                     report.save(results)

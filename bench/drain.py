@@ -34,7 +34,7 @@ from redis.asyncio import Redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.saved_report import SavedReport, add_report_arguments, machine_description, out_dir_flag
+from bench.saved_report import SavedReport, add_report_arguments, machine_description, out_dir_flag, why
 from brimful.core.clock import now_ms
 from brimful.core.kafka import ensure_topics, stream_topic
 from brimful.core.model_signature import TensorSpec
@@ -214,7 +214,7 @@ def run_step(
             flush=True,
         )
     except Exception as error:  # recorded, and the run goes on
-        entry["error"] = f"{type(error).__name__}: {error}"[:500]
+        entry["error"] = why(error, 500)
         print(f"  failed: {entry['error']}", flush=True)
     finally:
         stack.stop()

@@ -31,7 +31,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.saved_report import SavedReport, add_report_arguments, machine_description, out_dir_flag
+from bench.saved_report import SavedReport, add_report_arguments, machine_description, out_dir_flag, why
 from bench.throughput import loadgen
 from bench.throughput_plan import GPU_LIKE_CALL_MS
 from brimful.stack import EmbeddedStack, sample_sums, settings_on_free_ports
@@ -143,7 +143,7 @@ def main() -> int:
                 try:
                     step = measure(stack, share, args.seconds)
                 except Exception as error:  # recorded; the next load still runs
-                    step = {"share": share, "error": f"{type(error).__name__}: {error}"[:300]}
+                    step = {"share": share, "error": why(error)}
                 results["steps"].append(step)
                 report.save(results)
         finally:

@@ -36,6 +36,7 @@ from bench.saved_report import (
     machine_description,
     out_dir_flag,
     value_range,
+    why,
 )
 from bench.throughput import brimful_open_loop, dynamic_open_loop, tune
 from bench.throughput_plan import MODELS
@@ -159,7 +160,7 @@ def main() -> int:
                                 "path": path,
                                 "target_ms": target,
                                 "min_worthwhile_rows": worthwhile,
-                                "error": f"{type(error).__name__}: {error}"[:300],
+                                "error": why(error),
                             }
                         run["rate"], run["rep"] = rate, rep
                         record(run)

@@ -36,6 +36,7 @@ from bench.saved_report import (
     errors_footer,
     machine_description,
     value_range,
+    why,
 )
 from brimful.core.object_store import CHUNK_BYTES, ObjectStore
 from tests.helpers.s3_server import BUCKET, running_s3
@@ -178,7 +179,7 @@ def main() -> int:
                 try:
                     run = run_once(endpoint, library, args.mb, rep)
                 except Exception as error:  # recorded; the next run still goes
-                    run = {"library": library, "error": f"{type(error).__name__}: {error}"[:300]}
+                    run = {"library": library, "error": why(error)}
                 run["rep"] = rep
                 results["runs"].append(run)
                 report.save(results)

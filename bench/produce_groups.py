@@ -24,7 +24,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.process_usage import usage
-from bench.saved_report import SavedReport, add_report_arguments, command_line, errors_footer, machine_description
+from bench.saved_report import SavedReport, add_report_arguments, command_line, errors_footer, machine_description, why
 from bench.scale import Shape, start
 from bench.throughput import loadgen, process_pids, stats
 from brimful.stack import EmbeddedStack, read_sample_sums
@@ -122,7 +122,7 @@ def main() -> int:
         try:
             results["runs"].append({"rep": rep, "loops": measure(shape, args.seconds)})
         except Exception as error:  # recorded; the next repetition still runs
-            results["runs"].append({"rep": rep, "error": f"{type(error).__name__}: {error}"[:300]})
+            results["runs"].append({"rep": rep, "error": why(error)})
         report.save(results)
     print(report.md_path.read_text())
     return 0

@@ -44,6 +44,7 @@ from bench.saved_report import (
     machine_description,
     out_dir_flag,
     value_range,
+    why,
 )
 from bench.throughput import loadgen, settle, stats
 from bench.throughput_plan import MODELS
@@ -266,7 +267,7 @@ def main() -> int:
                         else:
                             run = run_backlog(stack, args.rate, int(value), args.seconds)
                     except Exception as error:  # recorded; the next run still goes
-                        run = {"kind": kind, "value": value, "error": f"{type(error).__name__}: {error}"[:300]}
+                        run = {"kind": kind, "value": value, "error": why(error)}
                     run["rep"] = rep
                     record(run)
         finally:

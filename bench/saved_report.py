@@ -8,6 +8,7 @@ import argparse
 import json
 import os
 import platform
+import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,12 @@ def value_range(values: list[float], digits: int) -> str:
     when they agree to ``digits``."""
     low, high = min(values), max(values)
     return f"{low:.{digits}f}" if round(low, digits) == round(high, digits) else f"{low:.{digits}f}-{high:.{digits}f}"
+
+
+def why(error: Exception, limit: int = 300) -> str:
+    """An error as a report shows it: its class and message, cut to ``limit``, without the
+    "(see <log path>)" of a stack error, whose scratch folder is gone once the run ends."""
+    return re.sub(r" \(see [^)]*\)", "", f"{type(error).__name__}: {error}")[:limit]
 
 
 def errors_footer(runs: list[dict[str, Any]], describe: Callable[[dict[str, Any]], str]) -> list[str]:

@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.load_settings import load_settings
 from bench.process_usage import usage
-from bench.saved_report import SavedReport, add_report_arguments, command_line, errors_footer, machine_description
+from bench.saved_report import SavedReport, add_report_arguments, command_line, errors_footer, machine_description, why
 from bench.throughput import loadgen, process_pids, stats
 from bench.throughput_plan import CLIENTS, MODELS
 from brimful.stack import EmbeddedStack, free_port
@@ -236,7 +236,7 @@ def main() -> int:
         try:
             run = measure(shape, args.seconds, options)
         except Exception as error:  # recorded; the next configuration still runs
-            run = {"config": str(shape), "error": f"{type(error).__name__}: {error}"[:300]}
+            run = {"config": str(shape), "error": why(error)}
         results["runs"].append(run)
         report.save(results)
     print(report.md_path.read_text())

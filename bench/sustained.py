@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.load_settings import load_settings
 from bench.process_usage import resident_mb, usage
-from bench.saved_report import SavedReport, add_report_arguments, command_line, machine_description
+from bench.saved_report import SavedReport, add_report_arguments, command_line, machine_description, why
 from bench.throughput import loadgen, process_pids
 from bench.throughput_plan import CLIENTS, MODELS
 from brimful.core.topic_generations import MEASURED_PERIOD_S
@@ -135,7 +135,7 @@ def main() -> int:
                 )
                 report.save(results)
         except Exception as error:  # what was measured stays, with why the run stopped
-            results["error"] = f"{type(error).__name__}: {error}"[:300]
+            results["error"] = why(error)
             report.save(results)
         finally:
             stack.stop()

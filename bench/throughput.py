@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import resource
 import shutil
 import signal
@@ -48,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.load_settings import load_settings
 from bench.process_usage import group_members, usage
 from bench.profile_summary import by_package, top_self_time
+from bench.saved_report import why
 from bench.throughput_plan import (
     API_WORKERS,
     BRIMFUL_PROCESSES,
@@ -91,12 +91,6 @@ def settle(stack: EmbeddedStack, timeout_s: float = 60.0) -> None:
         elif time.monotonic() - quiet_since >= 1.0:
             return
         time.sleep(0.2)
-
-
-def why(error: Exception, limit: int) -> str:
-    """An error as the report shows it: without the "(see <log path>)" of a stack error,
-    whose scratch folder is gone once the run ends."""
-    return re.sub(r" \(see [^)]*\)", "", f"{type(error).__name__}: {error}")[:limit]
 
 
 def loadgen(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from bench.saved_report import RESULTS_DIR, command_line, out_dir_flag
+from bench.saved_report import RESULTS_DIR, command_line, out_dir_flag, why
 
 
 def test_the_default_results_folder_needs_no_flag() -> None:
@@ -28,3 +28,10 @@ def test_a_command_names_only_the_flags_that_differ_from_their_defaults() -> Non
         command_line("bench/cost_burst.py", other, defaults)
         == "python bench/cost_burst.py --tasks 500 --rate 350 --out-dir bench/results/x"
     )
+
+
+def test_an_error_is_shown_without_the_scratch_log_it_names_and_within_its_limit() -> None:
+    error = RuntimeError("triton: not ready after 60 s (see /scratch/brimful-x/logs/triton.log)")
+    assert why(error) == "RuntimeError: triton: not ready after 60 s"
+    assert why(ValueError("x" * 400)) == ("ValueError: " + "x" * 400)[:300]
+    assert len(why(ValueError("x" * 400), 20)) == 20
