@@ -1,8 +1,9 @@
 """Group commit: submissions that arrive together share their I/O.
 
 While one group is being recorded in Redis, the submissions that arrive meanwhile wait
-and form the next group. Nothing waits on a timer: a lone submission goes at once, and
-groups grow only with load. A group costs one Redis round trip (one script call records
+and form the next group. A lone submission goes at once, and groups grow only with load;
+with a gap set (``submit_group_gap_ms``), a group that follows another within it waits
+for the rest of the gap, so a busy API sends fewer, larger groups. A group costs one Redis round trip (one script call records
 every task and checks every in-flight limit; on a cluster, one pipeline, and a second
 round trip only to take refused records back), and its
 records reach the producer together, which sends them in one request per broker. The
@@ -84,18 +85,25 @@ class GroupCommitter:
         topic: Callable[[], str],
         max_group: int,
         max_waiting: int,
+        min_gap_s: float = 0.0,
     ) -> None:
-        """``topic``: the topic a group sent now goes to (it changes where topics rotate)."""
+        """``topic``: the topic a group sent now goes to (it changes where topics rotate);
+        ``min_gap_s``: least time between the starts of two groups (0: none)."""
         self._store = store
         self._producer = producer  # the API replaces its producer until the broker is reached
         self._topic = topic
         self._max_group = max_group
         self._max_waiting = max_waiting
+        self._min_gap_s = min_gap_s
+        self._last_group_at = float("-inf")  # loop time the last group began
         self._waiting: deque[_Submission] = deque()
         self._runner: asyncio.Task[None] | None = None
         self._acks: set[asyncio.Task[None]] = set()
         self._closed = False
-        self._groups = 0  # groups sent: each goes to the next partition in turn
+        # The partition groups go to now, and whether the next group takes the next one:
+        # groups stay on one partition until a produce request comes back (see _next_partition).
+        self._turn = 0
+        self._turn_over = True
         # Recorded in Redis, not yet acknowledged or refused (task id -> tenant): what a stop
         # cut short withdraws, rather than leave them queued for the waiting TTL.
         self._unconfirmed: dict[str, str] = {}
@@ -151,7 +159,13 @@ class GroupCommitter:
                 )
 
     async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
         while self._waiting:
+            # Only a group following another within the gap waits: the rest of its gap
+            # gathers the submissions arriving meanwhile into it.
+            if (pause_s := self._last_group_at + self._min_gap_s - loop.time()) > 0:
+                await asyncio.sleep(pause_s)
+            self._last_group_at = loop.time()
             group = [self._waiting.popleft() for _ in range(min(self._max_group, len(self._waiting)))]
             metrics.SUBMIT_GROUP_SIZE.observe(len(group))
             try:
@@ -203,19 +217,25 @@ class GroupCommitter:
         settling.add_done_callback(self._acks.discard)
 
     async def _next_partition(self, producer: AIOKafkaProducer, topic: str) -> int | None:
-        """The partition for the next group's records: all of a group to one partition, the
-        groups in turn over every partition. One record batch a group instead of one per
-        partition, and no key hashing a record (aiokafka hashes in Python); the task ids are
-        random, so hashing them spread nothing better. None (hash the keys) while the
-        producer knows no partitions yet."""
+        """The partition for the next group's records, the partitions in turn, the next one
+        taken only after a produce request has come back (a sticky partitioner). The producer
+        keeps one request in flight to a broker and gathers what is sent meanwhile, so the
+        groups that arrive while a request is out all join one record batch of one
+        partition; turning the partition each group would split that gathering into a batch
+        per partition, and the broker's cost follows its record batches, not its records.
+        No key hashing a record either (aiokafka hashes in Python); the task ids are random,
+        so hashing them spread nothing better. None (hash the keys) while the producer knows
+        no partitions yet."""
         try:
             partitions = await producer.partitions_for(topic)
         except KafkaError:
             return None
         if not partitions:
             return None
-        self._groups += 1
-        return sorted(partitions)[self._groups % len(partitions)]
+        if self._turn_over:
+            self._turn += 1
+            self._turn_over = False
+        return sorted(partitions)[self._turn % len(partitions)]
 
     async def _settle(
         self,
@@ -229,6 +249,8 @@ class GroupCommitter:
             for submission, _ in [*sent, *refused]:
                 submission.settle(error=GroupCommitterStopped(f"the API is stopping ({type(error).__name__})"))
             raise
+        finally:
+            self._turn_over = True  # a request came back: what is sent next starts a new batch
         accepted: list[tuple[_Submission, RecordMetadata]] = []
         for (submission, _), answer in zip(sent, answers):
             if isinstance(answer, KafkaError):

@@ -71,6 +71,7 @@ class ApiState:
                 self._topic_now(name),
                 settings.submit_group_max,
                 settings.submit_waiting_max,
+                min_gap_s=settings.submit_group_gap_ms / 1000,
             )
             for name in settings.served_models
         }

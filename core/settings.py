@@ -459,6 +459,15 @@ class Settings(BaseSettings):
         description="Most submissions one group commit records in Redis and sends to the broker together "
         "(submissions that arrive while a group is written form the next one).",
     )
+    submit_group_gap_ms: float = Field(
+        0.0,
+        ge=0,
+        le=50,
+        description="Least time between the starts of an API process's group commits for one model. A submission "
+        "that finds the last group begun longer ago than this goes at once (a quiet API adds nothing); under load "
+        "the submissions of the gap join one group, one Redis round trip and one record batch. A broker whose "
+        "fetches slow with every stored record batch (the embedded one) needs it at high rates.",
+    )
     submit_waiting_max: int = Field(
         10_000,
         ge=1,

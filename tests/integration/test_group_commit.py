@@ -5,6 +5,7 @@ reaches only the submissions it concerns, leaving nothing of them behind."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import uuid
@@ -21,6 +22,7 @@ from brimful.core.clock import now_ms
 from brimful.core.kafka import ensure_topics, make_producer
 from brimful.core.redis_client import make_redis
 from brimful.core.redis_keys import RedisKeys
+from brimful.core.settings import Settings
 from brimful.core.task_record import NewTask
 from brimful.core.task_store import TaskStore
 from brimful.stack import EmbeddedStack
@@ -42,16 +44,18 @@ def broker_and_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Embed
         stack.stop()
 
 
-@pytest.fixture
-async def committer(broker_and_redis: EmbeddedStack) -> AsyncIterator[tuple[GroupCommitter, TaskStore]]:
-    settings = broker_and_redis.settings
+@contextlib.asynccontextmanager
+async def open_committer(
+    settings: Settings, max_group: int = 256, min_gap_s: float = 0.0
+) -> AsyncIterator[tuple[GroupCommitter, TaskStore]]:
+    """A committer of its own Redis client and producer, to ``settings``'s requests topic."""
     await ensure_topics(settings)
     redis = make_redis(settings)
     store = TaskStore(redis, RedisKeys(settings.key_prefix), settings.result_ttl_s, settings.task_wait_ttl_s)
     producer = make_producer(settings)
     await producer.start()
     group_commit = GroupCommitter(
-        store, lambda: producer, lambda: settings.requests_topic, max_group=256, max_waiting=10_000
+        store, lambda: producer, lambda: settings.requests_topic, max_group, max_waiting=10_000, min_gap_s=min_gap_s
     )
     try:
         yield group_commit, store
@@ -59,6 +63,12 @@ async def committer(broker_and_redis: EmbeddedStack) -> AsyncIterator[tuple[Grou
         await group_commit.close(drain_s=5)
         await producer.stop()
         await redis.aclose()
+
+
+@pytest.fixture
+async def committer(broker_and_redis: EmbeddedStack) -> AsyncIterator[tuple[GroupCommitter, TaskStore]]:
+    async with open_committer(broker_and_redis.settings) as opened:
+        yield opened
 
 
 def new_tasks(count: int, tenant: str = "acme") -> list[NewTask]:
@@ -98,6 +108,64 @@ async def test_submissions_that_arrive_together_are_written_as_one_group(
         record = await store.get(task.task_id)
         assert record is not None and record.status.value == "queued" and record.tenant == "acme"
     assert {t.task_id for t in tasks} <= await ids_on_topic(broker_and_redis)
+
+
+async def test_groups_sent_while_a_request_is_out_join_its_partition_and_the_next_request_turns(
+    broker_and_redis: EmbeddedStack,
+) -> None:
+    # Three partitions and groups of five: the groups formed while one produce request is
+    # out must gather in one partition (one record batch), not one partition each.
+    settings = broker_and_redis.settings.model_copy(
+        update={"requests_topic": f"sticky-{uuid.uuid4().hex[:8]}", "topic_partitions": 3}
+    )
+    broker_pid = broker_and_redis.processes["broker"].pid
+    assert broker_pid is not None
+    async with open_committer(settings, max_group=5) as (group_commit, store):
+        (first,) = await submit_all(group_commit, new_tasks(1))  # nothing is out after it
+        assert isinstance(first, RecordMetadata)
+        held = new_tasks(30)
+        os.kill(broker_pid, signal.SIGSTOP)  # the next request stays out while the rest are sent
+        try:
+            under_way = asyncio.gather(
+                *(group_commit.submit(t, t.task_id.encode()) for t in held), return_exceptions=True
+            )
+
+            async def all_recorded() -> bool:
+                return all([await store.get(t.task_id) is not None for t in held])
+
+            await wait_for(all_recorded, 10, "six groups to be recorded")
+        finally:
+            os.kill(broker_pid, signal.SIGCONT)
+        answers = await under_way
+        assert all(isinstance(answer, RecordMetadata) for answer in answers), answers[:3]
+        partitions = {answer.partition for answer in answers}  # type: ignore[union-attr]
+        assert len(partitions) == 1, f"six groups sent while one request was out went to {sorted(partitions)}"
+        (after,) = await submit_all(group_commit, new_tasks(1))
+        assert isinstance(after, RecordMetadata)
+        assert after.partition == (partitions.pop() + 1) % 3, "the partition did not turn once the request came back"
+
+
+async def test_with_a_gap_a_lone_submission_goes_at_once_and_those_within_it_join_one_group(
+    broker_and_redis: EmbeddedStack,
+) -> None:
+    gap_s = 3.0
+    async with open_committer(broker_and_redis.settings, min_gap_s=gap_s) as (group_commit, _store):
+        loop = asyncio.get_running_loop()
+        groups_before, _ = groups_committed()
+        began = loop.time()
+        (lone,) = await submit_all(group_commit, new_tasks(1))
+        lone_s = loop.time() - began
+        assert isinstance(lone, RecordMetadata)
+        assert lone_s < gap_s / 2, f"a lone submission on a quiet committer took {lone_s:.2f} s"
+        # Five more, spread out as an open loop's arrivals are: within the gap, so one group.
+        spread: list[asyncio.Task[RecordMetadata]] = []
+        for task in new_tasks(5):
+            spread.append(asyncio.create_task(group_commit.submit(task, task.task_id.encode())))
+            await asyncio.sleep(0.05)
+        answers = await asyncio.gather(*spread)
+        groups, _ = groups_committed()
+    assert all(isinstance(answer, RecordMetadata) for answer in answers)
+    assert groups - groups_before == 2, "the spread submissions did not join one group"
 
 
 async def test_a_redis_error_of_some_submissions_fails_only_them_and_leaves_nothing(
