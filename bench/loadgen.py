@@ -51,6 +51,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.raw_http import HttpPool
+from brimful.api.task_waiters import RETRY_AFTER_S
 from brimful.workers.padding import pad_rows
 
 BATCH = 64
@@ -94,7 +95,11 @@ Stages = list[tuple[float, float, float, float]]  # per answered task: sent (per
 Call = Callable[[str, str, bytes], Awaitable[tuple[int, bytes]]]  # (method, target, JSON body) -> (status, body)
 
 FOLLOW_UPS = 50  # most GETs after a 202 before a request counts as failed
-FOLLOW_UP_PAUSE_S = 0.05  # after a 429 (the API holds its most waiters for the tenant)
+# After a 429 (the API holds its most waiters for the tenant), the Retry-After it sends, as
+# Brimful's client honours it. A shorter pause is a retry storm: with thousands of tasks
+# answered 202 during a stall, each asking 20 times a second, the API spent its CPU on 429s
+# and an open loop at 10,000 a second on 16 cores never recovered.
+FOLLOW_UP_PAUSE_S = float(RETRY_AFTER_S)
 
 
 def raw_call(pool: HttpPool) -> Call:
