@@ -1,7 +1,7 @@
 """How Brimful scales: API workers x batchers x partitions x endpoints, on the GPU-like model.
 
     .venv/bin/python bench/scale.py [--configs 1x1x1x1,2x1x1x1,1x2x2x1,2x2x2x2] [--seconds 10]
-        [--clients 256] [--load-processes 1] [--open-rate 0] [--rotation-s 0]
+        [--clients 256] [--load-processes 1] [--open-rate 0] [--rotation-s 0] [--group-gap-ms 0]
 
 A configuration ``WxBxPxE`` is W API workers, B batchers (of the one model) sharing a
 requests topic of P partitions, and E model endpoints (each a Triton server with one
@@ -41,7 +41,7 @@ from bench.process_usage import usage
 from bench.saved_report import SavedReport, add_report_arguments, command_line, errors_footer, machine_description, why
 from bench.throughput import loadgen, process_pids, stats
 from bench.throughput_plan import CLIENTS, MODELS
-from brimful.stack import EmbeddedStack, free_port
+from brimful.stack import EmbeddedStack, free_port, read_sample_sums
 
 DEFAULT_CONFIGS = "1x1x1x1,2x1x1x1,1x2x2x1,2x2x2x2"
 OPEN_LOOP_SHARE = 0.8
@@ -78,15 +78,11 @@ def role_of(process: str) -> str:
     return process
 
 
-def start(
-    shape: Shape, scratch: Path, model_host_python: str = sys.executable, rotation_s: float = 0.0
-) -> EmbeddedStack:
-    """A stack of ``shape``, every batcher in the group; with ``rotation_s``, the requests
-    topic rotates that often (the broker keeps recent records only)."""
+def start(shape: Shape, scratch: Path, model_host_python: str = sys.executable, **overrides: object) -> EmbeddedStack:
+    """A stack of ``shape``, every batcher in the group; ``overrides``: settings, e.g.
+    ``topic_rotation_s`` (the broker then keeps recent records only)."""
     model = MODELS["gpu-like"]
-    settings = load_settings(
-        model, api_workers=shape.api_workers, topic_partitions=shape.partitions, topic_rotation_s=rotation_s
-    )
+    settings = load_settings(model, api_workers=shape.api_workers, topic_partitions=shape.partitions, **overrides)
     extra = [f"127.0.0.1:{free_port()}" for _ in range(shape.endpoints - 1)]
     settings = settings.model_copy(update={"triton_url": ",".join([settings.triton_url, *extra])})
     stack = EmbeddedStack(settings, scratch, model_host_args=model.host_args, model_host_python=model_host_python)
@@ -101,23 +97,38 @@ def start(
     return stack
 
 
+def group_sums(stack: EmbeddedStack) -> tuple[float, float]:
+    """(submissions, group commits) the API workers have counted so far: their ratio is the
+    tasks a group commit (one Redis round trip, one send) carried."""
+    page = read_sample_sums(f"{stack.api_url}/metrics")
+    return page.get("brimful_submit_group_size_sum", 0.0), page.get("brimful_submit_group_size_count", 0.0)
+
+
+def broker_cpu_s(stack: EmbeddedStack) -> float:
+    """CPU seconds the broker has spent so far."""
+    return usage(process_pids(stack, "broker")).cpu_s
+
+
 @dataclass(frozen=True)
 class RunOptions:
     """How each configuration runs: closed-loop clients, load-generating processes, the
     open loop's rate (0: 80% of what the closed loop sustained), the model hosts' Python,
-    the requests topic's rotation period (0: one topic)."""
+    the requests topic's rotation period (0: one topic), the API's least gap between group
+    commits (0: none)."""
 
     clients: int = CLIENTS
     processes: int = 1
     open_rate: float = 0.0
     model_host_python: str = sys.executable
     rotation_s: float = 0.0
+    group_gap_ms: float = 0.0
 
 
 def measure(shape: Shape, seconds: float, options: RunOptions) -> dict[str, Any]:
     """Saturation with CPU a task by role, then the open loop at 80% of it."""
     with tempfile.TemporaryDirectory(prefix="brimful-scale-") as scratch:
-        stack = start(shape, Path(scratch), options.model_host_python, options.rotation_s)
+        overrides = {"topic_rotation_s": options.rotation_s, "submit_group_gap_ms": options.group_gap_ms}
+        stack = start(shape, Path(scratch), options.model_host_python, **overrides)
         try:
             names = list(stack.processes)
             before = {name: usage(process_pids(stack, name)).cpu_s for name in names}
@@ -133,7 +144,11 @@ def measure(shape: Shape, seconds: float, options: RunOptions) -> dict[str, Any]
                 cpu_us[role_of(name)] = cpu_us.get(role_of(name), 0.0) + spent / tasks * 1e6
             stack.empty_broker()
             offered = options.open_rate or OPEN_LOOP_SHARE * closed["achieved_rows_per_s"]
+            broker_s, (submitted, groups), done = broker_cpu_s(stack), group_sums(stack), stats(stack)
             opened = loadgen(stack, "brimful", seconds, rate=offered, processes=options.processes)
+            open_tasks = max(1, stats(stack).get("tasks_done", 0) - done.get("tasks_done", 0))
+            open_broker_us = (broker_cpu_s(stack) - broker_s) / open_tasks * 1e6
+            submitted_after, groups_after = group_sums(stack)
         finally:
             stack.stop()
     return {
@@ -147,6 +162,8 @@ def measure(shape: Shape, seconds: float, options: RunOptions) -> dict[str, Any]
         "open_errors": opened["errors"] + opened["lost"],
         "open_p50_ms": opened["p50_ms"],
         "open_p99_ms": opened["p99_ms"],
+        "open_broker_us": open_broker_us,
+        "open_group_mean": (submitted_after - submitted) / max(1.0, groups_after - groups),
         "errors": closed["errors"] + closed["lost"] + opened["errors"] + opened["lost"],
         "followed_up": {"closed": closed.get("followed_up", 0), "open": opened.get("followed_up", 0)},
         "first_errors": [loop["first_error"][:300] for loop in (closed, opened) if loop["first_error"]],
@@ -166,12 +183,18 @@ def render(results: dict[str, Any]) -> str:
         "configuration; per added: (x first - 1) over the API workers and batchers added; rows a call: real rows "
         f"a model call carried in the closed loop. Open loop: Poisson at {open_loop_rate(results)} on an empty "
         "broker (offered and answered rows/s in the table), ms from the scheduled arrival. "
-        "CPU: us a completed task in the closed loop, summed over the role's processes."
-        + (f" The requests topic rotated every {results['rotation_s']:g} s." if results.get("rotation_s") else ""),
+        "Open broker us: the broker's CPU a task the open loop completed; open group: the tasks an API group "
+        "commit carried in it. CPU: us a completed task in the closed loop, summed over the role's processes."
+        + (f" The requests topic rotated every {results['rotation_s']:g} s." if results.get("rotation_s") else "")
+        + (
+            f" Each API process began a group commit at most every {results['group_gap_ms']:g} ms."
+            if results.get("group_gap_ms")
+            else ""
+        ),
         "",
         "| config | rows/s | x first | per added | rows a call | open offered | open answered | open p50 ms "
-        "| open p99 ms | " + " | ".join(f"{role} us" for role in ROLES) + " |",
-        "|---|---|---|---|---|---|---|---|---|" + "---|" * len(ROLES),
+        "| open p99 ms | open broker us | open group | " + " | ".join(f"{role} us" for role in ROLES) + " |",
+        "|---|---|---|---|---|---|---|---|---|---|---|" + "---|" * len(ROLES),
     ]
     for run in runs:
         assert base is not None
@@ -184,10 +207,18 @@ def render(results: dict[str, Any]) -> str:
             f"| {run['config']} | {run['rows_per_s']:.0f} | {ratio:.2f} | {per_added} "
             f"| {run.get('rows_per_call', 0.0):.1f} | {run['open_offered']:.0f} "
             f"| {run['open_rows_per_s']:.0f} | {run['open_p50_ms']:.1f} "
-            f"| {run['open_p99_ms']:.1f} | " + " | ".join(f"{cpu.get(role, 0.0):.0f}" for role in ROLES) + " |"
+            f"| {run['open_p99_ms']:.1f} | {open_figure(run, 'open_broker_us', 0)} "
+            f"| {open_figure(run, 'open_group_mean', 1)} | "
+            + " | ".join(f"{cpu.get(role, 0.0):.0f}" for role in ROLES)
+            + " |"
         )
     lines += errors_footer(results["runs"], lambda run: run["config"])
     return "\n".join(lines) + "\n"
+
+
+def open_figure(run: dict[str, Any], name: str, decimals: int) -> str:
+    """An open-loop figure of a run, or - where the run predates it."""
+    return f"{run[name]:.{decimals}f}" if name in run else "-"
 
 
 def open_loop_rate(results: dict[str, Any]) -> str:
@@ -204,6 +235,7 @@ def main() -> int:
     parser.add_argument("--load-processes", type=int, default=1, help="processes sending the load")
     parser.add_argument("--open-rate", type=float, default=0.0, help="open-loop rows/s (0: 80%% of the closed loop)")
     parser.add_argument("--rotation-s", type=float, default=0.0, help="requests topic rotation period (0: one topic)")
+    parser.add_argument("--group-gap-ms", type=float, default=0.0, help="the API's submit_group_gap_ms")
     parser.add_argument(
         "--model-host-python",
         default=sys.executable,
@@ -219,8 +251,11 @@ def main() -> int:
     defaults = {"configs": DEFAULT_CONFIGS, "seconds": 10.0, "clients": CLIENTS, "load_processes": 1, "open_rate": 0.0}
     defaults["model_host_python"] = sys.executable
     defaults["rotation_s"] = 0.0
+    defaults["group_gap_ms"] = 0.0
     command = command_line("bench/scale.py", args, defaults)
-    options = RunOptions(args.clients, args.load_processes, args.open_rate, args.model_host_python, args.rotation_s)
+    options = RunOptions(
+        args.clients, args.load_processes, args.open_rate, args.model_host_python, args.rotation_s, args.group_gap_ms
+    )
     results: dict[str, Any] = {
         "command": command,
         "machine": machine_description(),
@@ -229,6 +264,7 @@ def main() -> int:
         "load_processes": options.processes,
         "open_rate": options.open_rate,
         "rotation_s": options.rotation_s,
+        "group_gap_ms": options.group_gap_ms,
         "runs": [],
     }
     for shape in shapes:
