@@ -3,10 +3,11 @@
 While one group is being recorded in Redis, the submissions that arrive meanwhile wait
 and form the next group. A lone submission goes at once, and groups grow only with load;
 with a gap set (``submit_group_gap_ms``), a group that follows another within it waits
-for the rest of the gap, so a busy API sends fewer, larger groups. A group costs one Redis round trip (one script call records
-every task and checks every in-flight limit; on a cluster, one pipeline, and a second
-round trip only to take refused records back), and its
-records reach the producer together, which sends them in one request per broker. The
+for the rest of the gap, so a busy API sends fewer, larger groups. A group costs one
+Redis round trip (one script call records every task and checks every in-flight limit;
+on a cluster, one pipeline, and a second round trip only to take refused records back),
+and its records reach the producer together, which sends them in one request per broker
+(one record batch: groups stay on one partition while a request is out). The
 acknowledgements are awaited beside the next group's Redis work.
 
 The durability contract is the one-at-a-time path's: each task is recorded before its
