@@ -32,10 +32,6 @@ async def read_own_task(store: TaskStore, task_id: str, tenant: str) -> TaskReco
     return record if record is not None and record.tenant == tenant else None
 
 
-# What a 429 too_many_waiting asks the caller to wait before asking again (Retry-After).
-RETRY_AFTER_S = 1
-
-
 class TaskWaiters:
     """Futures per task id, resolved when the task's final state is published."""
 
@@ -57,7 +53,7 @@ class TaskWaiters:
                 429,
                 "too_many_waiting",
                 f"tenant already holds {self._max_per_tenant} waiting requests here; poll without ?wait or retry later",
-                {"Retry-After": str(RETRY_AFTER_S)},
+                {"Retry-After": "1"},
             )
         self._held[tenant] += 1
 

@@ -50,8 +50,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.raw_http import HttpPool
-from brimful.api.task_waiters import RETRY_AFTER_S
+from bench.raw_http import Answer, HttpPool
 from brimful.workers.padding import pad_rows
 
 BATCH = 64
@@ -92,41 +91,43 @@ Send = Callable[[int], Awaitable[int]]  # sends request i, returns the rows it c
 Stages = list[tuple[float, float, float, float]]  # per answered task: sent (perf_counter), then three spans in ms
 
 
-Call = Callable[[str, str, bytes], Awaitable[tuple[int, bytes]]]  # (method, target, JSON body) -> (status, body)
+Call = Callable[[str, str, bytes], Awaitable[Answer]]  # (method, target, JSON body) -> the answer
 
 FOLLOW_UPS = 50  # most GETs after a 202 before a request counts as failed
-# After a 429 (the API holds its most waiters for the tenant), the Retry-After it sends, as
-# Brimful's client honours it. A shorter pause is a retry storm: with thousands of tasks
-# answered 202 during a stall, each asking 20 times a second, the API spent its CPU on 429s
-# and an open loop at 10,000 a second on 16 cores never recovered.
-FOLLOW_UP_PAUSE_S = float(RETRY_AFTER_S)
+# After a 429 (the API holds its most waiters for the tenant) a follow-up waits as its
+# Retry-After says, as Brimful's client does; this long without one. Asking again sooner is
+# a retry storm: with thousands of tasks answered 202 during a stall, each asking 20 times
+# a second, the API spent its CPU on 429s and an open loop at 10,000 a second on 16 cores
+# never recovered.
+FOLLOW_UP_PAUSE_S = 1.0
 
 
 def raw_call(pool: HttpPool) -> Call:
-    async def call(method: str, target: str, body: bytes) -> tuple[int, bytes]:
-        return await pool.request(method, target, body)
+    async def call(method: str, target: str, body: bytes) -> Answer:
+        return await pool.exchange(method, target, body)
 
     return call
 
 
 def aiohttp_call(session: aiohttp.ClientSession, base_url: str) -> Call:
-    async def call(method: str, target: str, body: bytes) -> tuple[int, bytes]:
+    async def call(method: str, target: str, body: bytes) -> Answer:
         headers = {"Content-Type": "application/json"} if body else {}
         async with session.request(method, base_url + target, data=body or None, headers=headers) as r:
-            return r.status, await r.read()
+            retry_after = r.headers.get("Retry-After", "")
+            return Answer(r.status, await r.read(), float(retry_after) if retry_after.isdigit() else None)
 
     return call
 
 
 async def follow_up(call: Call, task_id: str) -> tuple[int, bytes]:
     """What a client does after a 202 (the API already held its most waiters for the
-    tenant, so it answered at once): long-poll the task, pausing after a 429, a bounded
-    number of times."""
+    tenant, so it answered at once): long-poll the task, pausing after a 429 as its
+    Retry-After says, a bounded number of times."""
     status, raw = 0, b""
     for _ in range(FOLLOW_UPS):
-        status, raw = await call("GET", f"/v1/tasks/{task_id}?wait=30", b"")
+        status, raw, retry_after_s = await call("GET", f"/v1/tasks/{task_id}?wait=30", b"")
         if status == 429:
-            await asyncio.sleep(FOLLOW_UP_PAUSE_S)
+            await asyncio.sleep(FOLLOW_UP_PAUSE_S if retry_after_s is None else retry_after_s)
         elif status != 200 or json.loads(raw).get("status") != "queued":
             return status, raw
     return status, raw
@@ -161,7 +162,7 @@ def brimful_sender(
             number = i
             sent.append(i)
         text = b"bench %s %d" % (run, number)
-        status, raw = await call("POST", "/v1/tasks?wait=30", b'{"inputs": {"TEXT": "%s"}}' % text)
+        status, raw, _ = await call("POST", "/v1/tasks?wait=30", b'{"inputs": {"TEXT": "%s"}}' % text)
         if status == 202:
             if followed is not None:
                 followed[0] += 1
@@ -186,7 +187,7 @@ def expecting(call: Call, target: str, body: bytes, status: int) -> Send:
     server's constant 202, Ray Serve's 200."""
 
     async def send(i: int) -> int:
-        answered, raw = await call("POST", target, body % i)
+        answered, raw, _ = await call("POST", target, body % i)
         if answered != status:
             raise RuntimeError(f"{answered} {raw[:200]!r}")
         return 1

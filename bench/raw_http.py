@@ -17,7 +17,7 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import cast
+from typing import NamedTuple, cast
 from urllib.parse import urlsplit
 
 _HEADER_END = b"\r\n\r\n"
@@ -32,6 +32,15 @@ class HttpError(Exception):
     """The server's answer could not be read as this client reads answers."""
 
 
+class Answer(NamedTuple):
+    """An answer as this client reads it: status, body, and the seconds a ``Retry-After``
+    header asked for (None: none, or not a number of seconds)."""
+
+    status: int
+    body: bytes
+    retry_after_s: float | None
+
+
 class _Connection(asyncio.Protocol):
     """One keep-alive connection with at most one request out on it."""
 
@@ -40,8 +49,9 @@ class _Connection(asyncio.Protocol):
         self.reusable = True
         self.idle_since = 0.0  # when it last went back to the pool
         self._buffer = bytearray()
-        self._answer: asyncio.Future[tuple[int, bytes]] | None = None
+        self._answer: asyncio.Future[Answer] | None = None
         self._status = 0
+        self._retry_after_s: float | None = None
         self._body_at = -1  # where the body starts in the buffer, once the headers are read
         self._body_length = -1  # -1: chunked
 
@@ -53,11 +63,12 @@ class _Connection(asyncio.Protocol):
         if self._answer is not None and not self._answer.done():
             self._answer.set_exception(HttpError(f"connection closed before the answer: {error or 'by the server'}"))
 
-    def send(self, request: bytes) -> asyncio.Future[tuple[int, bytes]]:
+    def send(self, request: bytes) -> asyncio.Future[Answer]:
         assert self.transport is not None and self._answer is None
         self._answer = asyncio.get_running_loop().create_future()
         self._buffer.clear()
         self._body_at = -1
+        self._retry_after_s = None
         self.transport.write(request)
         return self._answer
 
@@ -83,7 +94,7 @@ class _Connection(asyncio.Protocol):
             if len(self._buffer) > end:
                 self.reusable = False
             answer, self._answer = self._answer, None
-            answer.set_result((self._status, body))
+            answer.set_result(Answer(self._status, body, self._retry_after_s))
 
     def _read_body(self) -> tuple[bytes | None, int]:
         """The whole body and where it ends in the buffer, or (None, 0) while it is not all in."""
@@ -137,6 +148,8 @@ class _Connection(asyncio.Protocol):
                 length = -1
             elif name == b"connection" and value.strip().lower() == b"close":
                 self.reusable = False
+            elif name == b"retry-after" and value.strip().isdigit():
+                self._retry_after_s = float(value.strip())
         if length == -2:
             raise HttpError("answer with neither Content-Length nor chunked Transfer-Encoding")
         self._body_at, self._body_length = end + len(_HEADER_END), length
@@ -174,6 +187,18 @@ class HttpPool:
         timeout_s: float = 60.0,
     ) -> tuple[int, bytes]:
         """Send one request and return (status, body)."""
+        answer = await self.exchange(method, target, body, content_type, timeout_s)
+        return answer.status, answer.body
+
+    async def exchange(
+        self,
+        method: str,
+        target: str,
+        body: bytes = b"",
+        content_type: bytes = b"application/json",
+        timeout_s: float = 60.0,
+    ) -> Answer:
+        """Send one request and return its whole answer."""
         head = b"%s %s HTTP/1.1\r\nHost: %s\r\n" % (method.encode(), target.encode(), self._host_header)
         if body or method in ("POST", "PUT", "PATCH"):
             head += b"Content-Type: %s\r\nContent-Length: %d\r\n" % (content_type, len(body))

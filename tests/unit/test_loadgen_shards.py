@@ -10,6 +10,7 @@ import pytest
 
 from bench import loadgen
 from bench.loadgen import Record, Shard, follow_up, merged, shard_args
+from bench.raw_http import Answer
 
 
 def _args(**values: object) -> argparse.Namespace:
@@ -40,10 +41,10 @@ def test_merged_shards_keep_every_latency_and_count() -> None:
 
 
 def _scripted(answers: list[tuple[int, dict[str, object]]], asked: list[str]) -> loadgen.Call:
-    async def call(method: str, target: str, body: bytes) -> tuple[int, bytes]:
+    async def call(method: str, target: str, body: bytes) -> Answer:
         asked.append(f"{method} {target}")
         status, answer = answers.pop(0)
-        return status, json.dumps(answer).encode()
+        return Answer(status, json.dumps(answer).encode(), None)
 
     return call
 
@@ -63,3 +64,20 @@ def test_follow_ups_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     answers = [(429, {})] * (loadgen.FOLLOW_UPS + 5)
     status, _ = asyncio.run(follow_up(_scripted(answers, asked), "t1"))
     assert status == 429 and len(asked) == loadgen.FOLLOW_UPS
+
+
+def test_a_follow_up_waits_as_retry_after_says(monkeypatch: pytest.MonkeyPatch) -> None:
+    pauses: list[float] = []
+
+    async def pause(seconds: float) -> None:
+        pauses.append(seconds)
+
+    monkeypatch.setattr(loadgen.asyncio, "sleep", pause)
+    answers = iter([Answer(429, b"{}", 3.0), Answer(429, b"{}", None), Answer(200, b'{"status": "done"}', None)])
+
+    async def call(method: str, target: str, body: bytes) -> Answer:
+        return next(answers)
+
+    status, _ = asyncio.run(follow_up(call, "t1"))
+    assert status == 200
+    assert pauses == [3.0, loadgen.FOLLOW_UP_PAUSE_S]  # the server's word, else the default

@@ -157,3 +157,16 @@ async def test_requests_past_the_limit_wait_for_a_free_connection() -> None:
             await pool.close()
     assert answers == [(200, b"x")] * 6
     assert len(connections) <= 2 and sum(connections) == 6
+
+
+async def test_an_answers_retry_after_is_read() -> None:
+    refused = b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: 2\r\nContent-Length: 2\r\n\r\n{}"
+    async with server(lambda request: [refused]) as (url, _connections):
+        pool = HttpPool(url)
+        try:
+            answer = await pool.exchange("GET", "/v1/tasks/t1?wait=30")
+            plain = await pool.request("GET", "/v1/tasks/t1?wait=30")
+        finally:
+            await pool.close()
+    assert answer == (429, b"{}", 2.0)
+    assert plain == (429, b"{}")
