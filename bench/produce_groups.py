@@ -25,10 +25,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.process_usage import usage
 from bench.saved_report import SavedReport, add_report_arguments, command_line, errors_footer, machine_description, why
-from bench.scale import Shape, group_sums, start
-from bench.throughput import loadgen, process_pids, stats
+from bench.scale import Shape, cpu_s, group_sums, start
+from bench.throughput import loadgen, stats
 from brimful.stack import EmbeddedStack
 
 LOOPS = (("closed", 0.0), ("open 80%", 0.8), ("open 40%", 0.4))
@@ -36,8 +35,8 @@ LOOPS = (("closed", 0.0), ("open 80%", 0.8), ("open 40%", 0.4))
 
 def one_loop(stack: EmbeddedStack, seconds: float, rate: float = 0.0, clients: int = 0) -> dict[str, Any]:
     """A loop with the broker's CPU a completed task and the mean group commit beside it."""
-    broker = usage(process_pids(stack, "broker")).cpu_s
-    api = usage(process_pids(stack, "api")).cpu_s
+    broker = cpu_s(stack, "broker")
+    api = cpu_s(stack, "api")
     submitted, groups = group_sums(stack)
     done = stats(stack).get("tasks_done", 0)
     summary = loadgen(stack, "brimful", seconds, rate=rate, clients=clients)
@@ -47,8 +46,8 @@ def one_loop(stack: EmbeddedStack, seconds: float, rate: float = 0.0, clients: i
         "rows_per_s": summary["achieved_rows_per_s"],
         "p50_ms": summary["p50_ms"],
         "p99_ms": summary["p99_ms"],
-        "broker_us_per_task": (usage(process_pids(stack, "broker")).cpu_s - broker) / tasks * 1e6,
-        "api_us_per_task": (usage(process_pids(stack, "api")).cpu_s - api) / tasks * 1e6,
+        "broker_us_per_task": (cpu_s(stack, "broker") - broker) / tasks * 1e6,
+        "api_us_per_task": (cpu_s(stack, "api") - api) / tasks * 1e6,
         "group_mean": (submitted_after - submitted) / max(1.0, groups_after - groups),
         "errors": summary["errors"] + summary["lost"],
     }

@@ -104,9 +104,9 @@ def group_sums(stack: EmbeddedStack) -> tuple[float, float]:
     return page.get("brimful_submit_group_size_sum", 0.0), page.get("brimful_submit_group_size_count", 0.0)
 
 
-def broker_cpu_s(stack: EmbeddedStack) -> float:
-    """CPU seconds the broker has spent so far."""
-    return usage(process_pids(stack, "broker")).cpu_s
+def cpu_s(stack: EmbeddedStack, name: str) -> float:
+    """CPU seconds the stack's process ``name`` (with its children) has spent so far."""
+    return usage(process_pids(stack, name)).cpu_s
 
 
 @dataclass(frozen=True)
@@ -131,7 +131,7 @@ def measure(shape: Shape, seconds: float, options: RunOptions) -> dict[str, Any]
         stack = start(shape, Path(scratch), options.model_host_python, **overrides)
         try:
             names = list(stack.processes)
-            before = {name: usage(process_pids(stack, name)).cpu_s for name in names}
+            before = {name: cpu_s(stack, name) for name in names}
             counted = stats(stack)
             closed = loadgen(stack, "brimful", seconds, clients=options.clients, processes=options.processes)
             after = stats(stack)
@@ -140,14 +140,14 @@ def measure(shape: Shape, seconds: float, options: RunOptions) -> dict[str, Any]
             rows = after.get("rows_dispatched", 0) - counted.get("rows_dispatched", 0)
             cpu_us = dict.fromkeys(ROLES, 0.0)
             for name in names:
-                spent = usage(process_pids(stack, name)).cpu_s - before[name]
+                spent = cpu_s(stack, name) - before[name]
                 cpu_us[role_of(name)] = cpu_us.get(role_of(name), 0.0) + spent / tasks * 1e6
             stack.empty_broker()
             offered = options.open_rate or OPEN_LOOP_SHARE * closed["achieved_rows_per_s"]
-            broker_s, (submitted, groups), done = broker_cpu_s(stack), group_sums(stack), stats(stack)
+            broker_s, (submitted, groups), done = cpu_s(stack, "broker"), group_sums(stack), stats(stack)
             opened = loadgen(stack, "brimful", seconds, rate=offered, processes=options.processes)
             open_tasks = max(1, stats(stack).get("tasks_done", 0) - done.get("tasks_done", 0))
-            open_broker_us = (broker_cpu_s(stack) - broker_s) / open_tasks * 1e6
+            open_broker_us = (cpu_s(stack, "broker") - broker_s) / open_tasks * 1e6
             submitted_after, groups_after = group_sums(stack)
         finally:
             stack.stop()
