@@ -24,6 +24,7 @@ from brimful.api import (
 )
 from brimful.api.batch_jobs import BatchJobs
 from brimful.api.browser_guard import BrowserGuard
+from brimful.api.direct_lane import DirectLane
 from brimful.api.errors import HANDLERS
 from brimful.api.fast_lane import FastLane
 from brimful.api.response_metrics import ResponseCounter
@@ -43,7 +44,8 @@ def app_from_environment() -> ASGIApp:
 def create_app(settings: Settings) -> ASGIApp:
     """Build the application for these settings: FastAPI, behind the fast lane for the
     two routes every task takes unless ``api_fast_lane`` is off, behind the browser guard
-    (and CORS, where origins are configured), every answer counted by route and status."""
+    (and CORS, where origins are configured), every answer counted by route and status;
+    with the direct lane for those two routes unless ``api_direct_lane`` is off."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -82,9 +84,10 @@ def create_app(settings: Settings) -> ASGIApp:
         app.include_router(routes.router)
     for error, handler in HANDLERS.items():
         app.add_exception_handler(error, handler)
-    served: ASGIApp = BrowserGuard(
+    guard = BrowserGuard(
         FastLane(app) if settings.api_fast_lane else app, settings, upload_paths=frozenset({file_routes.FILES_PATH})
     )
+    served: ASGIApp = guard
     origins = [origin.strip().rstrip("/") for origin in settings.api_cors_origins.split(",") if origin.strip()]
     if origins:
         served = CORSMiddleware(
@@ -93,4 +96,13 @@ def create_app(settings: Settings) -> ASGIApp:
             allow_methods=["GET", "POST", "PATCH", "DELETE"],
             allow_headers=["Authorization", "Content-Type", "Idempotency-Key", "X-Brimful-Actor"],
         )
-    return ResponseCounter(served)
+    return ServedApp(served, DirectLane(app, guard) if settings.api_direct_lane else None)
+
+
+class ServedApp(ResponseCounter):
+    """What uvicorn serves: the ASGI app, every answer counted, and the ``direct_lane``
+    that the HTTP protocol (``api/http_protocol.py``) answers the two task routes with."""
+
+    def __init__(self, app: ASGIApp, direct_lane: DirectLane | None) -> None:
+        super().__init__(app)
+        self.direct_lane = direct_lane

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from fastapi import Request
 
 from brimful.api.errors import ApiError
-from brimful.api.state import api_state
+from brimful.api.state import ApiState, api_state
 from brimful.core.api_keys import Scope
 
 
@@ -46,19 +46,23 @@ def requires(scope: Scope) -> Callable[[Request], Awaitable[Principal]]:
     """A dependency that admits callers whose key holds ``scope``: 401 without a valid
     key, 403 with a key that lacks the scope."""
 
-    async def authenticate(request: Request) -> Principal:
-        state = api_state(request)
-        if not state.settings.auth_enabled:
-            return OPEN
-        header = request.headers.get("authorization", "")
-        scheme, _, key = header.partition(" ")
-        if scheme.lower() != "bearer" or not key.strip():
-            raise ApiError(401, "unauthenticated", "send Authorization: Bearer <API key>", _CHALLENGE)
-        record = await state.api_keys.find(key.strip())
-        if record is None or not record.active:
-            raise ApiError(401, "unauthenticated", "unknown or revoked API key", _CHALLENGE)
-        if not record.allows(scope):
-            raise ApiError(403, "forbidden", f"this key lacks the {scope.value!r} scope")
-        return Principal(tenant=record.tenant, scopes=frozenset(record.scopes), key_id=record.key_id)
+    async def authenticate_request(request: Request) -> Principal:
+        return await authenticate(api_state(request), request.headers.get("authorization"), scope)
 
-    return authenticate
+    return authenticate_request
+
+
+async def authenticate(state: ApiState, authorization: str | None, scope: Scope) -> Principal:
+    """The caller that sent this ``Authorization`` header, if its key holds ``scope``
+    (``requires``, for any lane that has the header without a Starlette request)."""
+    if not state.settings.auth_enabled:
+        return OPEN
+    scheme, _, key = (authorization or "").partition(" ")
+    if scheme.lower() != "bearer" or not key.strip():
+        raise ApiError(401, "unauthenticated", "send Authorization: Bearer <API key>", _CHALLENGE)
+    record = await state.api_keys.find(key.strip())
+    if record is None or not record.active:
+        raise ApiError(401, "unauthenticated", "unknown or revoked API key", _CHALLENGE)
+    if not record.allows(scope):
+        raise ApiError(403, "forbidden", f"this key lacks the {scope.value!r} scope")
+    return Principal(tenant=record.tenant, scopes=frozenset(record.scopes), key_id=record.key_id)

@@ -24,6 +24,8 @@ CORS answers (``create_app`` adds Starlette's middleware for them).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from brimful.api.errors import error_body
@@ -68,14 +70,20 @@ class BrowserGuard:
                 return
         await self.app(scope, receive, send)
 
-    def _upload(self, scope: Scope, content_type: str) -> bool:
+    def _upload(self, method: str, path: str, content_type: str) -> bool:
         """A multipart POST to an upload route: the one page type read."""
-        return scope["method"] == "POST" and scope["path"] in self._upload_paths and _is_multipart(content_type)
+        return method == "POST" and path in self._upload_paths and _is_multipart(content_type)
 
     def refusal(self, scope: Scope) -> JsonAnswer | None:
         """The answer that refuses this request, or None to serve it."""
+        return self.refusal_of(scope["method"], scope["path"], scope["headers"], scope.get("scheme", "http"))
+
+    def refusal_of(
+        self, method: str, path: str, headers: Iterable[tuple[bytes, bytes]], scheme: str
+    ) -> JsonAnswer | None:
+        """``refusal`` from the request's parts (names lowercased), for a lane with no scope."""
         host = origin = content_type = None
-        for name, value in scope["headers"]:
+        for name, value in headers:
             if name == b"host":
                 host = value.decode("latin-1")
             elif name == b"origin":
@@ -89,10 +97,10 @@ class BrowserGuard:
                 f"Host {host!r} is not served: an open (unauthenticated) Brimful answers loopback names only; "
                 "name it in BRIMFUL_API_ALLOWED_HOSTS, or turn auth on",
             )
-        if scope["method"] in SAFE_METHODS:
+        if method in SAFE_METHODS:
             return None
         if origin is not None and origin.rstrip("/") not in self._origins:
-            own = f"{scope.get('scheme', 'http')}://{(host or '').lower()}"
+            own = f"{scheme}://{(host or '').lower()}"
             if origin.lower().rstrip("/") != own:
                 return _refuse(
                     403,
@@ -100,7 +108,7 @@ class BrowserGuard:
                     f"a write from origin {origin!r} is refused: this API serves pages of no other origin "
                     "unless BRIMFUL_API_CORS_ORIGINS names it",
                 )
-        if content_type is not None and is_page_type(content_type) and not self._upload(scope, content_type):
+        if content_type is not None and is_page_type(content_type) and not self._upload(method, path, content_type):
             return _refuse(
                 415,
                 "unsupported_media_type",

@@ -38,20 +38,20 @@ def error_body(code: str, message: str) -> dict[str, dict[str, str]]:
     return {"error": {"code": code, "message": message}}
 
 
-async def api_error_handler(request: Request, error: Exception) -> JsonAnswer:
+def api_error_answer(error: Exception) -> JsonAnswer:
     assert isinstance(error, ApiError)
     if error.status in REFUSAL_STATUSES:
         metrics.REFUSALS.labels(error.code).inc()
     return JsonAnswer(error_body(error.code, error.message), status_code=error.status, headers=error.headers)
 
 
-async def http_error_handler(request: Request, error: Exception) -> JsonAnswer:
+def http_error_answer(error: Exception) -> JsonAnswer:
     assert isinstance(error, StarletteHTTPException)
     code = {404: "not_found", 405: "method_not_allowed"}.get(error.status_code, "http_error")
     return JsonAnswer(error_body(code, str(error.detail)), status_code=error.status_code, headers=error.headers)
 
 
-async def dependency_error_handler(request: Request, error: Exception) -> JsonAnswer:
+def dependency_error_answer(error: Exception) -> JsonAnswer:
     """Redis or the broker failed mid-request: the client may retry, nothing was lost."""
     metrics.REFUSALS.labels("dependency_unavailable").inc()
     return JsonAnswer(
@@ -63,7 +63,7 @@ async def dependency_error_handler(request: Request, error: Exception) -> JsonAn
     )
 
 
-async def validation_error_handler(request: Request, error: Exception) -> JsonAnswer:
+def validation_error_answer(error: Exception) -> JsonAnswer:
     assert isinstance(error, RequestValidationError)
     problems = "; ".join(
         f"{'.'.join(str(part) for part in issue.get('loc', ()))}: {issue.get('msg', 'invalid')}"
@@ -72,21 +72,31 @@ async def validation_error_handler(request: Request, error: Exception) -> JsonAn
     return JsonAnswer(error_body("invalid_request", problems or "invalid request"), status_code=422)
 
 
-Handler = Callable[[Request, Exception], Awaitable[JsonAnswer]]
-
-# Which error gets which answer: installed in FastAPI, and used by the fast lane.
-HANDLERS: dict[type[Exception], Handler] = {
-    ApiError: api_error_handler,
-    StarletteHTTPException: http_error_handler,
-    RequestValidationError: validation_error_handler,
-    RedisError: dependency_error_handler,
-    KafkaError: dependency_error_handler,
+# Which error gets which answer: the one table behind FastAPI's handlers and the lanes past it.
+ANSWERS: dict[type[Exception], Callable[[Exception], JsonAnswer]] = {
+    ApiError: api_error_answer,
+    StarletteHTTPException: http_error_answer,
+    RequestValidationError: validation_error_answer,
+    RedisError: dependency_error_answer,
+    KafkaError: dependency_error_answer,
 }
 
 
-def handler_for(error: Exception) -> Handler | None:
-    """The handler for ``error``'s class or its nearest base, as Starlette picks it."""
+def answer_for(error: Exception) -> JsonAnswer | None:
+    """The answer to ``error``, by its class or its nearest base as Starlette picks a
+    handler; None for an error no handler names (a 500)."""
     for cls in type(error).__mro__:
-        if cls in HANDLERS:
-            return HANDLERS[cls]
+        if cls in ANSWERS:
+            return ANSWERS[cls](error)
     return None
+
+
+async def answer_error(request: Request, error: Exception) -> JsonAnswer:
+    """FastAPI's exception handler for every class in ``ANSWERS``."""
+    answer = answer_for(error)
+    assert answer is not None, "installed only for the classes ANSWERS names"
+    return answer
+
+
+Handler = Callable[[Request, Exception], Awaitable[JsonAnswer]]
+HANDLERS: dict[type[Exception], Handler] = dict.fromkeys(ANSWERS, answer_error)

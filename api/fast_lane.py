@@ -20,7 +20,7 @@ from fastapi.responses import PlainTextResponse, Response
 from starlette.types import Receive, Scope, Send
 
 from brimful.api.auth import Principal, requires
-from brimful.api.errors import handler_for
+from brimful.api.errors import answer_for
 from brimful.api.json_answer import JsonAnswer
 from brimful.api.response_metrics import ROUTE_TEMPLATE_KEY
 from brimful.api.task_routes import TASKS_PATH, get_task, submit_task
@@ -76,10 +76,10 @@ class FastLane:
         try:
             response = await handler(request)
         except Exception as error:
-            answer = handler_for(error)
+            answer = answer_for(error)
             if answer is None:
                 log.exception("unhandled error", extra={"path": scope["path"]})
                 response = PlainTextResponse("Internal Server Error", status_code=500)
             else:
-                response = await answer(request, error)
+                response = answer
         await response(scope, receive, send)

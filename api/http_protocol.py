@@ -31,9 +31,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import httptools
 from starlette.types import Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from brimful.api.direct_lane import DirectCycle, DirectLane
 from brimful.api.errors import error_body
 from brimful.api.json_answer import JsonAnswer
 from brimful.core import metrics
@@ -68,6 +70,17 @@ def _too_many_connections(limit: int) -> bytes:
     )
 
 
+def _direct_lane(app: object) -> DirectLane | None:
+    """The app's own answers to the two task routes, when it offers them (``create_app``'s
+    app does), under whatever uvicorn wraps around it (proxy headers, message logging)."""
+    for _ in range(8):
+        lane = getattr(app, "direct_lane", None)
+        if isinstance(lane, DirectLane):
+            return lane
+        app = getattr(app, "app", None)
+    return None
+
+
 class BoundedHttpProtocol(HttpToolsProtocol):
     """The httptools protocol, refusing a request whose head is not all in within the
     read timeout (``BRIMFUL_API_READ_TIMEOUT_S``: 408) or grows past ``MAX_HEAD_BYTES``
@@ -86,6 +99,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         self._head_bytes = 0  # received since the last head ended, outside bodies
         self._refused = False
         self._idle_since = 0.0  # when it last had no request under way (loop time)
+        self.direct_lane = _direct_lane(self.app)
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -156,7 +170,45 @@ class BoundedHttpProtocol(HttpToolsProtocol):
             finally:
                 self.app = app
             return
-        super().on_headers_complete()
+        if self.direct_lane is None or not self._take_directly(self.direct_lane):
+            super().on_headers_complete()
+
+    def _take_directly(self, lane: DirectLane) -> bool:
+        """Start this request on the direct lane (``api/direct_lane.py``) if it takes it."""
+        if self.root_path or self.expect_100_continue or self.parser.should_upgrade():
+            return False
+        if self.cycle is not None and not self.cycle.response_complete:
+            return False  # pipelined behind a request under way: uvicorn queues it
+        try:
+            url = httptools.parse_url(self.url)
+        except httptools.HttpParserInvalidURLError:
+            return False  # uvicorn's to answer, as it answers any other
+        http_version = self.parser.get_http_version()
+        keep_alive = http_version != "1.0" and self.parser.should_keep_alive()
+
+        def start_cycle(declared_length: str | None) -> DirectCycle:
+            cycle = DirectCycle(
+                self.transport,
+                self.flow.resume_reading,
+                self.server_state.default_headers,
+                keep_alive,
+                self.on_response_complete,
+                declared_length,
+            )
+            # uvicorn's callbacks (body, end of message, connection lost, shutdown) feed
+            # whatever cycle the protocol holds; this one has the attributes they use.
+            self.cycle = cycle  # type: ignore[assignment]
+            return cycle
+
+        answer = lane.take(
+            self.parser.get_method(), url.path, url.query or b"", self.headers, self.scheme or "http", start_cycle
+        )
+        if answer is None:
+            return False
+        task = self.loop.create_task(answer)
+        task.add_done_callback(self.tasks.discard)
+        self.tasks.add(task)
+        return True
 
     async def _refuse_overloaded(self, scope: Scope, receive: Receive, send: Send) -> None:
         """The ASGI app a request past the limit gets: 503, and the connection closed."""

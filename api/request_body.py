@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import Request
@@ -16,13 +17,19 @@ async def read_body(request: Request, limit: int, timeout_s: float) -> bytes:
     """The whole body, or 413 as soon as it passes ``limit`` bytes (declared or streamed),
     or 408 if it has not all arrived within ``timeout_s``. A client that hangs up midway
     gets 499 (it hears nothing; the answer is only counted), not a 500."""
-    declared = request.headers.get("content-length")
+    return await read_stream(request.headers.get("content-length"), request.stream(), limit, timeout_s)
+
+
+async def read_stream(declared: str | None, chunks: AsyncIterator[bytes], limit: int, timeout_s: float) -> bytes:
+    """``read_body`` for a body that comes as ``chunks`` with ``declared`` as its
+    Content-Length: the same bounds and answers, whichever lane reads it. ``chunks``
+    raises ``ClientDisconnect`` when the client hangs up."""
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise ApiError(413, "body_too_large", f"body of {declared} bytes exceeds the limit of {limit} bytes")
     body = bytearray()
     try:
         async with asyncio.timeout(timeout_s):
-            async for chunk in request.stream():
+            async for chunk in chunks:
                 body += chunk
                 if len(body) > limit:
                     raise ApiError(413, "body_too_large", f"body exceeds the limit of {limit} bytes")

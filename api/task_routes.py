@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 import re
 import time
+from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -28,6 +30,9 @@ router = APIRouter(tags=["tasks"])
 
 TASKS_PATH = "/v1/tasks"  # the fast lane matches the same paths (api/fast_lane.py)
 
+# Reads a request's whole body within (limit bytes, timeout s), or raises the ApiError to answer.
+BodyReader = Callable[[int, float], Awaitable[bytes]]
+
 TASK_ID_PATTERN = re.compile(r"^[0-9a-f]{32}$")
 IDEMPOTENCY_KEY_MAX_LENGTH = 255
 IDEMPOTENCY_KEY_PATTERN = re.compile(rf"^[\x21-\x7e]{{1,{IDEMPOTENCY_KEY_MAX_LENGTH}}}$")
@@ -49,9 +54,9 @@ def _query_value(query_string: bytes, name: str) -> str | None:
     return found
 
 
-def parse_wait(request: Request, limit_s: float) -> float:
+def parse_wait(query_string: bytes, limit_s: float) -> float:
     """The ``wait`` query parameter: seconds to hold the answer for a result (0 = none)."""
-    raw = _query_value(request.scope.get("query_string", b""), "wait")
+    raw = _query_value(query_string, "wait")
     if raw is None or raw == "":
         return 0.0
     try:
@@ -78,16 +83,28 @@ async def submit_task(request: Request, principal: Principal = Depends(requires(
     """Accept one task; 202 with its task_id once durably queued. With ``?wait=S``, hold
     the answer up to S seconds and return the result inline (200) if it is ready."""
     state = api_state(request)
+    body = partial(read_body, request)
+    query = request.scope.get("query_string", b"")
+    key = request.headers.get("idempotency-key")
     if state.tracing is not None:
         with state.tracing.server_span("brimful.accept", request.headers, **{"http.route": TASKS_PATH}):
-            return await _submit(request, principal, state)
-    return await _submit(request, principal, state)
+            return await accept_task(state, principal, query, key, body)
+    return await accept_task(state, principal, query, key, body)
 
 
-async def _submit(request: Request, principal: Principal, state: ApiState) -> JsonAnswer:
+async def accept_task(
+    state: ApiState,
+    principal: Principal,
+    query_string: bytes,
+    idempotency_key: str | None,
+    body: BodyReader,
+) -> JsonAnswer:
+    """``POST /v1/tasks`` from what it reads of the request, whichever lane brought it:
+    the raw query string, the Idempotency-Key header, and ``body``, called with the size
+    and time it may take (``api.request_body.read_body``'s bounds and answers)."""
     settings = state.settings
-    wait_s = parse_wait(request, settings.long_poll_max_s)
-    document = parse_json(await read_body(request, settings.max_body_bytes, settings.api_read_timeout_s))
+    wait_s = parse_wait(query_string, settings.long_poll_max_s)
+    document = parse_json(await body(settings.max_body_bytes, settings.api_read_timeout_s))
     if state.catalogue is None:
         await check_admission(state)
     submission = parse_submission(document, state.catalogue)  # type: ignore[arg-type]
@@ -95,7 +112,7 @@ async def _submit(request: Request, principal: Principal, state: ApiState) -> Js
         await check_callback(submission, state.webhook_hosts)
 
     task_id = new_task_id()
-    key = request.headers.get("idempotency-key")
+    key = idempotency_key
     if key is not None:
         if not IDEMPOTENCY_KEY_PATTERN.match(key):
             raise ApiError(
@@ -171,9 +188,14 @@ async def get_task(
 ) -> dict[str, Any]:
     """The task's status, with outputs once done or the error once failed. With
     ``?wait=S``, answer as soon as it is final, or after S seconds."""
+    return await read_task(api_state(request), principal, task_id, request.scope.get("query_string", b""))
+
+
+async def read_task(state: ApiState, principal: Principal, task_id: str, query_string: bytes) -> dict[str, Any]:
+    """``GET /v1/tasks/{task_id}`` from its path parameter and raw query string, whichever
+    lane brought it."""
     check_task_id(task_id)
-    state = api_state(request)
-    wait_s = parse_wait(request, state.settings.long_poll_max_s)
+    wait_s = parse_wait(query_string, state.settings.long_poll_max_s)
     await state.read_limiter.admit(principal.tenant)
     if wait_s > 0:
         with state.waiters.holding(principal.tenant):

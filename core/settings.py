@@ -388,6 +388,13 @@ class Settings(BaseSettings):
         "middleware, routing and dependency resolution: the same checks and answers for less CPU. Off: every "
         "request through FastAPI (to compare).",
     )
+    api_direct_lane: bool = Field(
+        True,
+        description="Answer POST /v1/tasks and GET /v1/tasks/{id} inside the HTTP protocol, past ASGI: no scope, no "
+        "Starlette request or response, one write an answer; the same handlers, checks and answers. Requests it "
+        "does not take (an Origin header, Expect: 100-continue, tracing on) go the ASGI way. Off: the fast lane "
+        "(to compare).",
+    )
     max_body_bytes: int = Field(
         1_000_000,
         ge=1,
