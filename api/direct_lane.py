@@ -31,7 +31,7 @@ from brimful.api.auth import authenticate
 from brimful.api.browser_guard import BrowserGuard
 from brimful.api.errors import answer_for
 from brimful.api.json_answer import JsonAnswer
-from brimful.api.request_body import read_stream
+from brimful.api.request_body import check_declared, check_length, read_stream
 from brimful.api.state import ApiState
 from brimful.api.task_routes import TASKS_PATH, accept_task, read_task
 from brimful.core import metrics
@@ -89,7 +89,13 @@ class DirectCycle:
 
     async def read_body(self, limit: int, timeout_s: float) -> bytes:
         """The whole body within ``limit`` bytes and ``timeout_s``: ``read_body``'s answers."""
-        return await read_stream(self.declared_length, self._chunks(), limit, timeout_s)
+        if self.more_body:
+            return await read_stream(self.declared_length, self._chunks(), limit, timeout_s)
+        # All of it came with the head, as a task's small body does: no deadline to arm.
+        check_declared(self.declared_length, limit)
+        check_length(len(self.body), limit)
+        body, self.body = bytes(self.body), bytearray()
+        return body
 
     async def _chunks(self) -> AsyncIterator[bytes]:
         while True:

@@ -24,15 +24,13 @@ async def read_stream(declared: str | None, chunks: AsyncIterator[bytes], limit:
     """``read_body`` for a body that comes as ``chunks`` with ``declared`` as its
     Content-Length: the same bounds and answers, whichever lane reads it. ``chunks``
     raises ``ClientDisconnect`` when the client hangs up."""
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise ApiError(413, "body_too_large", f"body of {declared} bytes exceeds the limit of {limit} bytes")
+    check_declared(declared, limit)
     body = bytearray()
     try:
         async with asyncio.timeout(timeout_s):
             async for chunk in chunks:
                 body += chunk
-                if len(body) > limit:
-                    raise ApiError(413, "body_too_large", f"body exceeds the limit of {limit} bytes")
+                check_length(len(body), limit)
     except TimeoutError as error:
         raise ApiError(
             408, "request_timeout", f"the body did not arrive within {timeout_s:g} s ({len(body)} bytes came)"
@@ -42,6 +40,18 @@ async def read_stream(declared: str | None, chunks: AsyncIterator[bytes], limit:
             499, "client_closed_request", "the client closed the connection before sending the body"
         ) from error
     return bytes(body)
+
+
+def check_declared(declared: str | None, limit: int) -> None:
+    """413 for a body whose Content-Length is past ``limit``, before a byte of it is read."""
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise ApiError(413, "body_too_large", f"body of {declared} bytes exceeds the limit of {limit} bytes")
+
+
+def check_length(length: int, limit: int) -> None:
+    """413 for a body that has passed ``limit`` bytes as it arrived."""
+    if length > limit:
+        raise ApiError(413, "body_too_large", f"body exceeds the limit of {limit} bytes")
 
 
 def parse_json(body: bytes) -> Any:
