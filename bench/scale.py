@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/scale.py [--configs 1x1x1x1,2x1x1x1,1x2x2x1,2x2x2x2] [--seconds 10]
         [--clients 256] [--load-processes 1] [--open-rate 0] [--rotation-s 0] [--group-gap-ms 0]
+        [--lane direct|fast|fastapi]
 
 A configuration ``WxBxPxE`` is W API workers, B batchers (of the one model) sharing a
 requests topic of P partitions, and E model endpoints (each a Triton server with one
@@ -114,7 +115,7 @@ class RunOptions:
     """How each configuration runs: closed-loop clients, load-generating processes, the
     open loop's rate (0: 80% of what the closed loop sustained), the model hosts' Python,
     the requests topic's rotation period (0: one topic), the API's least gap between group
-    commits (0: none)."""
+    commits (0: none), the API's lane for the task routes (``LANES``)."""
 
     clients: int = CLIENTS
     processes: int = 1
@@ -122,12 +123,25 @@ class RunOptions:
     model_host_python: str = sys.executable
     rotation_s: float = 0.0
     group_gap_ms: float = 0.0
+    lane: str = "direct"
+
+
+# The API's lanes for the two task routes, by the settings that choose them.
+LANES: dict[str, dict[str, object]] = {
+    "direct": {},  # inside the HTTP protocol (api/direct_lane.py), the default
+    "fast": {"api_direct_lane": False},  # through ASGI, past FastAPI's routing
+    "fastapi": {"api_direct_lane": False, "api_fast_lane": False},  # FastAPI's own routes
+}
 
 
 def measure(shape: Shape, seconds: float, options: RunOptions) -> dict[str, Any]:
     """Saturation with CPU a task by role, then the open loop at 80% of it."""
     with tempfile.TemporaryDirectory(prefix="brimful-scale-") as scratch:
-        overrides = {"topic_rotation_s": options.rotation_s, "submit_group_gap_ms": options.group_gap_ms}
+        overrides = {
+            "topic_rotation_s": options.rotation_s,
+            "submit_group_gap_ms": options.group_gap_ms,
+            **LANES[options.lane],
+        }
         stack = start(shape, Path(scratch), options.model_host_python, **overrides)
         try:
             names = list(stack.processes)
@@ -190,6 +204,11 @@ def render(results: dict[str, Any]) -> str:
             f" Each API process began a group commit at most every {results['group_gap_ms']:g} ms."
             if results.get("group_gap_ms")
             else ""
+        )
+        + (
+            f" The API's task routes took the {results['lane']} lane (api_direct_lane, api_fast_lane)."
+            if results.get("lane", "direct") != "direct"
+            else ""
         ),
         "",
         "| config | rows/s | x first | per added | rows a call | open offered | open answered | open p50 ms "
@@ -236,6 +255,7 @@ def main() -> int:
     parser.add_argument("--open-rate", type=float, default=0.0, help="open-loop rows/s (0: 80%% of the closed loop)")
     parser.add_argument("--rotation-s", type=float, default=0.0, help="requests topic rotation period (0: one topic)")
     parser.add_argument("--group-gap-ms", type=float, default=0.0, help="the API's submit_group_gap_ms")
+    parser.add_argument("--lane", choices=list(LANES), default="direct", help="the API's lane for the task routes")
     parser.add_argument(
         "--model-host-python",
         default=sys.executable,
@@ -252,9 +272,16 @@ def main() -> int:
     defaults["model_host_python"] = sys.executable
     defaults["rotation_s"] = 0.0
     defaults["group_gap_ms"] = 0.0
+    defaults["lane"] = "direct"
     command = command_line("bench/scale.py", args, defaults)
     options = RunOptions(
-        args.clients, args.load_processes, args.open_rate, args.model_host_python, args.rotation_s, args.group_gap_ms
+        args.clients,
+        args.load_processes,
+        args.open_rate,
+        args.model_host_python,
+        args.rotation_s,
+        args.group_gap_ms,
+        args.lane,
     )
     results: dict[str, Any] = {
         "command": command,
@@ -265,6 +292,7 @@ def main() -> int:
         "open_rate": options.open_rate,
         "rotation_s": options.rotation_s,
         "group_gap_ms": options.group_gap_ms,
+        "lane": options.lane,
         "runs": [],
     }
     for shape in shapes:
