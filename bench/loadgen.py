@@ -261,14 +261,16 @@ async def run_closed(send: Send, concurrency: int, duration: float, warmup: floa
             i += concurrency
 
     tasks = {asyncio.create_task(client(c)) for c in range(concurrency)}
-    await finish(tasks, record)
+    # The clients send until the end of the run: their last requests then get DRAIN_S.
+    await finish(tasks, record, duration + DRAIN_S)
     return record
 
 
-async def finish(tasks: set[asyncio.Task[None]], record: Record) -> None:
+async def finish(tasks: set[asyncio.Task[None]], record: Record, timeout_s: float = DRAIN_S) -> None:
+    """Wait up to ``timeout_s`` for ``tasks``; those still out then count as lost."""
     if not tasks:
         return
-    _, pending = await asyncio.wait(set(tasks), timeout=DRAIN_S)
+    _, pending = await asyncio.wait(set(tasks), timeout=timeout_s)
     record.lost = len(pending)
     for task in pending:
         task.cancel()

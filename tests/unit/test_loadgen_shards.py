@@ -81,3 +81,17 @@ def test_a_follow_up_waits_as_retry_after_says(monkeypatch: pytest.MonkeyPatch) 
     status, _ = asyncio.run(follow_up(call, "t1"))
     assert status == 200
     assert pauses == [3.0, loadgen.FOLLOW_UP_PAUSE_S]  # the server's word, else the default
+
+
+def test_a_closed_loop_longer_than_the_drain_loses_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The clients send for the whole run; only requests still out after it count as lost
+    # (the drain once bounded the whole run: a loop past it counted every client lost).
+    monkeypatch.setattr(loadgen, "DRAIN_S", 0.1)
+
+    async def send(i: int) -> int:
+        await asyncio.sleep(0.01)
+        return 1
+
+    record = asyncio.run(loadgen.run_closed(send, concurrency=4, duration=0.4, warmup=0.0))
+    assert record.lost == 0
+    assert record.completed_rows_in_window > 4 * 0.2 / 0.01 * 0.5  # they went on past the drain's length
