@@ -111,7 +111,7 @@ def summary(runs: list[ModelRun], machine: Machine, min_wait_ms: float, worthwhi
         f"cores, with the load generator taking its own share, that holds Brimful to {focus.sustained:.0f} requests a "
         f"second sustained, while the {name} model takes {focus.runs['ceiling']['achieved_rows_per_s']:.0f} rows a "
         "second in full batches. What the profiles showed is cut where it was cheap to cut: the two routes every "
-        "task takes skip FastAPI's middleware and dependency resolution (the fast lane), submissions that arrive "
+        "task takes are answered inside the HTTP protocol, past ASGI and FastAPI (the direct lane), submissions that arrive "
         "together share one Redis script call and one producer send (group commit), a batch's results reach the "
         "API as one push carrying them all, the status board is read without scanning the keyspace, and the "
         "batcher runs on uvloop. The floor (next section) says how much of what is left is the HTTP server itself; the "
