@@ -33,15 +33,12 @@ from brimful.api.errors import answer_for
 from brimful.api.json_answer import JsonAnswer
 from brimful.api.request_body import check_declared, check_length, read_stream
 from brimful.api.state import ApiState
-from brimful.api.task_routes import TASKS_PATH, accept_task, read_task
+from brimful.api.task_routes import TASKS_PATH, accept_task, hot_route, read_task
 from brimful.core import metrics
 from brimful.core.api_keys import Scope
 
 log = logging.getLogger("brimful.api")
 
-_TASKS = TASKS_PATH.encode("ascii")
-_TASK_PREFIX = _TASKS + b"/"
-_TASK_TEMPLATE = TASKS_PATH + "/{task_id}"
 # The headers this lane reads; the first of each is the one read, as Starlette reads it.
 _READ = frozenset({b"authorization", b"idempotency-key", b"content-length", b"origin"})
 _SERVER_ERROR = (
@@ -176,18 +173,16 @@ class DirectLane:
     ) -> Coroutine[Any, Any, None] | None:
         """The coroutine that answers this request (the caller runs it as a task), with
         its cycle begun by ``start_cycle(Content-Length)``; None to leave it to ASGI."""
-        if method == b"POST" and path == _TASKS:
-            handler: Handler = _submit
-            template, task_id = TASKS_PATH, ""
-        elif method == b"GET" and path.startswith(_TASK_PREFIX) and b"/" not in path[len(_TASK_PREFIX) :]:
-            handler, template = _read, _TASK_TEMPLATE
-            if path == _TASK_PREFIX or not path.isascii():
-                return None  # FastAPI's answer (its route needs a segment), and uvicorn's decoding
-            task_id = path[len(_TASK_PREFIX) :].decode("ascii")
-        else:
+        if not path.isascii():
+            return None  # uvicorn's decoding, then FastAPI's routes
+        verb, target = method.decode("ascii"), path.decode("ascii")
+        route = hot_route(verb, target)
+        if route is None:
             return None
+        template, task_id = route
+        handler: Handler = _submit if template == TASKS_PATH else _read
         state: ApiState | None = getattr(self._app.state, "brimful", None)
-        if state is None or state.tracing is not None or b"%" in path:
+        if state is None or state.tracing is not None or "%" in target:
             return None
         headers: dict[bytes, bytes] = {}
         for name, value in head:
@@ -196,7 +191,7 @@ class DirectLane:
         if b"origin" in headers:
             return None
         cycle = start_cycle(_text(headers.get(b"content-length")))
-        refusal = self._guard.refusal_of(method.decode("ascii"), path.decode("ascii"), head, scheme)
+        refusal = self._guard.refusal_of(verb, target, head, scheme)
         if refusal is not None:
             return self._refuse(cycle, refusal)
         return self._serve(handler, template, state, cycle, headers, query, task_id)

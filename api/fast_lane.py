@@ -23,13 +23,11 @@ from brimful.api.auth import Principal, requires
 from brimful.api.errors import answer_for
 from brimful.api.json_answer import JsonAnswer
 from brimful.api.response_metrics import ROUTE_TEMPLATE_KEY
-from brimful.api.task_routes import TASKS_PATH, get_task, submit_task
+from brimful.api.task_routes import TASKS_PATH, get_task, hot_route, submit_task
 from brimful.core.api_keys import Scope as KeyScope
 
 log = logging.getLogger("brimful.api")
 
-_TASK_PREFIX = TASKS_PATH + "/"
-_TASK_TEMPLATE = TASKS_PATH + "/{task_id}"
 _submitter = requires(KeyScope.SUBMIT)
 _reader = requires(KeyScope.READ)
 
@@ -43,19 +41,18 @@ async def _read(request: Request) -> Response:
     return JsonAnswer(await get_task(request.path_params["task_id"], request, principal))
 
 
-def _route(scope: Scope) -> tuple[Callable[[Request], Awaitable[Response]], dict[str, str]] | None:
-    """The fast handler for this request and its path parameters, or None: FastAPI's to answer."""
+def _route(scope: Scope) -> tuple[Callable[[Request], Awaitable[Response]], dict[str, str], str] | None:
+    """The fast handler for this request, its path parameters and its route's template,
+    or None: FastAPI's to answer."""
     path: str = scope["path"]
     root = scope.get("root_path", "")
     if root and path.startswith(root):  # as Starlette matches routes: below the mount point
         path = path[len(root) :]
-    if scope["method"] == "POST" and path == TASKS_PATH:
-        return _submit, {}
-    if scope["method"] == "GET" and path.startswith(_TASK_PREFIX):
-        task_id = path[len(_TASK_PREFIX) :]
-        if task_id and "/" not in task_id:  # FastAPI's {task_id}: one non-empty segment
-            return _read, {"task_id": task_id}
-    return None
+    route = hot_route(scope["method"], path)
+    if route is None:
+        return None
+    template, task_id = route
+    return (_submit, {}, template) if template == TASKS_PATH else (_read, {"task_id": task_id}, template)
 
 
 class FastLane:
@@ -69,8 +66,7 @@ class FastLane:
         if route is None:
             await self.app(scope, receive, send)
             return
-        handler, scope["path_params"] = route
-        scope[ROUTE_TEMPLATE_KEY] = TASKS_PATH if handler is _submit else _TASK_TEMPLATE
+        handler, scope["path_params"], scope[ROUTE_TEMPLATE_KEY] = route
         scope["app"] = self.app  # the handlers find the API's state through it, as under FastAPI
         request = Request(scope, receive)
         try:

@@ -49,6 +49,8 @@ MAX_HEAD_BYTES = 64 * 1024
 LINGER_S = 2.0
 # Answered whatever the load: the probes.
 PROBE_PATHS = frozenset({b"/healthz", b"/readyz"})
+# The methods of the direct lane's two routes (api/direct_lane.py).
+_DIRECT_METHODS = frozenset({b"POST", b"GET"})
 
 
 def _closing_answer(status_line: bytes, code: str, message: str) -> bytes:
@@ -179,14 +181,16 @@ class BoundedHttpProtocol(HttpToolsProtocol):
             return False
         if self.cycle is not None and not self.cycle.response_complete:
             return False  # pipelined behind a request under way: uvicorn queues it
+        method = self.parser.get_method()
+        if method not in _DIRECT_METHODS:
+            return False  # no URL parsed twice for the routes the lane never takes
         try:
             url = httptools.parse_url(self.url)
         except httptools.HttpParserInvalidURLError:
             return False  # uvicorn's to answer, as it answers any other
-        http_version = self.parser.get_http_version()
-        keep_alive = http_version != "1.0" and self.parser.should_keep_alive()
 
         def start_cycle(declared_length: str | None) -> DirectCycle:
+            keep_alive = self.parser.get_http_version() != "1.0" and self.parser.should_keep_alive()
             cycle = DirectCycle(
                 self.transport,
                 self.flow.resume_reading,
@@ -200,9 +204,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
             self.cycle = cycle  # type: ignore[assignment]
             return cycle
 
-        answer = lane.take(
-            self.parser.get_method(), url.path, url.query or b"", self.headers, self.scheme or "http", start_cycle
-        )
+        answer = lane.take(method, url.path, url.query or b"", self.headers, self.scheme or "http", start_cycle)
         if answer is None:
             return False
         task = self.loop.create_task(answer)

@@ -28,7 +28,9 @@ from brimful.core.task_status import TaskStatus
 
 router = APIRouter(tags=["tasks"])
 
-TASKS_PATH = "/v1/tasks"  # the fast lane matches the same paths (api/fast_lane.py)
+TASKS_PATH = "/v1/tasks"
+TASK_PATH_TEMPLATE = TASKS_PATH + "/{task_id}"
+_TASK_PREFIX = TASKS_PATH + "/"
 
 # Reads a request's whole body within (limit bytes, timeout s), or raises the ApiError to answer.
 BodyReader = Callable[[int, float], Awaitable[bytes]]
@@ -52,6 +54,19 @@ def _query_value(query_string: bytes, name: str) -> str | None:
         if key == wanted:
             found = value.decode("latin-1")
     return found
+
+
+def hot_route(method: str, path: str) -> tuple[str, str] | None:
+    """Which of the two routes every task takes this request is, as FastAPI's router
+    matches them: (its template, the task_id or ""), or None. The lanes past FastAPI
+    (``api/fast_lane.py``, ``api/direct_lane.py``) route by it."""
+    if method == "POST" and path == TASKS_PATH:
+        return TASKS_PATH, ""
+    if method == "GET" and path.startswith(_TASK_PREFIX):
+        task_id = path[len(_TASK_PREFIX) :]
+        if task_id and "/" not in task_id:  # FastAPI's {task_id}: one non-empty segment
+            return TASK_PATH_TEMPLATE, task_id
+    return None
 
 
 def parse_wait(query_string: bytes, limit_s: float) -> float:
@@ -182,7 +197,7 @@ async def submit_tasks(request: Request, principal: Principal = Depends(requires
     return {"accepted": sum(1 for r in results if "task_id" in r), "results": results}
 
 
-@router.get(TASKS_PATH + "/{task_id}")
+@router.get(TASK_PATH_TEMPLATE)
 async def get_task(
     task_id: str, request: Request, principal: Principal = Depends(requires(Scope.READ))
 ) -> dict[str, Any]:
@@ -207,7 +222,7 @@ async def read_task(state: ApiState, principal: Principal, task_id: str, query_s
     return task_record_answer(task_id, record, _default_model(state))
 
 
-@router.delete(TASKS_PATH + "/{task_id}")
+@router.delete(TASK_PATH_TEMPLATE)
 async def cancel_task(
     task_id: str, request: Request, principal: Principal = Depends(requires(Scope.SUBMIT))
 ) -> dict[str, Any]:
