@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
-from typing import Any
 
 import httpx
 import pytest
@@ -31,7 +30,7 @@ from brimful.core.api_keys import Scope as KeyScope
 from brimful.core.redis_keys import RedisKeys
 from brimful.stack import EmbeddedStack, free_port
 from tests.helpers.polling import wait_for
-from tests.integration.test_fast_lane import comparable, ready, submit_cases
+from tests.integration.test_fast_lane import both, ready, submit_cases
 
 READ_TIMEOUT_S = 1.0  # the in-process server's body deadline (the handler's, from its settings)
 
@@ -100,16 +99,6 @@ async def served(stack: EmbeddedStack) -> AsyncIterator[Served]:
         await asyncio.wait_for(serving, 30)
 
 
-async def compare(
-    served: Served, direct: httpx.AsyncClient, method: str, path: str, key: str | None, **kwargs: Any
-) -> tuple[Any, Any]:
-    headers = dict(kwargs.pop("headers", {}))
-    if key:
-        headers["Authorization"] = f"Bearer {key}"
-    plain = comparable(await served.plain.request(method, path, headers=headers, **kwargs))
-    return plain, comparable(await direct.request(method, path, headers=headers, **kwargs))
-
-
 def answered(route: str, status: int) -> float:
     return REGISTRY.get_sample_value("brimful_http_responses_total", {"route": route, "status": str(status)}) or 0.0
 
@@ -118,7 +107,7 @@ async def test_submissions_and_reads_are_answered_as_fastapi_answers_them_past_a
     async with httpx.AsyncClient(base_url=served.url(), timeout=30) as direct:
         before = answered("/v1/tasks", 202)
         for name, path, key, kwargs in submit_cases(served.keys):
-            plain, fast = await compare(served, direct, "POST", path, key, **kwargs)
+            plain, fast = await both((served.plain, direct), "POST", path, key, **kwargs)
             assert fast == plain, name
             if name == "done inline":
                 assert plain[0] == 200 and "SHA256" in plain[1], plain
@@ -137,7 +126,7 @@ async def test_submissions_and_reads_are_answered_as_fastapi_answers_them_past_a
             ("malformed id", "/v1/tasks/not-an-id", served.keys["read"]),
             ("bad wait", f"/v1/tasks/{task_id}?wait=-1", served.keys["read"]),
         ]:
-            plain, fast = await compare(served, direct, "GET", path, key)
+            plain, fast = await both((served.plain, direct), "GET", path, key)
             assert fast == plain, name
         assert plain[0] == 400
         # Every one of those went past the ASGI app, and each answer was counted by route.
