@@ -27,14 +27,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.saved_report import SavedReport, add_report_arguments, command_line, errors_footer, machine_description, why
-from bench.scale import LANES, Shape, cpu_s, role_of, start
+from bench.scale import LANES, Shape, role_cpu_s, start
 from bench.throughput import loadgen, measure_floor, stats
 from bench.throughput_plan import CLIENTS
-from brimful.stack import EmbeddedStack
-
-
-def batchers_cpu_s(stack: EmbeddedStack) -> float:
-    return sum(cpu_s(stack, name) for name in stack.processes if role_of(name) == "batcher")
 
 
 def measure_lane(shape: Shape, seconds: float, settings: dict[str, object]) -> dict[str, Any]:
@@ -42,7 +37,7 @@ def measure_lane(shape: Shape, seconds: float, settings: dict[str, object]) -> d
         stack = start(shape, Path(scratch), **settings)
         try:
             loadgen(stack, "brimful", 3.0, clients=CLIENTS)  # warm-up: connections, lazy imports, caches
-            api, batcher = cpu_s(stack, "api"), batchers_cpu_s(stack)
+            api, batcher = role_cpu_s(stack, "api"), role_cpu_s(stack, "batcher")
             done = stats(stack).get("tasks_done", 0)
             summary = loadgen(stack, "brimful", seconds, clients=CLIENTS)
             tasks = max(1, stats(stack).get("tasks_done", 0) - done)
@@ -50,8 +45,8 @@ def measure_lane(shape: Shape, seconds: float, settings: dict[str, object]) -> d
                 "rows_per_s": summary["achieved_rows_per_s"],
                 "p50_ms": summary["p50_ms"],
                 "p99_ms": summary["p99_ms"],
-                "api_us_per_task": (cpu_s(stack, "api") - api) / tasks * 1e6,
-                "batcher_us_per_task": (batchers_cpu_s(stack) - batcher) / tasks * 1e6,
+                "api_us_per_task": (role_cpu_s(stack, "api") - api) / tasks * 1e6,
+                "batcher_us_per_task": (role_cpu_s(stack, "batcher") - batcher) / tasks * 1e6,
                 "errors": summary["errors"] + summary["lost"],
             }
         finally:

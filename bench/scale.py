@@ -110,6 +110,11 @@ def cpu_s(stack: EmbeddedStack, name: str) -> float:
     return usage(process_pids(stack, name)).cpu_s
 
 
+def role_cpu_s(stack: EmbeddedStack, role: str) -> float:
+    """CPU seconds the stack's processes of ``role`` (``ROLES``) have spent so far."""
+    return sum(cpu_s(stack, name) for name in stack.processes if role_of(name) == role)
+
+
 @dataclass(frozen=True)
 class RunOptions:
     """How each configuration runs: closed-loop clients, load-generating processes, the
