@@ -53,16 +53,11 @@ def measure_lane(shape: Shape, seconds: float, settings: dict[str, object]) -> d
             stack.stop()
 
 
-def render(results: dict[str, Any]) -> str:
+def lane_rows(results: dict[str, Any]) -> list[str]:
+    """The report's table: for each repetition's lanes, its floor, rows/s, latency, the API's
+    CPU a task and its ratio to the bare floor of the same repetition, the batcher's CPU a
+    task; then errors and failed runs."""
     lines = [
-        "# The front door: the API's CPU a task on each lane, against the bare server",
-        "",
-        f"Command: `{results['command']}`. Machine: {results['machine']}. Configuration {results['config']} "
-        "(WxBxPxE as in scale.md), GPU-like model, closed loop of 256 clients after a 3 s warm-up, each lane on a "
-        "stack of its own, alternated within each repetition. Floor: uvicorn with as many workers answering the "
-        "same POST with a constant 202 and no I/O (bare ASGI; behind a FastAPI route), measured at the start of "
-        "the same repetition. x floor: the API's CPU a task over the bare floor's CPU a request.",
-        "",
         "| rep | floor: bare / FastAPI us | lane | rows/s | p50 ms | p99 ms | API us a task | x floor "
         "| batcher us a task |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -81,8 +76,32 @@ def render(results: dict[str, Any]) -> str:
                 f"| {lane['p99_ms']:.1f} | {lane['api_us_per_task']:.0f} | {ratio} | {lane['batcher_us_per_task']:.0f} |"
             )
     lanes = [{"rep": rep["rep"], **lane} for rep in results["runs"] for lane in rep.get("lanes", [])]
-    lines += errors_footer(lanes, lambda lane: f"rep {lane['rep']}, {lane['lane']}")
+    return lines + errors_footer(lanes, lambda lane: f"rep {lane['rep']}, {lane['lane']}")
+
+
+def render(results: dict[str, Any]) -> str:
+    lines = [
+        "# The front door: the API's CPU a task on each lane, against the bare server",
+        "",
+        f"Command: `{results['command']}`. Machine: {results['machine']}. Configuration {results['config']} "
+        "(WxBxPxE as in scale.md), GPU-like model, closed loop of 256 clients after a 3 s warm-up, each lane on a "
+        "stack of its own, alternated within each repetition. Floor: uvicorn with as many workers answering the "
+        "same POST with a constant 202 and no I/O (bare ASGI; behind a FastAPI route), measured at the start of "
+        "the same repetition. x floor: the API's CPU a task over the bare floor's CPU a request.",
+        "",
+        *lane_rows(results),
+    ]
     return "\n".join(lines) + "\n"
+
+
+def measure_floor_of(rep: dict[str, Any], shape: Shape, report: SavedReport, results: dict[str, Any]) -> None:
+    """The repetition's bare and FastAPI floors, into ``rep["floor"]`` (a failure is
+    recorded there, and the lanes still run)."""
+    with tempfile.TemporaryDirectory(prefix="brimful-floor-") as scratch:
+        try:
+            measure_floor(rep["floor"], Path(scratch), 6.0, shape.api_workers, lambda: report.save(results))
+        except Exception as error:
+            rep["floor"]["failed"] = {"why": why(error)}
 
 
 def main() -> int:
@@ -111,11 +130,7 @@ def main() -> int:
     for number in range(1, args.reps + 1):
         rep: dict[str, Any] = {"rep": number, "floor": {}, "lanes": []}
         results["runs"].append(rep)
-        with tempfile.TemporaryDirectory(prefix="brimful-floor-") as scratch:
-            try:
-                measure_floor(rep["floor"], Path(scratch), 6.0, shape.api_workers, lambda: report.save(results))
-            except Exception as error:  # recorded; the lanes still run
-                rep["floor"]["failed"] = {"why": why(error)}
+        measure_floor_of(rep, shape, report, results)
         for lane in args.lanes.split(","):  # alternated, so a noisy minute falls on each alike
             try:
                 rep["lanes"].append({"lane": lane, **measure_lane(shape, args.seconds, LANES[lane])})
