@@ -7,8 +7,9 @@ model with one instance and a second slot), finds the rate Brimful sustains with
 loop of 256 clients for 10 s, empties the broker, then offers ``--share`` of that rate as
 open-loop Poisson arrivals for ``--minutes``, one load-generator process a minute. After
 each minute it records the minute's p50 / p99 (from the scheduled arrival), the rows a
-second answered, errors and lost requests, and the broker's resident memory and CPU (from
-/proc). The report compares the last minute with the first.
+second answered, errors and lost requests, the broker's and Redis's resident memory and the
+broker's CPU (from /proc), and the CPU a task of each Brimful process and server, so what
+grows over a run shows where. The report compares the last minute with the first.
 
 Each minute goes to ``sustained.json`` as soon as it is measured and ``sustained.md`` is
 rebuilt after each; a run cut short keeps its minutes. ``--render`` rebuilds the report.
@@ -27,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.load_settings import load_settings
 from bench.process_usage import resident_mb, usage
 from bench.saved_report import SavedReport, add_report_arguments, command_line, machine_description, why
+from bench.scale import role_cpu_s
 from bench.throughput import loadgen, process_pids
 from bench.throughput_plan import CLIENTS, MODELS
 from brimful.core.topic_generations import MEASURED_PERIOD_S
@@ -34,6 +36,8 @@ from brimful.stack import EmbeddedStack
 
 # Topics rotate every 10 s: one topic collapses within minutes (bench/results/sustained-one-topic/).
 DEFAULTS: dict[str, Any] = {"minutes": 10, "share": 0.8, "model": "gpu-like", "rotation_s": MEASURED_PERIOD_S}
+# Whose CPU a task each minute records (bench/scale.py's roles).
+ROLES = ("api", "batcher", "broker", "redis", "model")
 
 
 def rotation(results: dict[str, Any]) -> str:
@@ -53,15 +57,21 @@ def render(results: dict[str, Any]) -> str:
         "one load-generator process a minute; ms from the scheduled arrival. Errors: requests not answered "
         "done (a 202 still queued when the client's inline wait ended, or a refusal); lost: no answer 20 s "
         "after the minute (the load generator's count, not tasks Brimful lost). Broker: its resident memory "
-        "at the minute's end and the share of a core it spent during the minute.",
+        "at the minute's end and the share of a core it spent during the minute. us a task: each process's "
+        "CPU during the minute over the tasks answered in it (runs before this column have none).",
         "",
-        "| minute | rows/s | p50 ms | p99 ms | errors | lost | broker MB | broker CPU |",
-        "|---|---|---|---|---|---|---|---|",
+        "| minute | rows/s | p50 ms | p99 ms | errors | lost | broker MB | broker CPU | Redis MB "
+        "| us a task: API / batcher / broker / Redis / model |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for minute in minutes:
+        spent = minute.get("us_per_task")
+        spent_cell = " / ".join(f"{spent[role]:.0f}" for role in ROLES) if spent else "-"
+        redis_cell = f"{minute['redis_mb']:.0f}" if "redis_mb" in minute else "-"
         lines.append(
             f"| {minute['minute']} | {minute['rows_per_s']:.0f} | {minute['p50_ms']:.1f} | {minute['p99_ms']:.1f} "
-            f"| {minute['errors']} | {minute['lost']} | {minute['broker_mb']:.0f} | {minute['broker_cpu']:.2f} |"
+            f"| {minute['errors']} | {minute['lost']} | {minute['broker_mb']:.0f} | {minute['broker_cpu']:.2f} "
+            f"| {redis_cell} | {spent_cell} |"
         )
     if len(minutes) >= 2:
         first, last = minutes[0], minutes[-1]
@@ -116,6 +126,7 @@ def main() -> int:
             for minute in range(1, args.minutes + 1):
                 broker = process_pids(stack, "broker")
                 cpu_before = usage(broker).cpu_s
+                roles_before = {role: role_cpu_s(stack, role) for role in ROLES}
                 # No settling between minutes: the load goes on as it would.
                 summary = loadgen(
                     stack, "brimful", 60.0, rate=results["offered"], settle_first=False, extra=("--warmup", "0")
@@ -131,6 +142,13 @@ def main() -> int:
                         "first_error": summary["first_error"][:200],
                         "broker_mb": resident_mb(broker),
                         "broker_cpu": (usage(broker).cpu_s - cpu_before) / 60.0,
+                        "redis_mb": resident_mb(process_pids(stack, "redis")),
+                        "us_per_task": {
+                            role: (role_cpu_s(stack, role) - roles_before[role])
+                            / max(1.0, summary["achieved_rows_per_s"] * 60.0)
+                            * 1e6
+                            for role in ROLES
+                        },
                     }
                 )
                 report.save(results)
