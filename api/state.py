@@ -179,7 +179,8 @@ class ApiState:
 
     async def _keep_topics(self) -> None:
         """Where topics rotate, create each generation's topic before its start, so no send
-        waits on the broker to make it (or meets one auto-created with other settings)."""
+        waits on the broker to make it (or meets one auto-created with other settings), and
+        keep the producer asking for the metadata of the generations in use only."""
         every_s = max(1.0, min(generations.lead_s for generations in self.generations.values()) / 2)
         while True:
             await asyncio.sleep(every_s)
@@ -187,6 +188,22 @@ class ApiState:
                 await ensure_topics(self.settings, attempts=1)
             except Exception as error:
                 log.warning("could not create the next topic generation", extra={"error": str(error)})
+            self._track_topics_in_use()
+
+    def _track_topics_in_use(self) -> None:
+        """The producer keeps every topic it has sent to and asks for all of their metadata
+        whenever it meets a new one, and the embedded broker creates a topic it is asked
+        about: without this, each generation its batchers deleted came back at the next one,
+        to be joined and deleted again, more of them every period. Its batchers delete a
+        generation a grace after its end, later than a send to it can still be under way
+        (``kafka_request_timeout_ms``), which is when it leaves this set. A new generation
+        in the set has its metadata asked for now, before the first send to it."""
+        if not self.producer_started:
+            return
+        now = time.time()
+        in_flight_s = self.settings.kafka_request_timeout_ms / 1000
+        topics = {topic for generations in self.generations.values() for topic in generations.in_use(now, in_flight_s)}
+        self.producer.client.set_topics(sorted(topics))
 
     def served_model(self, name: str | None) -> str:
         """A served model's name (None: the default's); 422 ``unknown_model`` otherwise."""

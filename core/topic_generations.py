@@ -86,6 +86,17 @@ class TopicGenerations:
         """Whether no send can reach ``generation`` any more: past its end by the grace."""
         return self.rotating and now >= self.ends_at(generation) + self.grace_s
 
+    def in_use(self, now: float, in_flight_s: float) -> list[str]:
+        """The topics a producer needs the metadata of at ``now``: each generation a send
+        begun before its end may still be on its way to (ended less than ``in_flight_s``
+        ago), the current one, and the next once within ``lead_s``. Only these: a producer
+        that goes on asking for an older one makes a broker that creates topics on request
+        (Tansu does) create it again once its batchers have deleted it."""
+        if not self.rotating:
+            return [self.base]
+        first = self.generation_at(now - in_flight_s)
+        return [self.topic(number) for number in range(first, self.generation_at(now + self.lead_s) + 1)]
+
     def upcoming(self, now: float) -> list[str]:
         """The topics to have created by ``now``: the current generation's and, within
         ``lead_s`` of its start, the next one's."""

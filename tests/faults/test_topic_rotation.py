@@ -2,7 +2,7 @@
 four partitions, two API workers, two endpoints. Tasks cross several generations (with
 identical inputs and failing rows, and a batcher killed and started again between them);
 every accepted task ends right, each finished generation's topic is deleted from the
-broker, and the backlog the API admits by comes back to zero."""
+broker and never comes back, and the backlog the API admits by comes back to zero."""
 
 from __future__ import annotations
 
@@ -56,6 +56,24 @@ async def topics(stack: EmbeddedStack) -> set[str]:
         await admin.close()
 
 
+class TopicWatch:
+    """The broker's topics, listed twice a second: those seen and then gone (``deleted``),
+    and those of them seen again after (``back``)."""
+
+    def __init__(self) -> None:
+        self.deleted: set[str] = set()
+        self.back: set[str] = set()
+
+    async def run(self, stack: EmbeddedStack) -> None:
+        seen: set[str] = set()
+        while True:
+            now = await topics(stack)
+            self.back |= self.deleted & now
+            self.deleted |= seen - now
+            seen |= now
+            await asyncio.sleep(0.5)
+
+
 async def test_tasks_cross_generations_and_finished_generations_are_deleted(rotating_stack: EmbeddedStack) -> None:
     stack = rotating_stack
     settings = stack.settings
@@ -63,6 +81,8 @@ async def test_tasks_cross_generations_and_finished_generations_are_deleted(rota
     accepted: dict[str, str] = {}  # task id -> the status it must end in
     generations_used: set[str] = set()
     first = {model: settings.topic_generations_for(model).generation_at(time.time()) for model in MODELS}
+    watch = TopicWatch()
+    watching = asyncio.create_task(watch.run(stack))
     async with TaskClient(stack.api_url) as client:
         started = time.monotonic()
         killed = False
@@ -106,6 +126,26 @@ async def test_tasks_cross_generations_and_finished_generations_are_deleted(rota
 
         # Retired once past their grace; the last member leaves the group, then deletes.
         await wait_for(old_generations_deleted, GRACE_S + 60, "the finished generations' topics to be deleted", 1.0)
+
+        # A deleted generation stays deleted while sends go on to new ones (watched all
+        # along by ``watch``). An API worker's producer asks for the metadata of every topic
+        # it tracks each time it meets a new one, and this broker creates a topic it is asked
+        # about: tracking every generation it had sent to, it brought each deleted one back,
+        # to be joined and deleted again, more of them every period.
+        later: list[str] = []
+        started = time.monotonic()
+        while time.monotonic() - started < 4 * PERIOD_S:  # each worker meets new generations
+            batch = [{"inputs": {"TEXT": f"later {tag} {k}"}, "model": MODELS[k % 2]} for k in range(10)]
+            status, body = await client.request("POST", "/v1/tasks:batch", json={"tasks": batch})
+            assert status == 200, body
+            later += [result["task_id"] for result in body["results"]]
+            await asyncio.sleep(0.25)
+        ends = await asyncio.gather(*(client.wait_final(task_id, timeout_s=90) for task_id in later))
+        assert all(end["status"] == "done" for end in ends), [end for end in ends if end["status"] != "done"][:5]
+        watching.cancel()
+        await asyncio.gather(watching, return_exceptions=True)
+        assert watch.deleted, "no generation was seen deleted"
+        assert not watch.back, f"deleted generations created again: {sorted(watch.back)}"
 
         async def backlog_drained() -> bool:
             # The retired generations' lag is forgotten, not left standing in admission.

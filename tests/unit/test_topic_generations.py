@@ -36,6 +36,20 @@ def test_only_the_models_own_generations_are_recognised() -> None:
         assert ROTATING.generation_of(other) is None
 
 
+def test_a_producer_needs_the_generations_a_send_may_still_reach_and_the_next_within_the_lead() -> None:
+    # At 1012 s: g100 ended 2 s ago, within a 10 s request; g101 is current; g102 starts at
+    # 1020, beyond the 5 s lead.
+    assert ROTATING.in_use(1012.0, in_flight_s=10.0) == ["brimful.requests.g100", "brimful.requests.g101"]
+    # At 1021 s g100 ended 11 s ago: no send to it is under way, so it is no longer asked for.
+    assert ROTATING.in_use(1021.0, in_flight_s=10.0) == ["brimful.requests.g101", "brimful.requests.g102"]
+    assert ROTATING.in_use(1016.0, in_flight_s=1.0) == ["brimful.requests.g101", "brimful.requests.g102"]
+    # It stops asking before the batchers may delete it (a grace past its end).
+    ended = ROTATING.ends_at(100)
+    assert "brimful.requests.g100" not in ROTATING.in_use(ended + 10.0, in_flight_s=10.0)
+    assert not ROTATING.may_retire(100, ended + 10.0)
+    assert TopicGenerations("brimful.requests").in_use(1e9, in_flight_s=10.0) == ["brimful.requests"]
+
+
 def test_a_batcher_joins_the_next_generation_within_the_lead_and_keeps_older_ones_that_exist() -> None:
     assert ROTATING.wanted(1000.0, []) == {100}
     assert ROTATING.wanted(1005.0, []) == {100, 101}  # 5 s before generation 101 starts
