@@ -22,6 +22,7 @@ from brimful.api.state import ApiState, api_state
 from brimful.api.submission import Submission, check_callback, parse_submission
 from brimful.api.submitter import Submitter, check_admission, new_task_id
 from brimful.api.task_waiters import read_own_task
+from brimful.core import metrics
 from brimful.core.api_keys import Scope
 from brimful.core.task_record import task_record_answer
 from brimful.core.task_status import TaskStatus
@@ -147,6 +148,7 @@ async def accept_task(
             return JsonAnswer(answer, status_code=200, headers={"Idempotent-Replayed": "true"})
     if wait_s > 0 and not state.waiters.has_room(principal.tenant):
         wait_s = 0.0  # the tenant holds its limit of waiters here: accept, answer 202 at once
+        metrics.LONG_POLLS_DECLINED.inc()
     submitter = Submitter(state, principal)
     if wait_s <= 0:
         await submitter.submit(submission, task_id, key)

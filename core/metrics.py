@@ -183,3 +183,9 @@ BACKLOG_LIMIT_ROWS = Gauge(
 LONG_POLLS_WAITING = Gauge(
     "brimful_long_polls_waiting", "Requests held open waiting for a task to finish.", multiprocess_mode="livesum"
 )
+LONG_POLLS_DECLINED = Counter(
+    "brimful_long_polls_declined",
+    "Submissions with ?wait= answered 202 at once instead of held, their tenant holding tenant_max_long_polls "
+    "waiting requests in that API process already (a GET past it is counted in brimful_refusals_total as "
+    "too_many_waiting).",
+)

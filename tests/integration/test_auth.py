@@ -388,11 +388,14 @@ async def test_a_tenant_holds_a_bounded_number_of_long_polls(auth_stack: Embedde
             await asyncio.sleep(2 / READ_RATE)
         assert status == 429 and refused["error"]["code"] == "too_many_waiting", (status, refused)
         assert not any(task.done() for task in held)
-        # A POST with ?wait is still accepted, answered at once instead of held.
+        # A POST with ?wait is still accepted, answered at once instead of held, and counted.
+        declined = (await metric_values(f"{auth_stack.api_url}/metrics")).get("brimful_long_polls_declined_total", 0)
         status, body = await call(
             auth_stack, "POST", "/v1/tasks", waiter, params={"wait": "20"}, json={"inputs": {"TEXT": "x"}}
         )
         assert status == 202 and body["status"] == "queued"
+        after = (await metric_values(f"{auth_stack.api_url}/metrics")).get("brimful_long_polls_declined_total", 0)
+        assert after == declined + 1, (declined, after)
         # A plain GET is never refused for the waiters.
         assert (await call(auth_stack, "GET", path, waiter))[0] == 200
     finally:
