@@ -63,6 +63,7 @@ class Record:
 
     window: tuple[float, float]  # perf_counter times: after the warm-up, to the end of arrivals
     latencies_ms: list[float] = field(default_factory=list)
+    arrived_at: list[float] = field(default_factory=list)  # each latency's arrival, wall clock (s)
     completed_rows_in_window: int = 0
     errors: int = 0
     lost: int = 0
@@ -75,6 +76,7 @@ class Record:
         self.finished += 1
         if began >= self.window[0]:
             self.latencies_ms.append((ended - began) * 1000)
+            self.arrived_at.append(time.time() - (ended - began))
         if self.window[0] <= ended <= self.window[1]:
             self.completed_rows_in_window += rows
 
@@ -314,7 +316,31 @@ def summary(
         **stage_summary(inside),
         "repeated": repeated,
         "followed_up": followed,  # answered 202 at first (waiters full), then long-polled by GET
+        **({"by_second": by_second(record)} if args.timeline else {}),
     }
+
+
+def by_second(record: Record) -> list[dict[str, float]]:
+    """Each wall-clock second of arrivals in the window: its start (Unix s), requests, p99
+    and slowest (ms), so a tail can be placed in time (a stall, a topic turning)."""
+    if not record.latencies_ms:
+        return []
+    order = np.argsort(record.arrived_at, kind="stable")
+    seconds = np.floor(np.array(record.arrived_at)[order]).astype(np.int64)
+    latencies = np.array(record.latencies_ms)[order]
+    starts = np.flatnonzero(np.diff(seconds, prepend=seconds[0] - 1))
+    timeline = []
+    for begin, end in zip(starts, [*starts[1:], seconds.size]):
+        inside = latencies[begin:end]
+        timeline.append(
+            {
+                "t": int(seconds[begin]),
+                "n": int(inside.size),
+                "p99_ms": float(np.percentile(inside, 99)),
+                "max_ms": float(inside.max()),
+            }
+        )
+    return timeline
 
 
 @dataclass
@@ -394,6 +420,7 @@ def merged(shards: list[Shard]) -> Shard:
     inside: Stages = []
     for shard in shards:
         record.latencies_ms += shard.record.latencies_ms
+        record.arrived_at += shard.record.arrived_at
         record.completed_rows_in_window += shard.record.completed_rows_in_window
         record.errors += shard.record.errors
         record.lost += shard.record.lost
@@ -433,6 +460,11 @@ def main() -> int:
         help="brimful: this share of requests repeats an earlier text of the run (results checked)",
     )
     parser.add_argument("--processes", type=int, default=1, help="split the load over this many processes")
+    parser.add_argument(
+        "--timeline",
+        action="store_true",
+        help="add each second's requests, p99 and slowest (by arrival) to the summary",
+    )
     args = parser.parse_args()
     if bool(args.rate) == bool(args.concurrency):
         parser.error("give exactly one of --rate (open loop) and --concurrency (closed loop)")

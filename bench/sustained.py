@@ -18,6 +18,7 @@ rebuilt after each; a run cut short keeps its minutes. ``--render`` rebuilds the
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -43,6 +44,40 @@ ROLES = ("api", "batcher", "broker", "redis", "model")
 def rotation(results: dict[str, Any]) -> str:
     period = results.get("rotation_s", 0)
     return f"a new topic generation every {period:g} s" if period else "one topic"
+
+
+def slowest_seconds(results: dict[str, Any], count: int = 8) -> list[str]:
+    """The seconds of arrivals with the highest p99 over the run, each with how far into
+    its topic generation it began (a stall that follows the turn of a generation shows as
+    the same few seconds after it), then p99 by that second of the generation."""
+    seconds = [second for minute in results["minutes"] for second in minute.get("by_second", [])]
+    if not seconds:
+        return []
+    period = results.get("rotation_s", 0)
+    start = seconds[0]["t"]
+    lines = [
+        "",
+        f"The {count} seconds of arrivals with the highest p99, of {len(seconds)}:",
+        "",
+        "| second of the run | second of its topic generation | requests | p99 ms | slowest ms |",
+        "|---|---|---|---|---|",
+    ]
+    for second in sorted(seconds, key=lambda s: -s["p99_ms"])[:count]:
+        phase = f"{second['t'] % period:.0f}" if period else "-"
+        lines.append(
+            f"| {second['t'] - start} | {phase} | {second['n']} | {second['p99_ms']:.0f} | {second['max_ms']:.0f} |"
+        )
+    if period:
+        by_phase: dict[int, list[float]] = {}
+        for second in seconds:
+            by_phase.setdefault(int(second["t"] % period), []).append(second["p99_ms"])
+        cells = [
+            f"{phase}: {statistics.median(values):.0f} / {max(values):.0f}"
+            for phase, values in sorted(by_phase.items())
+        ]
+        lines += ["", "p99 ms by the second of the topic generation the requests arrived in (median / highest): "]
+        lines += ["; ".join(cells) + "."]
+    return lines
 
 
 def render(results: dict[str, Any]) -> str:
@@ -81,6 +116,7 @@ def render(results: dict[str, Any]) -> str:
             f"{last['broker_mb'] / first['broker_mb']:.2f}x, broker CPU {last['broker_cpu'] / max(first['broker_cpu'], 1e-9):.2f}x. "
             f"Lost over the run: {sum(m['lost'] for m in minutes)}; errors: {sum(m['errors'] for m in minutes)}.",
         ]
+    lines += slowest_seconds(results)
     errors = [m for m in minutes if m.get("first_error")]
     if errors:
         lines += ["", f"First error of minute {errors[0]['minute']}: {errors[0]['first_error']}"]
@@ -129,7 +165,12 @@ def main() -> int:
                 roles_before = {role: role_cpu_s(stack, role) for role in ROLES}
                 # No settling between minutes: the load goes on as it would.
                 summary = loadgen(
-                    stack, "brimful", 60.0, rate=results["offered"], settle_first=False, extra=("--warmup", "0")
+                    stack,
+                    "brimful",
+                    60.0,
+                    rate=results["offered"],
+                    settle_first=False,
+                    extra=("--warmup", "0", "--timeline"),
                 )
                 results["minutes"].append(
                     {
@@ -143,6 +184,7 @@ def main() -> int:
                         "broker_mb": resident_mb(broker),
                         "broker_cpu": (usage(broker).cpu_s - cpu_before) / 60.0,
                         "redis_mb": resident_mb(process_pids(stack, "redis")),
+                        "by_second": summary.get("by_second", []),
                         "us_per_task": {
                             role: (role_cpu_s(stack, role) - roles_before[role])
                             / max(1.0, summary["achieved_rows_per_s"] * 60.0)

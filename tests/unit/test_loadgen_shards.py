@@ -9,7 +9,7 @@ import json
 import pytest
 
 from bench import loadgen
-from bench.loadgen import Record, Shard, follow_up, merged, shard_args
+from bench.loadgen import Record, Shard, by_second, follow_up, merged, shard_args
 from bench.raw_http import Answer
 
 
@@ -38,6 +38,24 @@ def test_merged_shards_keep_every_latency_and_count() -> None:
     assert (both.record.completed_rows_in_window, both.record.errors, both.record.lost) == (3, 4, 2)
     assert (both.record.finished, both.record.first_error) == (7, "RuntimeError: x")
     assert (len(both.inside), both.repeated, both.followed) == (2, 4, 2)
+
+
+def test_merged_shards_keep_each_latency_with_its_arrival() -> None:
+    first = Record(window=(0.0, 1.0), latencies_ms=[5.0], arrived_at=[100.2])
+    second = Record(window=(0.0, 1.0), latencies_ms=[7.0, 9.0], arrived_at=[101.5, 100.9])
+    both = merged([Shard(first, [], 0, 0), Shard(second, [], 0, 0)]).record
+    assert sorted(zip(both.arrived_at, both.latencies_ms)) == [(100.2, 5.0), (100.9, 9.0), (101.5, 7.0)]
+
+
+def test_the_timeline_groups_requests_by_the_second_they_arrived_in() -> None:
+    # Out of order, as answers come back; a second with no arrival has no entry.
+    record = Record(
+        window=(0.0, 1.0), latencies_ms=[10.0, 300.0, 20.0, 40.0], arrived_at=[1000.9, 1003.1, 1000.1, 1003.8]
+    )
+    timeline = by_second(record)
+    assert [(second["t"], second["n"], second["max_ms"]) for second in timeline] == [(1000, 2, 20.0), (1003, 2, 300.0)]
+    assert 20.0 > timeline[0]["p99_ms"] > 10.0
+    assert by_second(Record(window=(0.0, 1.0))) == []
 
 
 def _scripted(answers: list[tuple[int, dict[str, object]]], asked: list[str]) -> loadgen.Call:
