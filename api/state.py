@@ -184,13 +184,16 @@ class ApiState:
         every_s = max(1.0, min(generations.lead_s for generations in self.generations.values()) / 2)
         while True:
             await asyncio.sleep(every_s)
+            now = time.time()  # before the topics are made: no later generation is asked for
             try:
                 await ensure_topics(self.settings, attempts=1)
             except Exception as error:
+                # Asking for a topic not made yet would have the broker make it, with its own settings.
                 log.warning("could not create the next topic generation", extra={"error": str(error)})
-            self._track_topics_in_use()
+                continue
+            self._track_topics_in_use(now)
 
-    def _track_topics_in_use(self) -> None:
+    def _track_topics_in_use(self, now: float) -> None:
         """The producer keeps every topic it has sent to and asks for all of their metadata
         whenever it meets a new one, and the embedded broker creates a topic it is asked
         about: without this, each generation its batchers deleted came back at the next one,
@@ -200,7 +203,6 @@ class ApiState:
         in the set has its metadata asked for now, before the first send to it."""
         if not self.producer_started:
             return
-        now = time.time()
         in_flight_s = self.settings.kafka_request_timeout_ms / 1000
         topics = {topic for generations in self.generations.values() for topic in generations.in_use(now, in_flight_s)}
         self.producer.client.set_topics(sorted(topics))
