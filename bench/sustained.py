@@ -27,7 +27,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.load_settings import load_settings
-from bench.process_usage import resident_mb, usage
+from bench.process_usage import resident_mb
 from bench.saved_report import SavedReport, add_report_arguments, command_line, machine_description, why
 from bench.scale import role_cpu_s
 from bench.throughput import loadgen, process_pids
@@ -75,7 +75,7 @@ def slowest_seconds(results: dict[str, Any], count: int = 8) -> list[str]:
             f"{phase}: {statistics.median(values):.0f} / {max(values):.0f}"
             for phase, values in sorted(by_phase.items())
         ]
-        lines += ["", "p99 ms by the second of the topic generation the requests arrived in (median / highest): "]
+        lines += ["", "p99 ms by the second of the topic generation the requests arrived in (median / highest):"]
         lines += ["; ".join(cells) + "."]
     return lines
 
@@ -160,9 +160,7 @@ def main() -> int:
             results["offered"] = args.share * results["saturation"]
             stack.empty_broker()
             for minute in range(1, args.minutes + 1):
-                broker = process_pids(stack, "broker")
-                cpu_before = usage(broker).cpu_s
-                roles_before = {role: role_cpu_s(stack, role) for role in ROLES}
+                before = {role: role_cpu_s(stack, role) for role in ROLES}
                 # No settling between minutes: the load goes on as it would.
                 summary = loadgen(
                     stack,
@@ -172,6 +170,8 @@ def main() -> int:
                     settle_first=False,
                     extra=("--warmup", "0", "--timeline"),
                 )
+                spent = {role: role_cpu_s(stack, role) - before[role] for role in ROLES}
+                tasks = max(1.0, summary["achieved_rows_per_s"] * 60.0)
                 results["minutes"].append(
                     {
                         "minute": minute,
@@ -181,16 +181,11 @@ def main() -> int:
                         "errors": summary["errors"],
                         "lost": summary["lost"],
                         "first_error": summary["first_error"][:200],
-                        "broker_mb": resident_mb(broker),
-                        "broker_cpu": (usage(broker).cpu_s - cpu_before) / 60.0,
+                        "broker_mb": resident_mb(process_pids(stack, "broker")),
+                        "broker_cpu": spent["broker"] / 60.0,
                         "redis_mb": resident_mb(process_pids(stack, "redis")),
                         "by_second": summary.get("by_second", []),
-                        "us_per_task": {
-                            role: (role_cpu_s(stack, role) - roles_before[role])
-                            / max(1.0, summary["achieved_rows_per_s"] * 60.0)
-                            * 1e6
-                            for role in ROLES
-                        },
+                        "us_per_task": {role: cpu / tasks * 1e6 for role, cpu in spent.items()},
                     }
                 )
                 report.save(results)
