@@ -63,8 +63,15 @@ class Accumulator(Generic[T]):
     def add(self, item: T, now: float, flush_by: float | None = None, stamp: float | None = None) -> None:
         """A row arrived. ``stamp`` is when it was submitted: rows read from Kafka arrive
         here in chunks, so their submission times are the truer spacing."""
-        self.rate.observe(now)
-        self._pending.append(Pending(item, now, flush_by, stamp))
+        self.add_many([Pending(item, now, flush_by, stamp)], now)
+
+    def add_many(self, rows: list[Pending[T]], now: float) -> None:
+        """Rows that arrived together at ``now`` (one fetch's, in order): counted as that
+        many arrivals, and the policy's mode judged once, on all of them."""
+        if not rows:
+            return
+        self.rate.observe(now, len(rows))
+        self._pending.extend(rows)
         self.patient = self.policy.is_patient(self.effective_rate(now), self.patient)
 
     def admit_promoted(self, rows: list[Pending[T]]) -> None:

@@ -19,6 +19,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.structs import ConsumerRecord
 from google.protobuf.message import DecodeError
 
+from brimful.batcher.accumulator import Pending
 from brimful.batcher.limits import BatcherLimits
 from brimful.batcher.offsets import OffsetTracker, first_gap
 from brimful.batcher.partition_state import PartitionState
@@ -138,6 +139,7 @@ class Intake:
                 state.fetched_to = max(state.fetched_to, records[-1].offset + 1)
                 last = records[-1].timestamp
                 state.fetched_stamp = last / 1000 if last and last > 0 else wall_ms / 1000
+            arrived: list[Pending[BatchItem]] = []  # the partition's normal rows of this fetch, in order
             for record in records:
                 if state.tracker is None:
                     state.tracker = OffsetTracker(record.offset)
@@ -156,15 +158,16 @@ class Intake:
                 stamp = record.timestamp / 1000 if record.timestamp and record.timestamp > 0 else None
                 headers = tuple(record.headers) if self._keep_trace_context and record.headers else ()
                 item = BatchItem(request, tp.partition, record.offset, headers, wall_ns)
-                self._waiting.add(request.task_id, tp.partition)
+                self._waiting.add(item.task_id, tp.partition)
                 if request.submitted_at_ms:
                     estimates.upstream += UPSTREAM_ALPHA * (upstream_seconds(item) - estimates.upstream)
                 if request.low_priority:
                     state.low.add(item, now, stamp)
                 else:
-                    state.accumulator.add(item, now, flush_by, stamp)
+                    arrived.append(Pending(item, now, flush_by, stamp))
                 if self._on_arrival is not None:
                     self._on_arrival(tp.partition, wall_ms / 1000)
+            state.accumulator.add_many(arrived, now)
             if self.full(state) and not state.paused:
                 self._consumer.pause(tp)
                 state.paused = True

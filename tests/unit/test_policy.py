@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from brimful.batcher.accumulator import Accumulator
+from brimful.batcher.accumulator import Accumulator, Pending
 from brimful.batcher.policy import ArrivalRate, FlushReason, WaitOrFullPolicy
 from brimful.core.policy_params import PolicyParams
 
@@ -203,3 +203,17 @@ def test_waiting_mode_has_hysteresis_around_the_worthwhile_threshold() -> None:
     assert policy.is_patient(rate=16, was_patient=False)
     assert policy.wait_budget(1, rate=12, waited=0.0, patient=True) == PARAMS.max_wait
     assert policy.wait_budget(1, rate=12, waited=0.0, patient=False) == PARAMS.min_wait
+
+
+def test_rows_of_one_fetch_count_as_that_many_arrivals_and_keep_their_order() -> None:
+    one_by_one, together = accumulator(), accumulator()
+    for acc in (one_by_one, together):
+        acc.add(0, 0.0, stamp=0.0)
+    stamps = [0.010 + 0.001 * n for n in range(10)]
+    for number, stamp in enumerate(stamps, start=1):
+        one_by_one.add(number, 0.02, stamp=stamp)
+    together.add_many([Pending(number, 0.02, None, stamp) for number, stamp in enumerate(stamps, start=1)], 0.02)
+    assert together.rate.rate(0.02) == pytest.approx(one_by_one.rate.rate(0.02))
+    assert together.effective_rate(0.02) == pytest.approx(one_by_one.effective_rate(0.02))
+    assert together.patient and one_by_one.patient  # ten rows in 10 ms: waiting pays
+    assert [row.item for row in together.take()] == [row.item for row in one_by_one.take()] == list(range(11))
