@@ -79,7 +79,8 @@ class OffsetCommitter:
         if not offsets:
             return
         try:
-            await asyncio.wait_for(self._consumer.commit(offsets), timeout=self._timeout_s)
+            async with asyncio.timeout(self._timeout_s):  # no task a commit, as wait_for makes
+                await self._consumer.commit(offsets)
         except Exception as error:
             log.warning("offset commit failed; will retry", extra={"error": repr(error)})
             self._wanted.set()
