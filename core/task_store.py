@@ -257,7 +257,7 @@ class TaskStore:
 
     async def mark_done(
         self,
-        outputs_by_task: Mapping[str, Mapping[str, Any]],
+        outputs_by_task: Mapping[str, Mapping[str, Any] | bytes],
         counters: Mapping[str, int] | None = None,
         done_counter: str = "",
         cached: bool = False,
@@ -267,10 +267,10 @@ class TaskStore:
         ``done_counter`` gains the number of tasks moved, in the same round trip on one
         Redis (in the move itself), so a batch's result costs one. ``cached``: the outputs
         were computed for an identical task (stored as ``cached_outputs``, so every answer
-        can say so)."""
+        can say so). An output given as bytes is its JSON already."""
         ids = list(outputs_by_task)
         # orjson: a twenty-fifth of json.dumps's cost for a row's outputs (0.3 against 7.5 us).
-        values = [orjson.dumps(outputs_by_task[t]) for t in ids]
+        values = [v if isinstance(v := outputs_by_task[t], bytes) else orjson.dumps(v) for t in ids]
         moved = await self._transitions.move(
             ids,
             TaskStatus.DONE,

@@ -24,6 +24,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import orjson
 from numpy.typing import NDArray
 
 from brimful.core import metrics
@@ -368,9 +369,11 @@ class BatchRunner:
         results = {
             item.task_id: {name: column[row] for name, column in columns.items()} for row, item in enumerate(items)
         }
-        shared, twins = self.shared.computed(outcome, items, results)
+        # Each result's JSON made once: it is stored, sized for the cache, and copied to twins.
+        encoded = {task_id: orjson.dumps(result) for task_id, result in results.items()}
+        shared, twins = self.shared.computed(outcome, items, results, encoded)
         # The batch's counters so far ride along with its results: one round trip for both.
-        done = await self.store.mark_done(results, outcome.stats, done_counter=StatsField.TASKS_DONE)
+        done = await self.store.mark_done(encoded, outcome.stats, done_counter=StatsField.TASKS_DONE)
         outcome.stats.clear()
         outcome.done += done
         if shared:

@@ -65,8 +65,9 @@ class ResultCache:
         self._entries.move_to_end(key)
         return entry[0]
 
-    def put(self, key: bytes, outputs: dict[str, Any]) -> None:
-        size = len(orjson.dumps(outputs)) + ENTRY_OVERHEAD_BYTES
+    def put(self, key: bytes, outputs: dict[str, Any], encoded_size: int | None = None) -> None:
+        """Keep ``outputs``; ``encoded_size``: their JSON's length, where the caller has it."""
+        size = (len(orjson.dumps(outputs)) if encoded_size is None else encoded_size) + ENTRY_OVERHEAD_BYTES
         if size > self.max_bytes:
             return  # larger than the whole budget: never worth evicting everything for
         old = self._entries.pop(key, None)

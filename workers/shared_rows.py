@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -143,21 +144,26 @@ class SharedRows:
         return orphans
 
     def computed(
-        self, outcome: BatchOutcome, items: list[BatchItem], results: dict[str, dict[str, Any]]
-    ) -> tuple[dict[str, dict[str, Any]], list[BatchItem]]:
-        """The batch computed these rows: keep their results for identical tasks to come,
-        give them to the batches waiting, and return the copies for this batch's twins
-        (by task id) with the twins."""
-        shared: dict[str, dict[str, Any]] = {}
+        self,
+        outcome: BatchOutcome,
+        items: list[BatchItem],
+        results: dict[str, dict[str, Any]],
+        encoded: Mapping[str, bytes],
+    ) -> tuple[dict[str, bytes], list[BatchItem]]:
+        """The batch computed these rows (``encoded``: each result's JSON): keep their
+        results for identical tasks to come, give them to the batches waiting, and return
+        the copies for this batch's twins (by task id, as JSON) with the twins."""
+        shared: dict[str, bytes] = {}
         twins: list[BatchItem] = []
         for item in items:
-            key = outcome.keys.get(item.task_id)
+            task_id = item.task_id
+            key = outcome.keys.get(task_id)
             if key is not None:
                 if self.cache is not None:
-                    self.cache.put(key, results[item.task_id])
-                self.settle(outcome, key, results[item.task_id])
-            for twin in outcome.twins.get(item.task_id, ()):
-                shared[twin.task_id] = results[item.task_id]
+                    self.cache.put(key, results[task_id], len(encoded[task_id]))
+                self.settle(outcome, key, results[task_id])
+            for twin in outcome.twins.get(task_id, ()):
+                shared[twin.task_id] = encoded[task_id]
                 twins.append(twin)
         if self.cache is not None:
             metrics.CACHE_BYTES.set(self.cache.bytes)

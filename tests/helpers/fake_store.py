@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import orjson
+
 from brimful.core.model_signature import ModelSignature, TensorSpec
 from brimful.schemas import InputTensor, TaskRequest
 from brimful.workers.batch import BatchItem
@@ -48,12 +50,15 @@ class FakeStore:
 
     async def mark_done(
         self,
-        outputs_by_task: Mapping[str, Mapping[str, Any]],
+        outputs_by_task: Mapping[str, Mapping[str, Any] | bytes],
         counters: Mapping[str, int] | None = None,
         done_counter: str = "",
         cached: bool = False,
     ) -> int:
-        self.done.update((task_id, dict(outputs)) for task_id, outputs in outputs_by_task.items())
+        self.done.update(
+            (task_id, orjson.loads(outputs) if isinstance(outputs, bytes) else dict(outputs))
+            for task_id, outputs in outputs_by_task.items()
+        )
         if cached:
             self.cached.update(outputs_by_task)
         return len(outputs_by_task)

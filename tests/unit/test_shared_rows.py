@@ -5,6 +5,9 @@ failure never shared beyond its batch."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
+
+import orjson
 
 from brimful.workers.batch import BatchItem, BatchOutcome
 from brimful.workers.result_cache import ResultCache
@@ -14,6 +17,10 @@ from tests.helpers.fake_store import SIGNATURE, FakeStore, text_item
 
 def item(task_id: str, text: str, tenant: str = "acme") -> BatchItem:
     return text_item(task_id, text, tenant)
+
+
+def encoded(results: dict[str, dict[str, Any]]) -> dict[str, bytes]:
+    return {task_id: orjson.dumps(result) for task_id, result in results.items()}
 
 
 def shared_rows(cache: ResultCache | None = None, across_tenants: bool = False) -> tuple[SharedRows, FakeStore]:
@@ -27,8 +34,9 @@ async def test_identical_tasks_of_one_batch_make_one_row_and_share_its_result() 
     batch = [item("a", "same"), item("b", "other"), item("c", "same")]
     computed, followers = await rows.answer_identical(batch, outcome)
     assert [row.task_id for row in computed] == ["a", "b"] and followers == []
-    shared, twins = rows.computed(outcome, computed, {"a": {"N": 1}, "b": {"N": 2}})
-    assert shared == {"c": {"N": 1}} and [twin.task_id for twin in twins] == ["c"]
+    results = {"a": {"N": 1}, "b": {"N": 2}}
+    shared, twins = rows.computed(outcome, computed, results, encoded(results))
+    assert shared == {"c": b'{"N":1}'} and [twin.task_id for twin in twins] == ["c"]
 
 
 async def test_a_later_batch_waits_for_the_row_a_running_batch_computes() -> None:
@@ -40,7 +48,7 @@ async def test_a_later_batch_waits_for_the_row_a_running_batch_computes() -> Non
     waiting = asyncio.create_task(rows.follow(followers, second))
     await asyncio.sleep(0)
     assert not waiting.done()  # b waits while a's row is at the model
-    rows.computed(first, leading, {"a": {"N": 7}})
+    rows.computed(first, leading, {"a": {"N": 7}}, encoded({"a": {"N": 7}}))
     assert await waiting == []  # nothing left for b's batch to compute
     assert store.done["b"] == {"N": 7} and "b" in store.cached
 
@@ -69,7 +77,7 @@ async def test_a_cached_result_answers_at_once_and_only_its_own_tenant() -> None
     rows, store = shared_rows(cache)
     outcome = BatchOutcome()
     computed, _ = await rows.answer_identical([item("a", "x")], outcome)
-    rows.computed(outcome, computed, {"a": {"N": 3}})
+    rows.computed(outcome, computed, {"a": {"N": 3}}, encoded({"a": {"N": 3}}))
     computed, _ = await rows.answer_identical([item("b", "x"), item("c", "x", tenant="globex")], BatchOutcome())
     assert store.done["b"] == {"N": 3} and "b" in store.cached  # answered from the cache, no row
     assert [row.task_id for row in computed] == ["c"]  # another tenant's identical task is computed
