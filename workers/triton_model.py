@@ -62,16 +62,16 @@ class TritonModel(ModelMetadata):
             wire_inputs.append(wire)
         outputs = [InferRequestedOutput(spec.name) for spec in signature.outputs]
         try:
-            result = await asyncio.wait_for(
-                self._client.infer(
+            # gRPC's deadline ends the call; this bounds whatever the client does around it,
+            # without the task a call that wait_for would make.
+            async with asyncio.timeout(self.timeout_s + 1.0):
+                result = await self._client.infer(
                     self.model_name,
                     wire_inputs,
                     model_version=self.model_version,
                     outputs=outputs,
                     client_timeout=self.timeout_s,
-                ),
-                timeout=self.timeout_s + 1.0,
-            )
+                )
         except Exception as error:
             raise classify(error) from error
         return {spec.name: result.as_numpy(spec.name) for spec in signature.outputs}
