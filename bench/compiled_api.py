@@ -100,11 +100,11 @@ def importing_from(tree: Path | None) -> Iterator[None]:
         os.chdir(before)
 
 
-def medians(results: dict[str, Any]) -> list[str]:
-    """A line per variant: the median over the repetitions of its API CPU a task, of that
-    against the same repetition's bare floor, and of the batcher's CPU a task."""
+def medians(results: dict[str, Any], variants: tuple[str, ...] = ("interpreted", "compiled")) -> list[str]:
+    """A line per variant (the lanes' names): the median over the repetitions of its API CPU
+    a task, of that against the same repetition's bare floor, and of the batcher's CPU a task."""
     lines = []
-    for variant in ("interpreted", "compiled"):
+    for variant in variants:
         runs = [
             (lane, rep["floor"].get("asgi/raw", {}).get("server_cpu_us_per_request"))
             for rep in results["runs"]

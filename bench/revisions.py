@@ -1,0 +1,124 @@
+"""What a change bought: two revisions of Brimful side by side, the API's and the batcher's CPU a task.
+
+    .venv/bin/python bench/revisions.py --base REV [--head REV] [--config 2x1x1x1] [--seconds 15] [--reps 5]
+
+On a shared, noisy machine a figure from one day cannot be held against one from another:
+this runs both revisions in the same session, alternated. Each revision is taken from git
+(``git archive``; the head defaults to the working tree as it is) into a scratch folder laid
+out as ``brimful.*``, and each repetition starts a stack from each folder in turn (its
+processes run as ``python -m`` there, so they import that copy before the editable install;
+``bench/compiled_api.py`` does the same). The shape and load are ``front_door.py``'s: the
+GPU-like model, the direct lane, a closed loop of 256 clients after a 3 s warm-up. Every run
+is saved as it ends.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.compiled_api import ROOMS, importing_from, medians
+from bench.front_door import lane_rows, measure_lane
+from bench.saved_report import SavedReport, add_report_arguments, command_line, machine_description, why
+from bench.scale import LANES, Shape
+
+ROOT = Path(__file__).resolve().parent.parent
+WORKING_TREE = "working tree"
+
+
+def revision_name(rev: str) -> str:
+    """``rev`` as a short commit id (the working tree keeps its name)."""
+    if rev == WORKING_TREE:
+        return rev
+    return subprocess.run(
+        ["git", "rev-parse", "--short", f"{rev}^{{commit}}"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
+def lay_out(rev: str, tree: Path) -> None:
+    """Revision ``rev`` (or the working tree) in ``tree`` as the package ``brimful.*``."""
+    source = ROOT
+    if rev != WORKING_TREE:
+        source = tree.parent / f"{tree.name}-source"
+        archive = subprocess.run(["git", "archive", rev], cwd=ROOT, capture_output=True, check=True).stdout
+        with tarfile.open(fileobj=io.BytesIO(archive)) as files:
+            files.extractall(source, filter="data")
+    package = tree / "brimful"
+    shutil.copytree(source / "brimful", package, ignore=shutil.ignore_patterns("__pycache__"))
+    for room in ROOMS:
+        shutil.copytree(source / room, package / room, ignore=shutil.ignore_patterns("__pycache__"))
+
+
+def render(results: dict[str, Any]) -> str:
+    lines = [
+        f"# Two revisions side by side: {results['base']} and {results['head']}",
+        "",
+        f"Command: `{results['command']}`. Machine: {results['machine']}. Configuration {results['config']} "
+        "(WxBxPxE as in scale.md), GPU-like model, direct lane, closed loop of 256 clients after a 3 s warm-up, "
+        "each revision on a stack of its own, their order swapped every other repetition. No floor is measured "
+        "here (the x floor column stays empty): the two revisions are held against each other.",
+        "",
+        *lane_rows(results),
+        "",
+        *medians(results, (results["base"], results["head"])),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--base", required=True, help="a git revision")
+    parser.add_argument("--head", default=WORKING_TREE, help="a git revision (default: the working tree)")
+    parser.add_argument("--config", default="2x1x1x1", help="WxBxPxE, as bench/scale.py takes it")
+    parser.add_argument("--seconds", type=float, default=15.0)
+    parser.add_argument("--reps", type=int, default=5)
+    add_report_arguments(parser, "revisions")
+    args = parser.parse_args()
+    report = SavedReport(args.out_dir, "revisions", render)
+    if args.render:
+        report.render_again()
+        return 0
+    shape = Shape.parse(args.config)
+    base, head = revision_name(args.base), revision_name(args.head)
+    rest = command_line("", args, {"config": "2x1x1x1", "seconds": 15.0, "reps": 5}).removeprefix("python ")
+    results: dict[str, Any] = {
+        "command": f"python bench/revisions.py --base {base}"
+        + (f" --head {head}" if args.head != WORKING_TREE else "")
+        + rest,
+        "machine": machine_description(),
+        "config": str(shape),
+        "base": base,
+        "head": head,
+        "runs": [],
+    }
+    with tempfile.TemporaryDirectory(prefix="brimful-revisions-") as scratch:
+        trees = {}
+        for name, rev in ((base, args.base), (head, args.head)):
+            trees[name] = Path(scratch) / ("base" if name == base else "head")
+            lay_out(rev, trees[name])
+        for number in range(1, args.reps + 1):
+            rep: dict[str, Any] = {"rep": number, "floor": {}, "lanes": []}
+            results["runs"].append(rep)
+            order = [base, head] if number % 2 else [head, base]
+            for name in order:
+                try:
+                    with importing_from(trees[name]):
+                        rep["lanes"].append({"lane": name, **measure_lane(shape, args.seconds, LANES["direct"])})
+                except Exception as error:
+                    rep["lanes"].append({"lane": name, "error": why(error)})
+                report.save(results)
+    print(report.md_path.read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
