@@ -44,7 +44,7 @@ from brimful.workers.dead_letters import DeadLetterWriter
 from brimful.workers.endpoint_leases import EndpointLeases
 from brimful.workers.endpoint_pool import EndpointPool
 from brimful.workers.isolation_budget import IsolationBudget
-from brimful.workers.model_pool import LEASE_HANDOVER_S, ModelPool, Resolver, resolve_all
+from brimful.workers.model_pool import ModelPool, Resolver, resolve_all
 from brimful.workers.result_cache import ResultCache
 from brimful.workers.retry_policy import BatchRetryPolicy
 from brimful.workers.task_events import TaskEvents
@@ -146,8 +146,7 @@ def model_pool(settings: Settings, redis: RedisClient, keys: RedisKeys, resolve:
         endpoints,
         lambda url: TritonModel(url, settings.model_name, settings.model_version, settings.infer_timeout_s),
         0,  # rows a call: the model's own, set once its signature is read
-        # A lease outlives the longest call (and its client-side grace) it covers, the last
-        # one beginning at most LEASE_HANDOVER_S after the lease was taken.
+        # A lease outlives the longest call (and its client-side grace) it covers.
         leases=(
             EndpointLeases(
                 redis, keys, ttl_s=settings.infer_timeout_s + 5, model=settings.model_scope(settings.model_name)
@@ -158,7 +157,6 @@ def model_pool(settings: Settings, redis: RedisClient, keys: RedisKeys, resolve:
         resolve=resolve if settings.triton_resolve_dns else None,
         resolve_every_s=settings.endpoint_resolve_s,
         slot_wait_s=settings.slot_wait_s,
-        lease_handover_s=LEASE_HANDOVER_S,
     )
 
 

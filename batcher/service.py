@@ -314,7 +314,7 @@ class BatcherService:
                     reserved = pool.reserve(min(len(state.accumulator) + len(state.low), batch_size))
                     if reserved is None:
                         break  # every slot is busy: the batch keeps filling until one frees
-                    if pool.leasing and force_reason is None and not pool.take_on_lease(reserved):
+                    if pool.leasing and force_reason is None:
                         self._leasing.start(number, reserved, reason)  # rows leave once it is leased
                         break
                     slot = reserved

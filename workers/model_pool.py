@@ -16,7 +16,6 @@ import socket
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 
 from brimful.core import metrics
 from brimful.core.pool_capacity import PoolCapacity
@@ -31,22 +30,6 @@ log = logging.getLogger("brimful.worker")
 Resolver = Callable[[str, int], Awaitable[list[str]]]
 
 GIVE_BACK_WAIT_S = 2.0  # the most close() waits for leases on their way back; the rest expire
-# The batcher hands a lease on for this long after taking it (``lease_handover_s``).
-LEASE_HANDOVER_S = 1.0
-# A lease its batch let go of waits this long for this batcher's next batch on the same
-# endpoint (``lease_handover_s``) before it goes back to Redis.
-WARM_LEASE_KEEP_S = 0.05
-
-
-@dataclass
-class _WarmLease:
-    """A lease let go of by its batch and not yet given back: the next batch may take it on."""
-
-    holder: str
-    leased_at: float
-    give_back: asyncio.TimerHandle | None = None
-
-
 _BREAKER_LEVEL = {BreakerState.CLOSED: 0, BreakerState.HALF_OPEN: 1, BreakerState.OPEN: 2}
 
 
@@ -76,15 +59,9 @@ class ModelPool:
         lease_retry_s: float = 0.005,
         probe_timeout_s: float = 2.0,
         slot_wait_s: float = 60.0,
-        lease_handover_s: float = 0.0,
     ) -> None:
         """``slot_wait_s``: the longest ``acquire`` waits for a slot while some endpoint
-        serves (an outage, every circuit open, is bounded by the runner's give-up instead).
-        ``lease_handover_s``: a lease younger than this, let go of by its batch, is handed
-        to this batcher's next batch on the endpoint instead of going back to Redis and
-        being taken again (two round trips and two tasks a batch); 0: never. Its TTL must
-        cover this plus the longest call, and it bounds how long other batchers sharing the
-        endpoint may find the slot held."""
+        serves (an outage, every circuit open, is bounded by the runner's give-up instead)."""
         self.configured = list(configured)
         self.pool = pool
         self.batch_size = batch_size
@@ -105,8 +82,6 @@ class ModelPool:
         self._waiting: collections.deque[int] = collections.deque()
         self._tickets = itertools.count()
         self._giving_back: set[asyncio.Task[None]] = set()  # leases given back in the background
-        self._lease_handover_s = lease_handover_s
-        self._warm: dict[str, list[_WarmLease]] = {}  # by endpoint url
         # Told when this pool opens an endpoint's circuit, so other batchers can hear it.
         self.on_opened: Callable[[str], None] | None = None
         self._sync(self.configured if resolve is None else [])
@@ -236,16 +211,15 @@ class ModelPool:
         a moment, so the batch keeps filling instead of waiting outside the accumulator.
         Cancelled, the slot is given back; Redis failing, it raises with the slot still held
         here, unleased (``secure`` tries again, as for any slot)."""
-        if self._leases is None or slot.leased or self.take_on_lease(slot):
+        if self._leases is None or slot.leased:
             return True
-        asked_at = self._clock()  # the lease's age counts from before the take
         try:
             taken = await self._leases.take(slot.endpoint.url, slot.endpoint.capacity, slot.holder)
         except asyncio.CancelledError:
             self.abandon(slot)
             raise
         if taken:
-            slot.leased, slot.leased_at = True, asked_at
+            slot.leased = True
             return True
         now = self._clock()
         self.pool.held_elsewhere(slot.endpoint, now, now + self._lease_retry_s)
@@ -289,46 +263,14 @@ class ModelPool:
                 slot.endpoint.call_time.predict(self.batch_size)
             )
 
-    def take_on_lease(self, slot: Slot) -> bool:
-        """Lease ``slot`` with a lease another batch of this batcher let go of on the same
-        endpoint a moment ago, without a round trip; False when there is none young enough
-        (an old one goes back to Redis here)."""
-        warm = self._warm.get(slot.endpoint.url)
-        now = self._clock()
-        while warm:
-            lease = warm.pop()
-            if lease.give_back is not None:
-                lease.give_back.cancel()
-            if now - lease.leased_at < self._lease_handover_s:
-                slot.holder, slot.leased, slot.leased_at = lease.holder, True, lease.leased_at
-                return True
-            self._give_back_later(slot.endpoint.url, lease.holder)
-        return False
-
     def release(self, slot: Slot) -> None:
         """Give the slot back: here at once, and its lease, if any, to Redis in the
-        background (never raises), so a call's results do not wait a round trip for it;
-        a young lease first waits a moment for this batcher's next batch (``take_on_lease``).
+        background (never raises), so a call's results do not wait a round trip for it.
         The lease's holder name is the slot's own: a late give-back frees only that lease."""
         self._free(slot)
-        if not slot.leased:
-            return
-        slot.leased = False
-        url = slot.endpoint.url
-        if self._clock() - slot.leased_at >= self._lease_handover_s:
-            self._give_back_later(url, slot.holder)
-            return
-        lease = _WarmLease(slot.holder, slot.leased_at)
-        slot.holder = ""  # the lease is no longer this slot's: nothing done with it may give it back
-        lease.give_back = asyncio.get_running_loop().call_later(WARM_LEASE_KEEP_S, self._cool, url, lease)
-        self._warm.setdefault(url, []).append(lease)
-
-    def _cool(self, url: str, lease: _WarmLease) -> None:
-        """Nobody took the lease on: it goes back to Redis."""
-        warm = self._warm.get(url, [])
-        if lease in warm:
-            warm.remove(lease)
-            self._give_back_later(url, lease.holder)
+        if slot.leased:
+            slot.leased = False
+            self._give_back_later(slot)
 
     def abandon(self, slot: Slot) -> None:
         """Give back a slot whose lease is in doubt (a take cut short): locally now, and
@@ -336,11 +278,11 @@ class ModelPool:
         cancelled). A take that lands after the give-back holds its lease until it expires."""
         self._free(slot)
         slot.leased = False
-        self._give_back_later(slot.endpoint.url, slot.holder)
+        self._give_back_later(slot)
 
-    def _give_back_later(self, url: str, holder: str) -> None:
-        if self._leases is not None and holder:
-            task = asyncio.ensure_future(self._leases.give_back(url, holder))
+    def _give_back_later(self, slot: Slot) -> None:
+        if self._leases is not None:
+            task = asyncio.ensure_future(self._leases.give_back(slot.endpoint.url, slot.holder))
             self._giving_back.add(task)
             task.add_done_callback(self._giving_back.discard)
 
@@ -452,12 +394,6 @@ class ModelPool:
     async def close(self) -> None:
         """Close the model clients, once the leases given back meanwhile have reached Redis
         (a stopping batcher must not hold slots other batchers wait for until they expire)."""
-        for url, warm in self._warm.items():
-            for lease in warm:
-                if lease.give_back is not None:
-                    lease.give_back.cancel()
-                self._give_back_later(url, lease.holder)
-        self._warm.clear()
         if self._giving_back:
             await asyncio.wait(set(self._giving_back), timeout=GIVE_BACK_WAIT_S)
         for model in self._models.values():

@@ -17,7 +17,6 @@ class Slot:
     held_since: float  # taken then; once its call begins, then (the pool plans the endpoint's end from it)
     holder: str
     leased: bool = False
-    leased_at: float = 0.0  # when its lease was taken (the pool's clock); handed on, it keeps that age
     freed: bool = False  # given back here: a second give-back must not free another batch's place
 
 

@@ -1,7 +1,6 @@
 """Endpoint slots leased in a real Redis: a lease cut short by an error gives back every
 slot it touched, giving a slot back twice frees it once, a released slot is free at once
-while its lease goes back in the background, closing the pool waits for those leases, and a
-young lease let go of is handed to the batcher's next batch on its endpoint instead."""
+while its lease goes back in the background, and closing the pool waits for those leases."""
 
 from __future__ import annotations
 
@@ -43,7 +42,6 @@ def make_pool(
     urls: list[str] = URLS,
     capacity: int = 1,
     clock: Callable[[], float] = time.monotonic,
-    lease_handover_s: float = 0.0,
 ) -> ModelPool:
     return ModelPool(
         urls,
@@ -52,7 +50,6 @@ def make_pool(
         64,
         leases=EndpointLeases(redis, keys, ttl_s=30),
         clock=clock,
-        lease_handover_s=lease_handover_s,
     )
 
 
@@ -193,70 +190,3 @@ async def test_a_batch_leases_its_slot_before_its_rows_leave_and_a_refusal_frees
     finally:
         await redis.delete(key)
         await pool.close()
-
-
-async def test_a_young_lease_let_go_of_is_handed_to_the_next_batch_without_a_new_lease(redis: Redis) -> None:
-    keys = RedisKeys(f"lease-test-{uuid.uuid4().hex[:8]}")
-    now = [1000.0]  # the pool's clock, moved by hand
-    pool = make_pool(redis, keys, urls=URLS[:1], clock=lambda: now[0], lease_handover_s=1.0)
-    key = keys.endpoint_slots(URLS[0])
-    try:
-        first = pool.reserve(rows=64)
-        assert first is not None and await pool.secure(first, rows=64) is first
-        holder = first.holder
-        now[0] += 0.5
-        pool.release(first)
-        assert in_flight(pool) == {URLS[0]: 0}  # free here at once, as ever
-        second = pool.reserve(rows=64)
-        assert second is not None and pool.take_on_lease(second)
-        assert second.leased and second.holder == holder
-        assert await redis.zrange(key, 0, -1) == [holder.encode()]  # the same lease, none taken
-        pool.abandon(first)  # the first slot no longer owns it: nothing goes back
-        assert await pool.secure(second, rows=64) is second  # leased already: no round trip
-        assert await redis.zrange(key, 0, -1) == [holder.encode()]
-        pool.release(second)
-        await wait_for_leases(redis, key, 0)  # nobody took it on: back to Redis after a moment
-    finally:
-        await redis.delete(key)
-        await pool.close()
-
-
-async def test_an_old_lease_goes_back_and_the_next_batch_takes_its_own(redis: Redis) -> None:
-    keys = RedisKeys(f"lease-test-{uuid.uuid4().hex[:8]}")
-    now = [1000.0]
-    pool = make_pool(redis, keys, urls=URLS[:1], clock=lambda: now[0], lease_handover_s=1.0)
-    key = keys.endpoint_slots(URLS[0])
-    try:
-        first = pool.reserve(rows=64)
-        assert first is not None and await pool.secure(first, rows=64) is first
-        now[0] += 1.5  # older than the handover: its TTL was taken for one call, not many
-        pool.release(first)
-        await wait_for_leases(redis, key, 0)
-        second = pool.reserve(rows=64)
-        assert second is not None and not pool.take_on_lease(second)
-        assert await pool.secure(second, rows=64) is second and second.holder != first.holder
-
-        now[0] += 0.5  # young when let go of, too old by the time the next batch comes
-        pool.release(second)
-        now[0] += 0.6
-        third = pool.reserve(rows=64)
-        assert third is not None and not pool.take_on_lease(third)
-        await wait_for_leases(redis, key, 0)  # the old one went back at once
-    finally:
-        await redis.delete(key)
-        await pool.close()
-
-
-async def test_closing_the_pool_gives_back_the_leases_waiting_to_be_handed_on(redis: Redis) -> None:
-    keys = RedisKeys(f"lease-test-{uuid.uuid4().hex[:8]}")
-    pool = make_pool(redis, keys, urls=URLS[:1], lease_handover_s=1.0)
-    key = keys.endpoint_slots(URLS[0])
-    try:
-        slot = pool.reserve(rows=64)
-        assert slot is not None and await pool.secure(slot, rows=64) is slot
-        pool.release(slot)
-        assert await redis.zcard(key) == 1  # waiting for the next batch
-        await pool.close()
-        assert await redis.zcard(key) == 0
-    finally:
-        await redis.delete(key)
