@@ -100,6 +100,27 @@ def importing_from(tree: Path | None) -> Iterator[None]:
         os.chdir(before)
 
 
+def measure_alternated(
+    rep: dict[str, Any],
+    variants: list[tuple[str, Path | None]],
+    shape: Shape,
+    seconds: float,
+    report: SavedReport,
+    results: dict[str, Any],
+) -> None:
+    """Each of ``variants`` (a name, and the folder its stack imports from: None for the
+    editable install) on a stack of its own, into ``rep["lanes"]``, in order on odd
+    repetitions and reversed on even ones; each lane is saved as it ends, a failed one with
+    its error."""
+    for name, source in variants if rep["rep"] % 2 else variants[::-1]:
+        try:
+            with importing_from(source):
+                rep["lanes"].append({"lane": name, **measure_lane(shape, seconds, LANES["direct"])})
+        except Exception as error:
+            rep["lanes"].append({"lane": name, "error": why(error)})
+        report.save(results)
+
+
 def medians(results: dict[str, Any], variants: tuple[str, ...] = ("interpreted", "compiled")) -> list[str]:
     """A line per variant (the lanes' names): the median over the repetitions of its API CPU
     a task, of that against the same repetition's bare floor, and of the batcher's CPU a task."""
@@ -177,14 +198,8 @@ def main() -> int:
             rep: dict[str, Any] = {"rep": number, "floor": {}, "lanes": []}
             results["runs"].append(rep)
             measure_floor_of(rep, shape, report, results)
-            variants = [("interpreted", None), ("compiled", tree)]
-            for name, source in variants if number % 2 else variants[::-1]:
-                try:
-                    with importing_from(source):
-                        rep["lanes"].append({"lane": name, **measure_lane(shape, args.seconds, LANES["direct"])})
-                except Exception as error:
-                    rep["lanes"].append({"lane": name, "error": why(error)})
-                report.save(results)
+            variants: list[tuple[str, Path | None]] = [("interpreted", None), ("compiled", tree)]
+            measure_alternated(rep, variants, shape, args.seconds, report, results)
     print(report.md_path.read_text())
     return 0
 

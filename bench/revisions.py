@@ -26,10 +26,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.compiled_api import ROOMS, importing_from, medians
-from bench.front_door import lane_rows, measure_lane
-from bench.saved_report import SavedReport, add_report_arguments, command_line, machine_description, why
-from bench.scale import LANES, Shape
+from bench.compiled_api import ROOMS, measure_alternated, medians
+from bench.front_door import lane_rows
+from bench.saved_report import SavedReport, add_report_arguments, command_line, machine_description
+from bench.scale import Shape
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKING_TREE = "working tree"
@@ -108,14 +108,7 @@ def main() -> int:
         for number in range(1, args.reps + 1):
             rep: dict[str, Any] = {"rep": number, "floor": {}, "lanes": []}
             results["runs"].append(rep)
-            order = [base, head] if number % 2 else [head, base]
-            for name in order:
-                try:
-                    with importing_from(trees[name]):
-                        rep["lanes"].append({"lane": name, **measure_lane(shape, args.seconds, LANES["direct"])})
-                except Exception as error:
-                    rep["lanes"].append({"lane": name, "error": why(error)})
-                report.save(results)
+            measure_alternated(rep, [(base, trees[base]), (head, trees[head])], shape, args.seconds, report, results)
     print(report.md_path.read_text())
     return 0
 
