@@ -140,34 +140,36 @@ class Intake:
                 last = records[-1].timestamp
                 state.fetched_stamp = last / 1000 if last and last > 0 else wall_ms / 1000
             arrived: list[Pending[BatchItem]] = []  # the partition's normal rows of this fetch, in order
-            for record in records:
-                if state.tracker is None:
-                    state.tracker = OffsetTracker(record.offset)
-                if not state.tracker.receive(record.offset):
-                    continue
-                try:
-                    request = TaskRequest.FromString(record.value)
-                except (DecodeError, TypeError) as error:  # TypeError: a record with no value
-                    task = asyncio.create_task(self._dead_letter_undecodable(state, record, error))
-                    state.in_flight.add(task)
-                    task.add_done_callback(functools.partial(self._letter_written, state))
-                    continue
-                flush_by = None
-                if request.deadline_at_ms:
-                    flush_by = now + (request.deadline_at_ms - wall_ms) / 1000 - estimates.service
-                stamp = record.timestamp / 1000 if record.timestamp and record.timestamp > 0 else None
-                headers = tuple(record.headers) if self._keep_trace_context and record.headers else ()
-                item = BatchItem(request, tp.partition, record.offset, headers, wall_ns)
-                self._waiting.add(item.task_id, tp.partition)
-                if request.submitted_at_ms:
-                    estimates.upstream += UPSTREAM_ALPHA * (upstream_seconds(item) - estimates.upstream)
-                if request.low_priority:
-                    state.low.add(item, now, stamp)
-                else:
-                    arrived.append(Pending(item, now, flush_by, stamp))
-                if self._on_arrival is not None:
-                    self._on_arrival(tp.partition, wall_ms / 1000)
-            state.accumulator.add_many(arrived, now)
+            try:
+                for record in records:
+                    if state.tracker is None:
+                        state.tracker = OffsetTracker(record.offset)
+                    if not state.tracker.receive(record.offset):
+                        continue
+                    try:
+                        request = TaskRequest.FromString(record.value)
+                    except (DecodeError, TypeError) as error:  # TypeError: a record with no value
+                        task = asyncio.create_task(self._dead_letter_undecodable(state, record, error))
+                        state.in_flight.add(task)
+                        task.add_done_callback(functools.partial(self._letter_written, state))
+                        continue
+                    flush_by = None
+                    if request.deadline_at_ms:
+                        flush_by = now + (request.deadline_at_ms - wall_ms) / 1000 - estimates.service
+                    stamp = record.timestamp / 1000 if record.timestamp and record.timestamp > 0 else None
+                    headers = tuple(record.headers) if self._keep_trace_context and record.headers else ()
+                    item = BatchItem(request, tp.partition, record.offset, headers, wall_ns)
+                    self._waiting.add(item.task_id, tp.partition)
+                    if request.submitted_at_ms:
+                        estimates.upstream += UPSTREAM_ALPHA * (upstream_seconds(item) - estimates.upstream)
+                    if request.low_priority:
+                        state.low.add(item, now, stamp)
+                    else:
+                        arrived.append(Pending(item, now, flush_by, stamp))
+                    if self._on_arrival is not None:
+                        self._on_arrival(tp.partition, wall_ms / 1000)
+            finally:  # what was received is queued, whatever stopped the loop
+                state.accumulator.add_many(arrived, now)
             if self.full(state) and not state.paused:
                 self._consumer.pause(tp)
                 state.paused = True
