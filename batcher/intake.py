@@ -129,7 +129,6 @@ class Intake:
         now = self._clock()
         wall_ns = time.time_ns()
         wall_ms = wall_ns // 1_000_000
-        estimates = self._estimates
         for tp, records in fetched.items():
             state = self._partitions.get(tp.partition)
             if state is None:
@@ -144,35 +143,45 @@ class Intake:
                 for record in records:
                     if state.tracker is None:
                         state.tracker = OffsetTracker(record.offset)
-                    if not state.tracker.receive(record.offset):
-                        continue
-                    try:
-                        request = TaskRequest.FromString(record.value)
-                    except (DecodeError, TypeError) as error:  # TypeError: a record with no value
-                        task = asyncio.create_task(self._dead_letter_undecodable(state, record, error))
-                        state.in_flight.add(task)
-                        task.add_done_callback(functools.partial(self._letter_written, state))
-                        continue
-                    flush_by = None
-                    if request.deadline_at_ms:
-                        flush_by = now + (request.deadline_at_ms - wall_ms) / 1000 - estimates.service
-                    stamp = record.timestamp / 1000 if record.timestamp and record.timestamp > 0 else None
-                    headers = tuple(record.headers) if self._keep_trace_context and record.headers else ()
-                    item = BatchItem(request, tp.partition, record.offset, headers, wall_ns)
-                    self._waiting.add(item.task_id, tp.partition)
-                    if request.submitted_at_ms:
-                        estimates.upstream += UPSTREAM_ALPHA * (upstream_seconds(item) - estimates.upstream)
-                    if request.low_priority:
-                        state.low.add(item, now, stamp)
-                    else:
-                        arrived.append(Pending(item, now, flush_by, stamp))
-                    if self._on_arrival is not None:
-                        self._on_arrival(tp.partition, wall_ms / 1000)
+                    if state.tracker.receive(record.offset):
+                        row = self._arrival(state, record, now, wall_ns)
+                        if row is not None:
+                            arrived.append(row)
             finally:  # what was received is queued, whatever stopped the loop
                 state.accumulator.add_many(arrived, now)
             if self.full(state) and not state.paused:
                 self._consumer.pause(tp)
                 state.paused = True
+
+    def _arrival(
+        self, state: PartitionState, record: ConsumerRecord, now: float, wall_ns: int
+    ) -> Pending[BatchItem] | None:
+        """One received record as a row: the normal row to queue in its accumulator, or
+        None for a low-priority row (queued here) or an undecodable record (sent to the DLQ)."""
+        try:
+            request = TaskRequest.FromString(record.value)
+        except (DecodeError, TypeError) as error:  # TypeError: a record with no value
+            task = asyncio.create_task(self._dead_letter_undecodable(state, record, error))
+            state.in_flight.add(task)
+            task.add_done_callback(functools.partial(self._letter_written, state))
+            return None
+        wall_ms = wall_ns // 1_000_000
+        estimates = self._estimates
+        flush_by = None
+        if request.deadline_at_ms:
+            flush_by = now + (request.deadline_at_ms - wall_ms) / 1000 - estimates.service
+        stamp = record.timestamp / 1000 if record.timestamp and record.timestamp > 0 else None
+        headers = tuple(record.headers) if self._keep_trace_context and record.headers else ()
+        item = BatchItem(request, state.tp.partition, record.offset, headers, wall_ns)
+        self._waiting.add(item.task_id, state.tp.partition)
+        if request.submitted_at_ms:
+            estimates.upstream += UPSTREAM_ALPHA * (upstream_seconds(item) - estimates.upstream)
+        if self._on_arrival is not None:
+            self._on_arrival(state.tp.partition, wall_ms / 1000)
+        if request.low_priority:
+            state.low.add(item, now, stamp)
+            return None
+        return Pending(item, now, flush_by, stamp)
 
     def _readable(
         self, state: PartitionState, tp: TopicPartition, records: list[ConsumerRecord], now: float
