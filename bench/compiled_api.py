@@ -57,13 +57,19 @@ setup(name="brimful-compiled", packages=[], ext_modules=mypycify({options!r}, se
 """
 
 
+def copy_package(source: Path, tree: Path) -> None:
+    """The project in ``source`` copied into ``tree`` as the package ``brimful.*``: its
+    ``brimful/`` with each room (``ROOMS``, pyproject's package-dir) inside it."""
+    package = tree / "brimful"
+    shutil.copytree(source / "brimful", package, ignore=shutil.ignore_patterns("__pycache__"))
+    for room in ROOMS:
+        shutil.copytree(source / room, package / room, ignore=shutil.ignore_patterns("__pycache__"))
+
+
 def build(tree: Path, log: Path) -> None:
     """The package as ``brimful.*`` in ``tree``, with ``COMPILED`` built in place beside
     their sources (an extension module is imported before a source of the same name)."""
-    package = tree / "brimful"
-    shutil.copytree(ROOT / "brimful", package, ignore=shutil.ignore_patterns("__pycache__"))
-    for room in ROOMS:
-        shutil.copytree(ROOT / room, package / room, ignore=shutil.ignore_patterns("__pycache__"))
+    copy_package(ROOT, tree)
     # mypy's options as ``make check`` reads them (the pydantic plugin above all).
     options = ["--config-file", str(ROOT / "pyproject.toml"), *(f"brimful/{module}" for module in COMPILED)]
     (tree / "setup.py").write_text(SETUP.format(options=options))

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import shutil
 import subprocess
 import sys
 import tarfile
@@ -26,7 +25,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.compiled_api import ROOMS, measure_alternated, medians
+from bench.compiled_api import copy_package, measure_alternated, medians
 from bench.front_door import lane_rows
 from bench.saved_report import SavedReport, add_report_arguments, command_line, machine_description
 from bench.scale import Shape
@@ -52,10 +51,7 @@ def lay_out(rev: str, tree: Path) -> None:
         archive = subprocess.run(["git", "archive", rev], cwd=ROOT, capture_output=True, check=True).stdout
         with tarfile.open(fileobj=io.BytesIO(archive)) as files:
             files.extractall(source, filter="data")
-    package = tree / "brimful"
-    shutil.copytree(source / "brimful", package, ignore=shutil.ignore_patterns("__pycache__"))
-    for room in ROOMS:
-        shutil.copytree(source / room, package / room, ignore=shutil.ignore_patterns("__pycache__"))
+    copy_package(source, tree)
 
 
 def render(results: dict[str, Any]) -> str:

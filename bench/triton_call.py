@@ -48,9 +48,11 @@ def raw_contents(array: np.ndarray, datatype: str) -> bytes:
     return b"".join(len(value).to_bytes(4, "little") + value for value in array.flat)
 
 
-def by_hand(url: str, signature: ModelSignature) -> Callable[[dict[str, np.ndarray]], Awaitable[dict[str, np.ndarray]]]:
+def by_hand(
+    channel: grpc.aio.Channel, signature: ModelSignature
+) -> Callable[[dict[str, np.ndarray]], Awaitable[dict[str, np.ndarray]]]:
     """A call made from tritonclient's protobuf messages on its generated stub."""
-    stub = service_pb2_grpc.GRPCInferenceServiceStub(grpc.aio.insecure_channel(url))
+    stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
 
     async def call(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         request = service_pb2.ModelInferRequest(model_name=signature.name)
@@ -81,9 +83,9 @@ def batch(signature: ModelSignature) -> dict[str, np.ndarray]:
 
 
 def callers(
-    url: str, model: TritonModel, signature: ModelSignature, inputs: dict[str, np.ndarray]
+    channel: grpc.aio.Channel, model: TritonModel, signature: ModelSignature, inputs: dict[str, np.ndarray]
 ) -> dict[str, Callable[[], Awaitable[object]]]:
-    hand_call = by_hand(url, signature)
+    hand_call = by_hand(channel, signature)
 
     async def with_tritonclient() -> object:
         return await model.infer(inputs, signature)
@@ -109,21 +111,25 @@ async def run(
     save: Callable[[dict[str, float]], None],
 ) -> None:
     model = TritonModel(url, model_name, "", timeout_s=30)
-    signature = await model.signature()
-    results["rows"] = signature.batch_size
-    inputs = batch(signature)
-    ways = callers(url, model, signature, inputs)
-    first = {name: await call() for name, call in ways.items()}
-    if str(first["tritonclient"]) != str(first["by_hand"]):
-        raise RuntimeError("the two ways answered the same batch differently")
-    for call in ways.values():  # connections warm, lazy imports done: not timed
-        await cpu_us_per_call(call, 20)
-    for index in range(args.rounds):
-        order = WAYS if index % 2 == 0 else WAYS[::-1]
-        figures = {name: await cpu_us_per_call(ways[name], args.calls) for name in order}
-        save(figures)
-        print(f"round {index + 1}: " + ", ".join(f"{k} {v:.0f} us a call" for k, v in figures.items()), flush=True)
-    await model.close()
+    channel = grpc.aio.insecure_channel(url)
+    try:
+        signature = await model.signature()
+        results["rows"] = signature.batch_size
+        inputs = batch(signature)
+        ways = callers(channel, model, signature, inputs)
+        first = {name: await call() for name, call in ways.items()}
+        if str(first["tritonclient"]) != str(first["by_hand"]):
+            raise RuntimeError("the two ways answered the same batch differently")
+        for call in ways.values():  # connections warm, lazy imports done: not timed
+            await cpu_us_per_call(call, 20)
+        for index in range(args.rounds):
+            order = WAYS if index % 2 == 0 else WAYS[::-1]
+            figures = {name: await cpu_us_per_call(ways[name], args.calls) for name in order}
+            save(figures)
+            print(f"round {index + 1}: " + ", ".join(f"{k} {v:.0f} us a call" for k, v in figures.items()), flush=True)
+    finally:
+        await channel.close()
+        await model.close()
 
 
 def render(results: dict[str, Any]) -> str:
