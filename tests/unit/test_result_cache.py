@@ -44,6 +44,20 @@ def test_the_key_does_not_confuse_a_boundary_moved_between_fields() -> None:
     assert cache_key(request(b"x", tenant="1"), "m", "", False) != cache_key(request(b"x", tenant=""), "m", "1", False)
 
 
+def test_a_key_of_several_inputs_follows_their_names_not_the_order_they_were_set() -> None:
+    def inputs(*pairs: tuple[str, bytes]) -> TaskRequest:
+        message = TaskRequest(task_id="t", model="m", tenant="a")
+        for name, value in pairs:
+            message.inputs[name].CopyFrom(InputTensor(datatype="BYTES", shape=[1], bytes_contents=[value]))
+        return message
+
+    forwards = cache_key(inputs(("A", b"x"), ("B", b"y")), "m", "1", False)
+    assert cache_key(inputs(("B", b"y"), ("A", b"x")), "m", "1", False) == forwards
+    assert cache_key(inputs(("A", b"y"), ("B", b"x")), "m", "1", False) != forwards
+    # The same two values under other names are another question.
+    assert cache_key(inputs(("A", b"x"), ("C", b"y")), "m", "1", False) != forwards
+
+
 def test_a_batch_splits_into_hits_computed_rows_and_their_twins() -> None:
     cached = {"k1": {"Y": 1}}
     items = ["k1", None, "k2", "k2", None, "k3", "k2", "k1"]
