@@ -11,6 +11,11 @@ in it is committed. Members leave one by one; the member holding partition 0 sta
 the group's other members have left and it holds every partition, then leaves and
 deletes the topic, which frees the broker's memory. A topic left behind (its last member
 died) is joined again from the broker's topic list and retired the same way.
+
+A generation whose consumer cannot start (the broker away: with rotation a new one starts
+every period, so a broker restart meets one) is started again on the next turn, for
+``START_PATIENCE_S``; a broker away longer ends the process, as any failed service does,
+for its supervisor to start again.
 """
 
 from __future__ import annotations
@@ -40,6 +45,14 @@ LIVE_MARGIN_S = 1.5
 # before it leaves a generation: a broker answering oddly for a moment (just restarted)
 # must not end one.
 DRAINED_FOR_S = 5.0
+# How long generations may keep failing to start, with none of this process's consuming,
+# before the failure is raised.
+START_PATIENCE_S = 60.0
+
+
+class GenerationNotStarted(Exception):
+    """Raised by a :data:`Runner` whose generation's consumer could not start (the broker
+    away); the generation is tried again on a later turn."""
 
 
 @dataclass
@@ -60,7 +73,8 @@ class GenerationRun:
 
 # Opens a generation: builds its consumer and service (not started).
 Opener = Callable[[int, str], tuple[AIOKafkaConsumer, BatcherService]]
-# Runs a generation's service until its stop event is set, closing its consumer after.
+# Runs a generation's service until its stop event is set, closing its consumer after;
+# raises GenerationNotStarted where its consumer could not start.
 Runner = Callable[[GenerationRun], Coroutine[Any, Any, None]]
 
 
@@ -111,6 +125,8 @@ class Generations:
         # Retired here, and when: not joined again for a grace period, so the member that
         # stays to delete a topic ends up holding all of it.
         self._retired: dict[int, float] = {}
+        # Since when generations have failed to start with none consuming (None: not failing).
+        self._failing_since: float | None = None
 
     @property
     def current(self) -> GenerationRun | None:
@@ -225,11 +241,24 @@ class Generations:
         """Collect finished generations: a service that raised raises here; the last
         member deletes its topic once its consumer has left the group (a consumer still
         in it could create the topic again by asking for it)."""
+        if any(run.service.running for run in self.running.values()):
+            self._failing_since = None  # the broker answers: patience starts over
         for number, run in list(self.running.items()):
             if run.task is None or not run.task.done():
                 continue
             del self.running[number]
-            run.task.result()
+            try:
+                run.task.result()
+            except GenerationNotStarted as error:
+                now = self._wall_clock()
+                self._failing_since = self._failing_since or now
+                if now - self._failing_since > START_PATIENCE_S:
+                    raise
+                # Not retired: the next turn starts it again.
+                log.warning(
+                    "could not start a topic generation; trying again", extra={"topic": run.topic, "error": repr(error)}
+                )
+                continue
             self._retired[number] = self._wall_clock()
             if run.deletes_topic:
                 try:

@@ -13,9 +13,9 @@ from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import TopicAlreadyExistsError
+from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
-from brimful.batcher.generations import GenerationRun, Generations
+from brimful.batcher.generations import GenerationNotStarted, GenerationRun, Generations
 from brimful.batcher.health_server import HealthServer, Probes
 from brimful.batcher.limits import BatcherLimits
 from brimful.batcher.service import BatcherService
@@ -242,7 +242,10 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
 
         async def run_generation(run: GenerationRun) -> None:
             try:
-                await run.consumer.start()
+                try:
+                    await run.consumer.start()
+                except KafkaError as error:  # the broker away: the generation is started again
+                    raise GenerationNotStarted(f"{run.topic}: {error!r}") from error
                 log.info(
                     "batcher started",
                     extra={

@@ -152,3 +152,35 @@ async def test_tasks_cross_generations_and_finished_generations_are_deleted(rota
             return (await metric_values(f"{stack.api_url}/metrics")).get("brimful_backlog_rows", -1) == 0
 
         await wait_for(backlog_drained, 30, "the backlog to come back to zero")
+
+
+async def test_a_broker_away_when_a_generation_is_joined_leaves_every_batcher_running(
+    rotating_stack: EmbeddedStack,
+) -> None:
+    # Last in the module: the broker here keeps its records in memory, so its restart
+    # empties it. With rotation a batcher joins a new generation every period, and a
+    # consumer cannot start while the broker is away: each batcher of the soak's first
+    # broker restart with rotation on ended there (docs/reliability.md).
+    stack = rotating_stack
+    generations = stack.settings.topic_generations_for(MODELS[0])
+    batchers = [name for name in stack.processes if name.startswith("batcher")]
+    assert len(batchers) == 4  # two of each model
+    now = time.time()
+    # The next generation is joined lead_s before its start: down from before that, until
+    # a turn or two of the batchers' (one a second) have met it.
+    joined_at = generations.ends_at(generations.generation_at(now)) - generations.lead_s
+    if joined_at - now < 1.0:
+        joined_at += generations.period_s
+    stack.processes["broker"].kill()
+    await asyncio.sleep(joined_at - time.time() + 2.5)  # the fault's length: across the join
+    await asyncio.to_thread(stack.restart, "broker")
+    await asyncio.to_thread(stack.wait_for_batchers)
+    assert [name for name in batchers if not stack.processes[name].running()] == []
+    tag = uuid.uuid4().hex[:8]
+    async with TaskClient(stack.api_url) as client:
+        batch = [{"inputs": {"TEXT": f"after {tag} {k % 7}"}, "model": MODELS[k % 2]} for k in range(40)]
+        status, body = await client.request("POST", "/v1/tasks:batch", json={"tasks": batch})
+        assert status == 200, body
+        ends = await asyncio.gather(*(client.wait_final(result["task_id"], timeout_s=60) for result in body["results"]))
+    assert [end["status"] for end in ends] == ["done"] * len(batch)
+    assert [name for name in batchers if not stack.processes[name].running()] == []
