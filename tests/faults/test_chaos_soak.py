@@ -1,7 +1,8 @@
 """The chaos soak, in the production shape: 2 API workers, 2 batchers for each of 2 models
 on 4 partitions, 2 model endpoints, auth on with 3 tenants, the broker on S3 storage and
 Redis syncing its log every second (as compose runs it); with BRIMFUL_SOAK_ROTATION_S, the
-requests topics rotating. Traffic mixes identical inputs,
+requests topics rotating; with BRIMFUL_SOAK_BROKER=memory, the broker keeping its records
+in memory as ``make up``'s does (and then never restarted: that would empty it). Traffic mixes identical inputs,
 failing rows, cancels, Idempotency-Key retries, low-priority bulk, deadlines and DLQ
 replays, while a seeded schedule injects a fault every 20 s or less: an API worker killed,
 batchers killed and added (rebalances), an endpoint stopped or killed, Redis killed (losing
@@ -43,6 +44,7 @@ from redis.asyncio import Redis
 from brimful.commands.up import REFERENCE_MODELS
 from brimful.core.api_keys import ApiKeys, Scope
 from brimful.core.redis_keys import RedisKeys
+from brimful.core.settings import Settings
 from brimful.stack import EmbeddedStack, free_port
 from tests.helpers.pipeline import expected_outputs, read_dead_letters
 from tests.helpers.polling import wait_for
@@ -52,6 +54,8 @@ SOAK_S = float(os.environ.get("BRIMFUL_SOAK_S", "150"))
 # 0: one requests topic a model, as with Apache Kafka. With a period, the topics rotate under
 # the faults (docs/reliability.md, "Topic rotation under the soak", says what that found).
 ROTATION_S = float(os.environ.get("BRIMFUL_SOAK_ROTATION_S", "0"))
+# "s3" (durable: the broker is restarted among the faults) or "memory" (``make up``'s broker).
+BROKER = os.environ.get("BRIMFUL_SOAK_BROKER", "s3")
 SEED = int(os.environ.get("BRIMFUL_SOAK_SEED", "7"))
 REPORT = os.environ.get("BRIMFUL_SOAK_REPORT", "")
 LOAD_PER_S = 12.0
@@ -69,6 +73,10 @@ FAULTS = (
     "broker",
     "idle-flood",
 )
+if BROKER == "memory":
+    FAULTS = tuple(fault for fault in FAULTS if fault != "broker")
+elif BROKER != "s3":
+    raise ValueError(f"BRIMFUL_SOAK_BROKER is s3 or memory, not {BROKER!r}")
 TENANTS = ("acme", "globex", "initech")
 MODELS = REFERENCE_MODELS.split(",")
 SHARED_TEXTS = [f"shared input {n}" for n in range(12)]  # identical inputs, every tenant, both models
@@ -78,8 +86,9 @@ pytestmark = pytest.mark.timeout(SOAK_S + 900)
 
 
 @pytest.fixture(scope="module")
-def soak_stack(tmp_path_factory: pytest.TempPathFactory, s3_server: str) -> Iterator[EmbeddedStack]:
+def soak_stack(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[EmbeddedStack]:
     workdir = tmp_path_factory.mktemp("soak-stack")
+    on_s3 = BROKER == "s3"
     base = stack_settings(
         auth_enabled=True,
         api_workers=2,
@@ -89,7 +98,8 @@ def soak_stack(tmp_path_factory: pytest.TempPathFactory, s3_server: str) -> Iter
         infer_timeout_s=1.5,
         breaker_max_open_s=1.0,
         kafka_request_timeout_ms=5000,
-        kafka_fetch_max_wait_ms=500,  # Tansu on S3 answers shorter fetch waits with nothing, forever
+        # Tansu on S3 answers shorter fetch waits with nothing, forever; in memory, the default.
+        kafka_fetch_max_wait_ms=500 if on_s3 else Settings().kafka_fetch_max_wait_ms,
         kafka_fetch_lagging_max_wait_ms=2500,  # at most half the request timeout
         kafka_commit_after_stored_ms=2000,  # Redis syncs its log every second
         api_max_connections=64,  # so an idle-socket flood reaches the cap
@@ -112,8 +122,8 @@ def soak_stack(tmp_path_factory: pytest.TempPathFactory, s3_server: str) -> Iter
         ),
         redis_append_only=True,
         redis_fsync="everysec",
-        broker_storage="s3://tansu/",
-        broker_env=s3_broker_env(s3_server),
+        broker_storage="s3://tansu/" if on_s3 else "memory://tansu/",
+        broker_env=s3_broker_env(request.getfixturevalue("s3_server")) if on_s3 else {},
     )
     try:
         stack.start()
@@ -703,14 +713,17 @@ def write_report(path: Path, figures: dict[str, object], schedule: list[tuple[fl
         "# Reliability: the chaos soak\n\n"
         "`make soak` (tests/faults/test_chaos_soak.py with BRIMFUL_SOAK_S and BRIMFUL_SOAK_REPORT) runs Brimful in the\n"
         "production shape (2 API workers, 2 batchers for each of 2 models on 4 partitions, 2 model endpoints, auth on\n"
-        "with 3 tenants, the broker on S3 storage, Redis syncing its log every second, "
+        f"with 3 tenants, the broker {'on S3 storage' if BROKER == 's3' else 'in memory, never restarted'}, "
+        "Redis syncing its log every second, "
         f"{f'the requests topics rotating every {ROTATION_S:g} s' if ROTATION_S else 'one requests topic a model'}"
         ") under a mixed load, while a\n"
         "seeded schedule injects a fault every 20 s or less and a batch job (OpenAI's Batch API) runs through them.\n"
         "At quiescence a ledger checks every task that got a 202 and every line of the job (see the module's\n"
         "docstring). `make test` runs the same soak for 150 s. A run rewrites these figures.\n\n"
         f"Last run ({time.strftime('%Y-%m-%d')}, {figures['seconds']} s, seed {figures['seed']}; "
-        f"`make soak SOAK_S={SOAK_S:g}`{'' if SEED == 7 else f' with BRIMFUL_SOAK_SEED={SEED}'}):\n\n"
+        f"`make soak SOAK_S={SOAK_S:g}`{'' if SEED == 7 else f' with BRIMFUL_SOAK_SEED={SEED}'}"
+        f"{f' with BRIMFUL_SOAK_ROTATION_S={ROTATION_S:g}' if ROTATION_S else ''}"
+        f"{' with BRIMFUL_SOAK_BROKER=memory' if BROKER == 'memory' else ''}):\n\n"
         f"| figure | value |\n|---|---|\n{rows}\n\n"
         f"Faults: {', '.join(f'{kind} {count}' for kind, count in sorted(kinds.items()))}.\n{kept}"
     )
