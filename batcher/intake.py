@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import ConsumerStoppedError
 from aiokafka.structs import ConsumerRecord
 from google.protobuf.message import DecodeError
 
@@ -99,12 +100,13 @@ class Intake:
         self.last_fetch_at: float | None = None  # when a fetch last came back (liveness)
 
     async def fetch_loop(self) -> None:
-        """Fetch and accept until cancelled; a failed fetch is tried again."""
+        """Fetch and accept until cancelled or the consumer is stopped (then it raises); a
+        failed fetch is tried again."""
         while True:
             try:
                 fetched = await self._consumer.getmany(timeout_ms=1000)
-            except asyncio.CancelledError:
-                raise
+            except (asyncio.CancelledError, ConsumerStoppedError):
+                raise  # a stopped consumer never fetches again: retrying would spin for ever
             except Exception:
                 log.exception("fetch failed; retrying")
                 await asyncio.sleep(0.5)

@@ -79,7 +79,11 @@ class FetchPacer:
         }  # a paused partition is not fetched: its lag is the batcher's choice
         for tp, highwater in highwaters.items():
             try:
-                position = await asyncio.wait_for(self._consumer.position(tp), _POSITION_TIMEOUT_S)
+                # Not wait_for: on Python 3.11 it can swallow a cancellation that lands as
+                # the position comes back, and the fetch loop it runs in then outlives its
+                # service (asking a stopped consumer for records for ever).
+                async with asyncio.timeout(_POSITION_TIMEOUT_S):
+                    position = await self._consumer.position(tp)
             except (TimeoutError, KafkaError):  # unassigned meanwhile, or still resetting
                 continue
             if highwater > position:
