@@ -13,9 +13,9 @@ deletes the topic, which frees the broker's memory. A topic left behind (its las
 died) is joined again from the broker's topic list and retired the same way.
 
 A generation whose consumer cannot start (the broker away: with rotation a new one starts
-every period, so a broker restart meets one) is started again on the next turn, for
-``START_PATIENCE_S``; a broker away longer ends the process, as any failed service does,
-for its supervisor to start again.
+every period, so a broker restart meets one) is started again on the next turn. Only
+failing for ``START_PATIENCE_S`` with no generation of the process consuming ends it, as
+any failed service does, for its supervisor to start again.
 """
 
 from __future__ import annotations
