@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Mapping
 
 import numpy as np
-from tritonclient.grpc import InferInput, InferRequestedOutput
+from tritonclient.grpc import InferInput, InferRequestedOutput, InferResult
 from tritonclient.utils import InferenceServerException
 
 from brimful.core.model_metadata import ModelMetadata
@@ -74,4 +74,24 @@ class TritonModel(ModelMetadata):
                 )
         except Exception as error:
             raise classify(error) from error
-        return {spec.name: result.as_numpy(spec.name) for spec in signature.outputs}
+        return {spec.name: answered(result, spec.name, signature.batch_size) for spec in signature.outputs}
+
+
+def answered(result: InferResult, name: str, rows: int) -> np.ndarray:
+    """Output ``name`` of a call's answer, with a row for each of the call's ``rows``; a
+    ModelCallError when the answer lacks it or its rows (a server that garbled its answer:
+    seen from a PyTriton host thawed after SIGSTOP), never an exception the batch runner
+    does not expect."""
+    try:
+        array = result.as_numpy(name)
+    except ValueError as error:  # its bytes do not fill the shape it declares
+        raise ModelCallError(
+            ErrorClass.MODEL_ERROR, f"the model's answer is malformed: output {name}: {error}"
+        ) from error
+    if array is None or array.ndim == 0 or array.shape[0] != rows:
+        shape = "missing" if array is None else f"of shape {list(array.shape)}"
+        raise ModelCallError(
+            ErrorClass.MODEL_ERROR,
+            f"the model's answer is malformed: output {name} is {shape}, for a call of {rows} rows",
+        )
+    return array
