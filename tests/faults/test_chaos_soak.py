@@ -477,6 +477,8 @@ async def test_every_accepted_task_ends_right_in_the_production_shape_under_chao
     if REPORT:
         write_report(Path(REPORT), figures, schedule)
     assert {fault for _, fault in schedule} == set(FAULTS), f"the soak was too short for every fault: {schedule}"
+    if problems:
+        print_evidence(stack, problems)
     assert not problems, problems[:10]
     if ROTATION_S:  # the rotation ran under the faults: finished generations were retired
         assert deleted > 0
@@ -563,6 +565,20 @@ class BatchJob:
         return by_id
 
 
+def print_evidence(stack: EmbeddedStack, problems: list[str]) -> None:
+    """What the stack's logs say of the first problems' tasks, so that a failure seen once
+    (in CI, say) can be followed up."""
+    task_ids = [word for problem in problems[:5] for word in problem.replace(",", " ").split() if len(word) == 32]
+    lines: dict[str, list[str]] = {task_id: [] for task_id in dict.fromkeys(task_ids)}
+    for path in sorted((stack.workdir / "logs").glob("*.log")):
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            for task_id, found in lines.items():
+                if task_id in line and len(found) < 40:
+                    found.append(f"{path.name}: {line[:400]}")
+    for task_id, found in lines.items():
+        print(f"\nlogs naming {task_id}:", *found, sep="\n  ")
+
+
 def generations_deleted(stack: EmbeddedStack) -> int:
     """Topic generations the batchers deleted, from their logs (a batcher started again
     appends to its log)."""
@@ -630,7 +646,11 @@ async def check_ledger(
             problems.append(f"not final: {task_id} ({status}, {task.text[:30]!r})")
         elif status == "done":
             if answer["outputs"] != expected_outputs(task.text) or task.text.startswith("!fail"):
-                problems.append(f"wrong result: {task_id}")
+                problems.append(
+                    f"wrong result: {task_id} ({task.tenant}, {task.model}, {task.text!r}; answered for"
+                    f" {answer.get('task_id')}, cached {answer.get('cached')}: {answer['outputs']},"
+                    f" expected {expected_outputs(task.text)})"
+                )
             if task.cancelled:
                 if near_redis_kill(task.cancelled_at):
                     lost_to_redis += 1
