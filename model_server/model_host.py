@@ -176,6 +176,11 @@ def main() -> None:
     parser.add_argument("--fault-file", type=Path, default=None, help="'!flaky' rows fail while this file exists")
     parser.add_argument("--seen-log", type=Path, default=None, help="append every real row the model is given here")
     parser.add_argument(
+        "--hang-file",
+        default=None,
+        help="every call hangs while this file exists ({grpc_port} in it: this host's gRPC port, so hosts differ)",
+    )
+    parser.add_argument(
         "--model",
         choices=["reference", "minilm"],
         default="reference",
@@ -234,6 +239,7 @@ def main() -> None:
                     hang_s=args.hang_ms / 1000,
                     fault_file=args.fault_file,
                     seen_log=args.seen_log,
+                    hang_file=Path(args.hang_file.format(grpc_port=args.grpc_port)) if args.hang_file else None,
                 )
             )
         ]

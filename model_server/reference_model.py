@@ -9,7 +9,11 @@ Fault hooks (documented, for fault-injection tests and drills):
 - a call fails with a model error when any row's TEXT starts with ``!fail``;
 - a call fails with a model error when a row starts with ``!flaky`` *and* the fault file
   exists (the model host's ``--fault-file``): a fault that can be switched off;
-- a call hangs for ``hang_s`` the first time it sees a row starting with ``!hang-once``.
+- a call hangs for ``hang_s`` the first time it sees a row starting with ``!hang-once``;
+- every call hangs while the hang file exists (the model host's ``--hang-file``), for at
+  most ``HANG_FILE_MAX_S``: an endpoint that stops answering, without freezing the server's
+  processes (a model host frozen with SIGSTOP and thawed under load can answer a call with
+  another call's rows: PyTriton's fault, see docs/reliability.md).
 
 ``ReferenceModel(call_s=...)`` also makes every call take at least ``call_s``: a
 stand-in for a memory-bound GPU model whose cost does not depend on the real rows.
@@ -29,6 +33,8 @@ MODEL_NAME = "brimful_reference"
 FAIL_PREFIX = b"!fail"
 FLAKY_PREFIX = b"!flaky"
 HANG_ONCE_PREFIX = b"!hang-once"
+HANG_FILE_MAX_S = 30.0  # a hang file left behind must not hang the server for ever
+HANG_FILE_POLL_S = 0.05
 
 
 class ReferenceModelFault(RuntimeError):
@@ -50,16 +56,25 @@ class ReferenceModel:
     """The reference model with its run-time hooks, as the model host serves it."""
 
     def __init__(
-        self, call_s: float = 0.0, hang_s: float = 3.0, fault_file: Path | None = None, seen_log: Path | None = None
+        self,
+        call_s: float = 0.0,
+        hang_s: float = 3.0,
+        fault_file: Path | None = None,
+        seen_log: Path | None = None,
+        hang_file: Path | None = None,
     ) -> None:
         self.call_s = call_s
         self.hang_s = hang_s
         self.fault_file = fault_file
         self.seen_log = seen_log
+        self.hang_file = hang_file
         self._hung_for: set[bytes] = set()
 
     def __call__(self, text: np.ndarray) -> dict[str, np.ndarray]:
         started = time.monotonic()
+        if self.hang_file is not None:
+            while self.hang_file.exists() and time.monotonic() - started < HANG_FILE_MAX_S:
+                time.sleep(HANG_FILE_POLL_S)
         rows = [bytes(value) for value in text.reshape(-1)]
         if self.seen_log is not None:
             with self.seen_log.open("ab") as log:
