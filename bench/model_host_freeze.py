@@ -37,7 +37,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.saved_report import SavedReport, add_report_arguments, command_line, machine_description
+from bench.saved_report import SavedReport, add_report_arguments, command_line, machine_description, why
 from brimful.core.model_signature import ModelSignature
 from brimful.stack import EmbeddedStack, settings_on_free_ports
 from brimful.workers.model_errors import ModelCallError
@@ -195,7 +195,7 @@ def main() -> int:
                 report.save(results)
                 print(f"round {index + 1}: {figures}", flush=True)
             except Exception as error:  # a failed round is recorded; the next one still runs
-                results["error"] = f"round {index + 1}: {type(error).__name__}: {error}"[:300]
+                results["error"] = f"round {index + 1}: {why(error)}"
                 report.save(results)
             finally:
                 stack.stop()
