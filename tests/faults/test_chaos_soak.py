@@ -45,7 +45,7 @@ from redis.asyncio import Redis
 from brimful.commands.up import REFERENCE_MODELS
 from brimful.core.api_keys import ApiKeys, Scope
 from brimful.core.redis_keys import RedisKeys
-from brimful.core.settings import Settings
+from brimful.core.settings import default_of
 from brimful.stack import EmbeddedStack, free_port
 from tests.helpers.pipeline import expected_outputs, read_dead_letters
 from tests.helpers.polling import wait_for
@@ -100,7 +100,7 @@ def soak_stack(tmp_path_factory: pytest.TempPathFactory, request: pytest.Fixture
         breaker_max_open_s=1.0,
         kafka_request_timeout_ms=5000,
         # Tansu on S3 answers shorter fetch waits with nothing, forever; in memory, the default.
-        kafka_fetch_max_wait_ms=500 if on_s3 else Settings().kafka_fetch_max_wait_ms,
+        kafka_fetch_max_wait_ms=500 if on_s3 else default_of("kafka_fetch_max_wait_ms"),
         kafka_fetch_lagging_max_wait_ms=2500,  # at most half the request timeout
         kafka_commit_after_stored_ms=2000,  # Redis syncs its log every second
         api_max_connections=64,  # so an idle-socket flood reaches the cap
