@@ -50,6 +50,7 @@ from brimful.workers.slot import Slot
 log = logging.getLogger("brimful.batcher")
 
 BACKFILL_LOOK_S = 0.05  # how often low-priority rows look for a slot while normal rows have none waiting
+OVERDUE_CANCEL_WAIT_S = 5.0  # how long a batch cancelled at shutdown may take to unwind
 
 
 class Runner(Protocol):
@@ -389,5 +390,20 @@ class BatcherService:
             await asyncio.wait(
                 in_flight, timeout=max(0.0, deadline - self._clock()), return_when=asyncio.FIRST_COMPLETED
             )
+        await self._stop_overdue_batches()
         await self._committer.commit(list(self._partitions.values()))
         log.info("batcher stopped")
+
+    async def _stop_overdue_batches(self) -> None:
+        """Cancel the batches still running past ``shutdown_wait_s`` (left running, they met
+        the model pool closed under them, retried and could fail their tasks to the DLQ):
+        their offsets stay uncommitted, so the partition's next owner runs them again."""
+        overdue = [task for state in self._partitions.values() for task in state.in_flight]
+        if not overdue:
+            return
+        log.warning(
+            "batches still running at shutdown were stopped; their rows are read again", extra={"batches": len(overdue)}
+        )
+        for task in overdue:
+            task.cancel()
+        await asyncio.wait(overdue, timeout=OVERDUE_CANCEL_WAIT_S)
