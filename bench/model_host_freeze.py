@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.saved_report import SavedReport, add_report_arguments, command_line, machine_description, why
 from brimful.core.model_signature import ModelSignature
+from brimful.model_server.reference_model import hang_file_at
 from brimful.stack import EmbeddedStack, settings_on_free_ports
 from brimful.workers.model_errors import ModelCallError
 from brimful.workers.triton_model import TritonModel
@@ -46,6 +47,7 @@ from brimful.workers.triton_model import TritonModel
 MODES = ("frozen", "hung")
 CALLERS = 8
 HOST = "triton"
+HANG_FILE = "hang-{grpc_port}"  # in the stack's workdir
 
 
 class Round:
@@ -92,7 +94,7 @@ async def caller(
 
 async def faults(stack: EmbeddedStack, mode: str, round_: Round, stop: asyncio.Event) -> None:
     rng = random.Random(7)
-    hang = stack.workdir / f"hang-{stack.model_host_ports[HOST][0]}"
+    hang = hang_file_at(stack.workdir / HANG_FILE, stack.model_host_ports[HOST][0])
     while not stop.is_set():
         await asyncio.sleep(rng.uniform(3.0, 8.0))
         if not stack.processes[HOST].running():
@@ -184,7 +186,7 @@ def main() -> int:
             stack = EmbeddedStack(
                 settings_on_free_ports(),
                 workdir,
-                model_host_args=("--call-ms", "20", "--hang-file", str(workdir / "hang-{grpc_port}")),
+                model_host_args=("--call-ms", "20", "--hang-file", str(workdir / HANG_FILE)),
             )
             try:
                 stack.start_model_host()

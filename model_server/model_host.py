@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from brimful.model_server.library_path import library_path
-from brimful.model_server.reference_model import MODEL_NAME, ReferenceModel
+from brimful.model_server.reference_model import MODEL_NAME, ReferenceModel, hang_file_at
 
 log = logging.getLogger("brimful.model_host")
 
@@ -239,7 +239,7 @@ def main() -> None:
                     hang_s=args.hang_ms / 1000,
                     fault_file=args.fault_file,
                     seen_log=args.seen_log,
-                    hang_file=Path(args.hang_file.format(grpc_port=args.grpc_port)) if args.hang_file else None,
+                    hang_file=hang_file_at(args.hang_file, args.grpc_port) if args.hang_file else None,
                 )
             )
         ]

@@ -37,6 +37,12 @@ HANG_FILE_MAX_S = 30.0  # a hang file left behind must not hang the server for e
 HANG_FILE_POLL_S = 0.05
 
 
+def hang_file_at(template: str | Path, grpc_port: int) -> Path:
+    """A model host's hang file: ``template`` with ``{grpc_port}`` filled in, so that the
+    hosts of one stack, given the same flag, each have their own."""
+    return Path(str(template).format(grpc_port=grpc_port))
+
+
 class ReferenceModelFault(RuntimeError):
     """Raised by the fault hook; Triton reports it to the caller as a model error."""
 

@@ -46,6 +46,7 @@ from brimful.commands.up import REFERENCE_MODELS
 from brimful.core.api_keys import ApiKeys, Scope
 from brimful.core.redis_keys import RedisKeys
 from brimful.core.settings import default_of
+from brimful.model_server.reference_model import hang_file_at
 from brimful.stack import EmbeddedStack, free_port
 from tests.helpers.pipeline import expected_outputs, read_dead_letters
 from tests.helpers.polling import wait_for
@@ -80,6 +81,7 @@ elif BROKER != "s3":
     raise ValueError(f"BRIMFUL_SOAK_BROKER is s3 or memory, not {BROKER!r}")
 TENANTS = ("acme", "globex", "initech")
 MODELS = REFERENCE_MODELS.split(",")
+HANG_FILE = "model-hang-{grpc_port}"  # in the stack's workdir: the "endpoint-hang" fault's switch
 SHARED_TEXTS = [f"shared input {n}" for n in range(12)]  # identical inputs, every tenant, both models
 FINAL = ("done", "failed", "cancelled", "expired")
 
@@ -121,7 +123,7 @@ def soak_stack(tmp_path_factory: pytest.TempPathFactory, request: pytest.Fixture
             "--fault-file",
             str(workdir / "model-fault"),
             "--hang-file",
-            str(workdir / "model-hang-{grpc_port}"),
+            str(workdir / HANG_FILE),
         ),
         redis_append_only=True,
         redis_fsync="everysec",
@@ -355,7 +357,7 @@ class Faults:
             # Its model answers nothing: calls time out, the breaker opens. Not SIGSTOP of the
             # host: a PyTriton host frozen and thawed under load can answer a call with another
             # call's rows (docs/reliability.md), which is the model server's fault, not Brimful's.
-            hang = stack.workdir / f"model-hang-{stack.model_host_ports[rng.choice(hosts)][0]}"
+            hang = hang_file_at(stack.workdir / HANG_FILE, stack.model_host_ports[rng.choice(hosts)][0])
             hang.touch()
             await asyncio.sleep(rng.uniform(2.0, 5.0))
             hang.unlink()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from brimful.model_server.reference_model import ReferenceModel
+from brimful.model_server.reference_model import ReferenceModel, hang_file_at
 
 
 async def test_a_call_waits_while_the_hang_file_exists_then_answers_its_own_rows(tmp_path: Path) -> None:
@@ -28,7 +28,7 @@ async def test_a_call_waits_while_the_hang_file_exists_then_answers_its_own_rows
     ]
 
 
-def test_without_the_hang_file_a_call_answers_at_once(tmp_path: Path) -> None:
-    model = ReferenceModel(hang_file=tmp_path / "never-made")
-    outputs = model(np.array([[b"row"]], dtype=object))
-    assert outputs["LENGTH"].reshape(-1).tolist() == [3]
+def test_each_host_of_a_stack_has_its_own_hang_file(tmp_path: Path) -> None:
+    template = tmp_path / "hang-{grpc_port}"
+    assert hang_file_at(template, 8001) == tmp_path / "hang-8001"
+    assert hang_file_at(template, 8001) != hang_file_at(template, 8011)
