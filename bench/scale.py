@@ -46,6 +46,8 @@ from brimful.stack import EmbeddedStack, free_port, read_sample_sums
 
 DEFAULT_CONFIGS = "1x1x1x1,2x1x1x1,1x2x2x1,2x2x2x2"
 OPEN_LOOP_SHARE = 0.8
+# The seed's latency goal: the report counts the open loop's seconds whose p99 passed it.
+SLOW_SECOND_MS = 500.0
 # What each process is counted as in the report.
 ROLES = ("api", "batcher", "broker", "redis", "model")
 
@@ -164,7 +166,9 @@ def measure(shape: Shape, seconds: float, options: RunOptions) -> dict[str, Any]
             stack.empty_broker()
             offered = options.open_rate or OPEN_LOOP_SHARE * closed["achieved_rows_per_s"]
             broker_s, (submitted, groups), done = cpu_s(stack, "broker"), group_sums(stack), stats(stack)
-            opened = loadgen(stack, "brimful", seconds, rate=offered, processes=options.processes)
+            opened = loadgen(
+                stack, "brimful", seconds, rate=offered, processes=options.processes, extra=("--timeline",)
+            )
             open_tasks = max(1, stats(stack).get("tasks_done", 0) - done.get("tasks_done", 0))
             open_broker_us = (cpu_s(stack, "broker") - broker_s) / open_tasks * 1e6
             submitted_after, groups_after = group_sums(stack)
@@ -181,12 +185,25 @@ def measure(shape: Shape, seconds: float, options: RunOptions) -> dict[str, Any]
         "open_errors": opened["errors"] + opened["lost"],
         "open_p50_ms": opened["p50_ms"],
         "open_p99_ms": opened["p99_ms"],
+        "open_worst_second": worst_second(opened.get("by_second", [])),
+        "open_by_second": opened.get("by_second", []),
         "open_broker_us": open_broker_us,
         "open_group_mean": (submitted_after - submitted) / max(1.0, groups_after - groups),
         "errors": closed["errors"] + closed["lost"] + opened["errors"] + opened["lost"],
         "followed_up": {"closed": closed.get("followed_up", 0), "open": opened.get("followed_up", 0)},
         "first_errors": [loop["first_error"][:300] for loop in (closed, opened) if loop["first_error"]],
     }
+
+
+def worst_second(timeline: list[dict[str, float]]) -> dict[str, float]:
+    """The second of the open loop's arrivals with the highest p99 (``{}`` without a
+    timeline): a tail from a stall shows as a few bad seconds, one from overload as many."""
+    return max(timeline, key=lambda second: second["p99_ms"], default={})
+
+
+def seconds_over(timeline: list[dict[str, float]], p99_ms: float) -> int:
+    """How many of the open loop's seconds of arrivals had a p99 above ``p99_ms``."""
+    return sum(1 for second in timeline if second["p99_ms"] > p99_ms)
 
 
 def render(results: dict[str, Any]) -> str:
@@ -201,7 +218,8 @@ def render(results: dict[str, Any]) -> str:
         f" (load-generating processes: {results.get('load_processes', 1)}); x first: that against the first "
         "configuration; per added: (x first - 1) over the API workers and batchers added; rows a call: real rows "
         f"a model call carried in the closed loop. Open loop: Poisson at {open_loop_rate(results)} on an empty "
-        "broker (offered and answered rows/s in the table), ms from the scheduled arrival. "
+        "broker (offered and answered rows/s in the table), ms from the scheduled arrival; worst second: the "
+        "highest p99 of the requests that arrived in one second, and the seconds whose p99 passed 500 ms. "
         "Open broker us: the broker's CPU a task the open loop completed; open group: the tasks an API group "
         "commit carried in it. CPU: us a completed task in the closed loop, summed over the role's processes."
         + (f" The requests topic rotated every {results['rotation_s']:g} s." if results.get("rotation_s") else "")
@@ -217,8 +235,10 @@ def render(results: dict[str, Any]) -> str:
         ),
         "",
         "| config | rows/s | x first | per added | rows a call | open offered | open answered | open p50 ms "
-        "| open p99 ms | open broker us | open group | " + " | ".join(f"{role} us" for role in ROLES) + " |",
-        "|---|---|---|---|---|---|---|---|---|---|---|" + "---|" * len(ROLES),
+        "| open p99 ms | worst second p99 ms | seconds over 500 ms | open broker us | open group | "
+        + " | ".join(f"{role} us" for role in ROLES)
+        + " |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|" + "---|" * len(ROLES),
     ]
     for run in runs:
         assert base is not None
@@ -231,13 +251,26 @@ def render(results: dict[str, Any]) -> str:
             f"| {run['config']} | {run['rows_per_s']:.0f} | {ratio:.2f} | {per_added} "
             f"| {run.get('rows_per_call', 0.0):.1f} | {run['open_offered']:.0f} "
             f"| {run['open_rows_per_s']:.0f} | {run['open_p50_ms']:.1f} "
-            f"| {run['open_p99_ms']:.1f} | {open_figure(run, 'open_broker_us', 0)} "
+            f"| {run['open_p99_ms']:.1f} | {worst_of(run)} | {over_of(run, SLOW_SECOND_MS)} "
+            f"| {open_figure(run, 'open_broker_us', 0)} "
             f"| {open_figure(run, 'open_group_mean', 1)} | "
             + " | ".join(f"{cpu.get(role, 0.0):.0f}" for role in ROLES)
             + " |"
         )
     lines += errors_footer(results["runs"], lambda run: run["config"])
     return "\n".join(lines) + "\n"
+
+
+def worst_of(run: dict[str, Any]) -> str:
+    """The open loop's worst second's p99, or - where the run has no timeline."""
+    worst = run.get("open_worst_second") or {}
+    return f"{worst['p99_ms']:.0f}" if worst else "-"
+
+
+def over_of(run: dict[str, Any], p99_ms: float) -> str:
+    """'k of n': the open loop's seconds with a p99 above ``p99_ms``, or - without a timeline."""
+    timeline = run.get("open_by_second") or []
+    return f"{seconds_over(timeline, p99_ms)} of {len(timeline)}" if timeline else "-"
 
 
 def open_figure(run: dict[str, Any], name: str, decimals: int) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.scale import Shape, render, role_of
+from bench.scale import Shape, render, role_of, worst_second
 
 
 def test_a_configuration_is_four_counts_of_at_least_one() -> None:
@@ -65,8 +65,22 @@ def test_the_report_names_the_open_loops_rate() -> None:
     page = render({**results, "open_rate": 10000.0, "clients": 3072, "load_processes": 6})
     assert "Poisson at 10000 rows/s" in page
     assert "closed loop of 3072 clients for 10 s (load-generating processes: 6)" in page
-    assert "| 1x1x1x1 | 1000 | 1.00 | - | 0.0 | 800 | 790 | 50.0 | 90.0 | - | - |" in page  # saved before them
+    assert "| 1x1x1x1 | 1000 | 1.00 | - | 0.0 | 800 | 790 | 50.0 | 90.0 | - | - | - | - |" in page  # saved before them
     measured = {**_run("1x1x1x1", 1000.0), "open_broker_us": 120.4, "open_group_mean": 7.3}
-    assert "| 90.0 | 120 | 7.3 | 400 | 150 |" in render({**results, "runs": [measured]})
+    assert "| 90.0 | - | - | 120 | 7.3 | 400 | 150 |" in render({**results, "runs": [measured]})
     assert "rotated" not in page
     assert "The requests topic rotated every 10 s." in render({**results, "rotation_s": 10.0})
+
+
+def test_the_open_loops_worst_seconds_are_named() -> None:
+    timeline = [
+        {"t": 100, "n": 10000, "p99_ms": 180.0, "max_ms": 240.0},
+        {"t": 101, "n": 10000, "p99_ms": 1450.0, "max_ms": 1900.0},
+        {"t": 102, "n": 10000, "p99_ms": 620.0, "max_ms": 700.0},
+        {"t": 103, "n": 10000, "p99_ms": 500.0, "max_ms": 510.0},
+    ]
+    assert worst_second(timeline)["t"] == 101
+    assert worst_second([]) == {}
+    run = {**_run("1x1x1x1", 1000.0), "open_worst_second": worst_second(timeline), "open_by_second": timeline}
+    page = render({"command": "c", "machine": "m", "seconds": 10.0, "runs": [run]})
+    assert "| 90.0 | 1450 | 2 of 4 |" in page  # 500.0 itself is not over 500 ms
