@@ -215,8 +215,7 @@ async def read_task(state: ApiState, principal: Principal, task_id: str, query_s
     wait_s = parse_wait(query_string, state.settings.long_poll_max_s)
     await state.read_limiter.admit(principal.tenant)
     if wait_s > 0:
-        with state.waiters.holding(principal.tenant):
-            record = await state.waiters.read_when_final(task_id, principal.tenant, wait_s)
+        record = await state.waiters.read_held(task_id, principal.tenant, wait_s)
     else:
         record = await read_own_task(state.store, task_id, principal.tenant)
     if record is None:

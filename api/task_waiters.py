@@ -47,14 +47,17 @@ class TaskWaiters:
         """Whether one more of ``tenant``'s requests may be held waiting in this process."""
         return not self._max_per_tenant or self._held[tenant] < self._max_per_tenant
 
+    def _refusal(self) -> ApiError:
+        return ApiError(
+            429,
+            "too_many_waiting",
+            f"tenant already holds {self._max_per_tenant} waiting requests here; poll without ?wait or retry later",
+            {"Retry-After": "1"},
+        )
+
     def _hold(self, tenant: str) -> None:
         if not self.has_room(tenant):
-            raise ApiError(
-                429,
-                "too_many_waiting",
-                f"tenant already holds {self._max_per_tenant} waiting requests here; poll without ?wait or retry later",
-                {"Retry-After": "1"},
-            )
+            raise self._refusal()
         self._held[tenant] += 1
 
     def _release(self, tenant: str) -> None:
@@ -74,6 +77,21 @@ class TaskWaiters:
         *before* reading the task's state, or before submitting it, so a result stored in
         between is not missed."""
         return _Watch(self._waiting, task_id)
+
+    async def read_held(self, task_id: str, tenant: str, wait_s: float) -> TaskRecord | None:
+        """The tenant's task, held up to ``wait_s`` until it is final, counted against the
+        tenant's waiters; 429 ``too_many_waiting`` when they are full and the task is still
+        pending. A task already final (or unknown) is answered even then: only the wait is
+        refused. Refusing the read too would lock a tenant out of its finished results for
+        as long as its waiters stay full, and every refused client comes back a second
+        later, so a backlog past the limit would only grow."""
+        if not self.has_room(tenant):
+            record = await read_own_task(self._store, task_id, tenant)
+            if record is not None and not record.status.is_final:
+                raise self._refusal()
+            return record
+        with self.holding(tenant):
+            return await self.read_when_final(task_id, tenant, wait_s)
 
     async def read_when_final(self, task_id: str, tenant: str, wait_s: float) -> TaskRecord | None:
         """The tenant's task, held up to ``wait_s`` until it is final."""

@@ -363,6 +363,10 @@ async def test_a_tenant_holds_a_bounded_number_of_long_polls(auth_stack: Embedde
         new_key(auth_stack, "waiter", "submit,read"),
         new_key(auth_stack, "ops-waiter", "admin,operator,read"),
     )
+    status, finished = await call(
+        auth_stack, "POST", "/v1/tasks", waiter, params={"wait": "20"}, json={"inputs": {"TEXT": "quick"}}
+    )
+    assert status == 200 and finished["status"] == "done", finished
     # A lone row waits 20 s for company: long-polls on it stay held while the test looks.
     await set_policy(auth_stack, admin, max_wait_ms=20_000, min_wait_ms=20_000)
     try:
@@ -379,14 +383,24 @@ async def test_a_tenant_holds_a_bounded_number_of_long_polls(auth_stack: Embedde
             assert not answered, f"a long-poll was answered before the limit was reached: {answered}"
             assert time.monotonic() < deadline, "the long-polls were never held"
             await asyncio.sleep(0.05)
-        unknown = f"/v1/tasks/{'0' * 32}"  # a long-poll on it would answer 404 at once if let through
-        while True:  # a probe that meets the read limit only means "not yet"
-            status, refused = await call(auth_stack, "GET", unknown, waiter, params={"wait": "20"})
-            if not (status == 429 and refused["error"]["code"] == "rate_limited"):
-                break
-            assert time.monotonic() < deadline, refused
-            await asyncio.sleep(2 / READ_RATE)
+
+        async def long_poll(target: str) -> tuple[int, dict]:
+            while True:  # an answer that meets the read limit only means "not yet"
+                status, body = await call(auth_stack, "GET", target, waiter, params={"wait": "2"})
+                if not (status == 429 and body["error"]["code"] == "rate_limited"):
+                    return status, body
+                assert time.monotonic() < deadline, body
+                await asyncio.sleep(2 / READ_RATE)
+
+        # Another long-poll on the pending task is refused (let through, it would be held 2 s
+        # and answered 200 queued).
+        status, refused = await long_poll(path)
         assert status == 429 and refused["error"]["code"] == "too_many_waiting", (status, refused)
+        # Only the wait is refused: a finished task, or an unknown one, is answered at once,
+        # so a tenant past its limit still collects what is done.
+        status, body = await long_poll(f"/v1/tasks/{finished['task_id']}")
+        assert status == 200 and body["status"] == "done" and body["outputs"] == finished["outputs"], body
+        assert (await long_poll(f"/v1/tasks/{'0' * 32}"))[0] == 404
         assert not any(task.done() for task in held)
         # A POST with ?wait is still accepted, answered at once instead of held, and counted.
         declined = (await metric_values(f"{auth_stack.api_url}/metrics")).get("brimful_long_polls_declined_total", 0)
