@@ -445,7 +445,8 @@ class Settings(BaseSettings):
         1000,
         ge=0,
         description="Most requests of one tenant held waiting (`?wait=`) at once in one API process: beyond it a GET "
-        "answers 429 and a POST is answered 202 without waiting. 0: no limit.",
+        "of a pending task answers 429 (a finished one is answered at once) and a POST is answered 202 without "
+        "waiting. 0: no limit.",
     )
     api_allowed_hosts: str = Field(
         "",
