@@ -25,8 +25,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.compiled_api import importing_from
-from bench.revisions import WORKING_TREE, lay_out, revision_name
-from bench.saved_report import SavedReport, add_report_arguments, command_line, errors_footer, machine_description, why
+from bench.revisions import WORKING_TREE, lay_out_pair, pair_command
+from bench.saved_report import SavedReport, add_report_arguments, errors_footer, machine_description, why
 from bench.scale import Shape, start
 from bench.throughput import loadgen
 from brimful.stack import EmbeddedStack, read_sample_sums
@@ -100,12 +100,9 @@ def main() -> int:
         report.render_again()
         return 0
     shape = Shape.parse(args.config)
-    base, head = revision_name(args.base), revision_name(args.head)
-    rest = command_line("", args, DEFAULTS).removeprefix("python ")
+    base, head, command = pair_command("bench/long_poll_limit.py", args, DEFAULTS)
     results: dict[str, Any] = {
-        "command": f"python bench/long_poll_limit.py --base {base}"
-        + (f" --head {head}" if args.head != WORKING_TREE else "")
-        + rest,
+        "command": command,
         "machine": machine_description(),
         "config": str(shape),
         "rate": args.rate,
@@ -116,9 +113,7 @@ def main() -> int:
         "runs": [],
     }
     with tempfile.TemporaryDirectory(prefix="brimful-long-poll-limit-trees-") as scratch:
-        trees = {name: Path(scratch) / role for name, role in ((base, "base"), (head, "head"))}
-        for name, rev in ((base, args.base), (head, args.head)):
-            lay_out(rev, trees[name])
+        trees = lay_out_pair(args, Path(scratch))
         for number in range(1, args.reps + 1):
             order = [base, head] if number % 2 else [head, base]
             for name in order:

@@ -54,6 +54,25 @@ def lay_out(rev: str, tree: Path) -> None:
     copy_package(source, tree)
 
 
+def pair_command(script: str, args: argparse.Namespace, defaults: dict[str, object]) -> tuple[str, str, str]:
+    """(base, head, the command a report names) for a script taking ``--base`` and ``--head``
+    (``args``) and the flags of ``defaults``."""
+    base, head = revision_name(args.base), revision_name(args.head)
+    rest = command_line("", args, defaults).removeprefix("python ")
+    command = f"python {script} --base {base}" + (f" --head {head}" if args.head != WORKING_TREE else "") + rest
+    return base, head, command
+
+
+def lay_out_pair(args: argparse.Namespace, scratch: Path) -> dict[str, Path]:
+    """The folders, under ``scratch``, of ``args.base`` and ``args.head`` laid out as
+    ``brimful.*``, by their names as ``pair_command`` gives them."""
+    trees = {}
+    for role, rev in (("base", args.base), ("head", args.head)):
+        trees[revision_name(rev)] = scratch / role
+        lay_out(rev, scratch / role)
+    return trees
+
+
 def render(results: dict[str, Any]) -> str:
     lines = [
         f"# Two revisions side by side: {results['base']} and {results['head']}",
@@ -84,12 +103,9 @@ def main() -> int:
         report.render_again()
         return 0
     shape = Shape.parse(args.config)
-    base, head = revision_name(args.base), revision_name(args.head)
-    rest = command_line("", args, {"config": "2x1x1x1", "seconds": 15.0, "reps": 5}).removeprefix("python ")
+    base, head, command = pair_command("bench/revisions.py", args, {"config": "2x1x1x1", "seconds": 15.0, "reps": 5})
     results: dict[str, Any] = {
-        "command": f"python bench/revisions.py --base {base}"
-        + (f" --head {head}" if args.head != WORKING_TREE else "")
-        + rest,
+        "command": command,
         "machine": machine_description(),
         "config": str(shape),
         "base": base,
@@ -97,10 +113,7 @@ def main() -> int:
         "runs": [],
     }
     with tempfile.TemporaryDirectory(prefix="brimful-revisions-") as scratch:
-        trees = {}
-        for name, rev in ((base, args.base), (head, args.head)):
-            trees[name] = Path(scratch) / ("base" if name == base else "head")
-            lay_out(rev, trees[name])
+        trees = lay_out_pair(args, Path(scratch))
         for number in range(1, args.reps + 1):
             rep: dict[str, Any] = {"rep": number, "floor": {}, "lanes": []}
             results["runs"].append(rep)
