@@ -185,7 +185,6 @@ def measure(shape: Shape, seconds: float, options: RunOptions) -> dict[str, Any]
         "open_errors": opened["errors"] + opened["lost"],
         "open_p50_ms": opened["p50_ms"],
         "open_p99_ms": opened["p99_ms"],
-        "open_worst_second": worst_second(opened.get("by_second", [])),
         "open_by_second": opened.get("by_second", []),
         "open_broker_us": open_broker_us,
         "open_group_mean": (submitted_after - submitted) / max(1.0, groups_after - groups),
@@ -263,7 +262,7 @@ def render(results: dict[str, Any]) -> str:
 
 def worst_of(run: dict[str, Any]) -> str:
     """The open loop's worst second's p99, or - where the run has no timeline."""
-    worst = run.get("open_worst_second") or {}
+    worst = worst_second(run.get("open_by_second") or [])
     return f"{worst['p99_ms']:.0f}" if worst else "-"
 
 
