@@ -30,6 +30,12 @@ def main() -> None:
         shutil.rmtree(metrics_dir, ignore_errors=True)
 
 
+# How long the API keeps an idle connection open (uvicorn's default, named so clients can
+# keep theirs shorter: a client that reuses a connection as the server closes it reads
+# "server disconnected").
+KEEP_ALIVE_S = 5
+
+
 def serve(app: object, workers: int | None) -> None:
     settings = get_settings()
     uvicorn.run(
@@ -44,6 +50,7 @@ def serve(app: object, workers: int | None) -> None:
         # cost every request.
         proxy_headers=False,
         timeout_graceful_shutdown=10,
+        timeout_keep_alive=KEEP_ALIVE_S,
         # Bounds on what clients hold: a deadline for a request's head (uvicorn has none),
         # and a cap on open connections (api_max_connections), both in the protocol, which
         # answers them in JSON (uvicorn's limit_concurrency answers in plain text).

@@ -9,6 +9,8 @@ from typing import Any
 
 import aiohttp
 
+from brimful.api.main import KEEP_ALIVE_S
+
 FINAL = ("done", "failed")
 
 
@@ -19,7 +21,10 @@ class TaskClient:
         self._session: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> TaskClient:
-        self._session = aiohttp.ClientSession(self._base_url, connector=aiohttp.TCPConnector(limit=self._connections))
+        # Idle connections are dropped well before the API closes them: one reused just as the
+        # server closes it fails the request with "server disconnected".
+        connector = aiohttp.TCPConnector(limit=self._connections, keepalive_timeout=KEEP_ALIVE_S / 2)
+        self._session = aiohttp.ClientSession(self._base_url, connector=connector)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
