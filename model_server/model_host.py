@@ -9,6 +9,7 @@ small deterministic embedding model beside it, the same way.
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import os
 import signal
@@ -20,11 +21,18 @@ from types import FrameType
 from typing import Any
 
 import numpy as np
+from tritonclient.utils import InferenceServerException
 
 from brimful.model_server.library_path import library_path
 from brimful.model_server.reference_model import MODEL_NAME, ReferenceModel, hang_file_at
 
 log = logging.getLogger("brimful.model_host")
+
+# PyTriton gives each instance of a model after the first 1 s to find the first one's
+# handshake socket; on a loaded machine the first can take longer to start and the load
+# fails with this message. The server is then started again, at most this many times in all.
+HANDSHAKE_MISSED = "Timeout occurred while waiting for config file"
+LOAD_STARTS = 3
 
 
 def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
@@ -222,12 +230,12 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO)
     # PyTriton creates the workspace itself and refuses one that already exists.
     workspace = args.workspace or Path(tempfile.mkdtemp(prefix="brimful-triton-")) / "workspace"
-    serve(
+    start_server = functools.partial(
+        serve,
         grpc_port=args.grpc_port,
         http_port=args.http_port,
         metrics_port=args.metrics_port,
         batch_size=args.batch_size,
-        workspace=workspace,
         # MiniLM: a copy of the weights per instance. The reference model: one object shared
         # by every instance, so its hooks (hang once, the seen-log) stay once per server.
         served=[minilm() for _ in range(args.instances)]
@@ -249,6 +257,15 @@ def main() -> None:
         gpu_metrics=args.gpu_metrics,
         beside=[*([embedding()] if args.embedding else []), *([minilm()] if args.minilm else [])],
     )
+    for start in range(1, LOAD_STARTS + 1):
+        try:
+            # Each start in a workspace of its own: PyTriton refuses one that exists.
+            start_server(workspace=workspace if start == 1 else workspace.with_name(f"{workspace.name}-{start}"))
+            return
+        except InferenceServerException as error:
+            if start == LOAD_STARTS or HANDSHAKE_MISSED not in str(error):
+                raise
+            log.warning("a model instance missed PyTriton's handshake window; starting the server again")
 
 
 if __name__ == "__main__":
