@@ -9,8 +9,9 @@ reach it, so a new generation never pauses the current one for a rebalance.
 A generation is retired once no send can reach it (``may_retire``) and every record
 in it is committed. Members leave one by one; the member holding partition 0 stays until
 the group's other members have left and it holds every partition, then leaves and
-deletes the topic, which frees the broker's memory. A topic left behind (its last member
-died) is joined again from the broker's topic list and retired the same way.
+deletes the topic, which frees the broker's memory. An older generation is joined only
+where no live batcher holds it (``batcher/orphans.py``: its last member died with records
+waiting, or before it deleted the topic) and is retired the same way.
 
 A generation whose consumer cannot start (the broker away: with rotation a new one starts
 every period, so a broker restart meets one) is started again on the next turn. Only
@@ -28,6 +29,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from brimful.batcher.orphans import OrphanWatch
 from brimful.batcher.service import BatcherService
 from brimful.core.fetch_pacer import set_fetch_max_wait
 from brimful.core.topic_generations import SUFFIX, TopicGenerations
@@ -108,6 +110,7 @@ class Generations:
         list_topics: Callable[[], Awaitable[set[str]]],
         create_topics: Callable[[list[str]], Awaitable[None]],
         delete_topic: Callable[[str], Awaitable[None]],
+        held_by_live_batchers: Callable[[], Awaitable[set[int]]],
         wall_clock: Callable[[], float],
         live_fetch_wait_ms: int,
         interval_s: float = 1.0,
@@ -118,6 +121,8 @@ class Generations:
         self._list_topics = list_topics
         self._create_topics = create_topics
         self._delete_topic = delete_topic
+        self._held_by_live_batchers = held_by_live_batchers
+        self._orphans = OrphanWatch()
         self._wall_clock = wall_clock
         self._live_fetch_wait_ms = live_fetch_wait_ms
         self._interval_s = interval_s
@@ -183,11 +188,10 @@ class Generations:
                     existing.update(missing)
             except Exception as error:  # the broker away: keep what runs, try next turn
                 log.warning("could not list topic generations", extra={"error": repr(error)})
-        for number in sorted(self._generations.wanted(now, existing)):
+        joining = self._generations.live(now) | await self._orphans_to_join(now, existing)
+        for number in sorted(joining - set(self.running)):
             retired_at = self._retired.get(number)
-            if number in self.running or (retired_at is not None and now - retired_at < self._generations.grace_s):
-                continue
-            if number < self._generations.generation_at(now) and self._generations.topic(number) not in existing:
+            if retired_at is not None and now - retired_at < self._generations.grace_s:
                 continue
             self._start(number)
         current = self._generations.generation_at(now)
@@ -198,6 +202,18 @@ class Generations:
             self._pace(run, now)
             if not run.stop.is_set() and self._generations.may_retire(number, now):
                 await self._maybe_retire(run)
+
+    async def _orphans_to_join(self, now: float, existing: set[str]) -> set[int]:
+        """The older generations no live batcher has held for a while (none without rotation)."""
+        older = self._generations.older(now, existing) - set(self.running)
+        if not older:
+            return self._orphans.to_join(now, older, set())
+        try:
+            held: set[int] | None = await self._held_by_live_batchers()
+        except Exception as error:  # the board away: join nothing new this turn
+            log.warning("could not read which generations live batchers hold", extra={"error": repr(error)})
+            held = None
+        return self._orphans.to_join(now, older, held)
 
     def _pace(self, run: GenerationRun, now: float) -> None:
         """The live fetch wait while sends go to the generation, the idle one otherwise."""

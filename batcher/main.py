@@ -277,6 +277,15 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
         async def list_topics() -> set[str]:
             return set(await asyncio.wait_for(admin.list_topics(), settings.kafka_request_timeout_ms / 1000))
 
+        board = StatusBoard(redis, keys)
+
+        async def held_by_live_batchers() -> set[int]:
+            # Entries expire a few seconds after their batcher stops refreshing them (``supervise``).
+            entries = await asyncio.wait_for(board.read_all(), settings.redis_timeout_s)
+            return {
+                int(e["generation"]) for e in entries if e.get("model") == settings.model_name and "generation" in e
+            }
+
         generations = Generations(
             topic_generations,
             open_generation,
@@ -284,6 +293,7 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
             list_topics=list_topics,
             create_topics=create_topics,
             delete_topic=delete_topic,
+            held_by_live_batchers=held_by_live_batchers,
             wall_clock=time.time,
             live_fetch_wait_ms=settings.kafka_fetch_max_wait_ms,
         )
@@ -326,7 +336,7 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
                 settings.model_name,
                 generations,
                 tuning,
-                StatusBoard(redis, keys),
+                board,
                 recorder,
                 member,
                 settings.tuning_poll_ms / 1000,

@@ -3,9 +3,9 @@ only recent records.
 
 With ``topic_rotation_s`` set, a model's tasks go to ``<its topic>.g<N>``, where N is the
 wall-clock second divided by the period: every API worker picks the same generation with
-no coordination. Batchers consume every generation that exists (each through its own
+no coordination. Batchers consume the live generations (each through its own
 consumer group, so a new generation never rebalances the current one), join the next one
-``lead_s`` before it starts, and retire a generation once it is past its end by
+``lead_s`` before it starts, join an older one only where no live batcher holds it, and retire a generation once it is past its end by
 ``grace_s`` and every record in it is finished; the last member deletes its topic, which
 frees the broker's memory (Tansu's memory engine keeps every record and lists them all
 on each fetch).
@@ -70,17 +70,21 @@ class TopicGenerations:
         """When sends stop choosing ``generation`` (infinity without rotation)."""
         return (generation + 1) * self.period_s if self.rotating else math.inf
 
-    def wanted(self, now: float, existing: Iterable[str]) -> set[int]:
-        """The generations a batcher should consume at ``now``: the current one, the next
-        once it is within ``lead_s``, and every older one whose topic still exists (it may
-        still hold unfinished records, or wait for its last member to delete it)."""
+    def live(self, now: float) -> set[int]:
+        """The generations every batcher consumes at ``now``: the current one and the next
+        once it is within ``lead_s`` (0 alone without rotation)."""
+        if not self.rotating:
+            return {0}
+        return {self.generation_at(now), self.generation_at(now + self.lead_s)}
+
+    def older(self, now: float, existing: Iterable[str]) -> set[int]:
+        """The generations before the current one whose topics still exist: they may hold
+        unfinished records, or wait for their last member to delete them."""
+        if not self.rotating:
+            return set()
         current = self.generation_at(now)
-        wanted = {current, self.generation_at(now + self.lead_s)} if self.rotating else {0}
-        for topic in existing:
-            generation = self.generation_of(topic)
-            if generation is not None and generation < current:
-                wanted.add(generation)
-        return wanted
+        numbers = (self.generation_of(topic) for topic in existing)
+        return {number for number in numbers if number is not None and number < current}
 
     def may_retire(self, generation: int, now: float) -> bool:
         """Whether no send can reach ``generation`` any more: past its end by the grace."""

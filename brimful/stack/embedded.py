@@ -281,6 +281,10 @@ class EmbeddedStack:
             ready = f"http://127.0.0.1:{http_port}/v2/models/{model}/ready"
             wait_until(functools.partial(http_ok, ready), self.startup_timeout_s, name, self.processes[name])
 
+    def batcher_model(self, name: str) -> str:
+        """The model the batcher ``name`` serves (raises KeyError for a name never started)."""
+        return self._batcher_models[name]
+
     def start_batcher(self, name: str | None = None, model: str | None = None) -> ManagedProcess:
         """Start a batcher of ``model`` (default: model_name; a named batcher started
         before keeps its model). The default model's are "batcher-0", "batcher-1", ...;

@@ -2,11 +2,14 @@
 four partitions, two API workers, two endpoints. Tasks cross several generations (with
 identical inputs and failing rows, and a batcher killed and started again between them);
 every accepted task ends right, each finished generation's topic is deleted from the
-broker and never comes back, and the backlog the API admits by comes back to zero."""
+broker and never comes back, and the backlog the API admits by comes back to zero. A
+batcher started again beside a live one joins no older generation; one started after
+every batcher of its model died takes the generations they left with records waiting."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 from collections.abc import Iterator
@@ -56,6 +59,39 @@ async def topics(stack: EmbeddedStack) -> set[str]:
         await admin.close()
 
 
+def logged_generations(stack: EmbeddedStack, batcher: str, model: str, message: str, after_byte: int = 0) -> list[int]:
+    """The generations of ``model`` a batcher's log names with ``message`` past
+    ``after_byte`` (a batcher started again appends to its log)."""
+    generations = stack.settings.topic_generations_for(model)
+    log_path = stack.processes[batcher].log_path
+    assert log_path is not None
+    with open(log_path, "rb") as log:
+        log.seek(after_byte)
+        lines = log.read().decode("utf-8", errors="replace").splitlines()
+    named = []
+    for line in lines:
+        if message in line:
+            number = generations.generation_of(json.loads(line)["topic"])
+            assert number is not None, line
+            named.append(number)
+    return named
+
+
+def joined_generations(stack: EmbeddedStack, batcher: str, model: str, after_byte: int = 0) -> list[int]:
+    return logged_generations(stack, batcher, model, "joined a topic generation", after_byte)
+
+
+def held_generations(stack: EmbeddedStack, batcher: str, model: str) -> set[int]:
+    """The generations a running batcher has joined and not yet retired."""
+    retired = logged_generations(stack, batcher, model, "retiring a topic generation")
+    return set(joined_generations(stack, batcher, model)) - set(retired)
+
+
+def log_size(stack: EmbeddedStack, name: str) -> int:
+    path = stack.processes[name].log_path
+    return path.stat().st_size if path.exists() else 0
+
+
 class TopicWatch:
     """The broker's topics, listed twice a second: those seen and then gone (``deleted``),
     and those of them seen again after (``back``)."""
@@ -91,6 +127,15 @@ async def test_tasks_cross_generations_and_finished_generations_are_deleted(rota
             if not killed and time.monotonic() - started > TRAFFIC_S / 2:
                 victim = next(name for name in stack.processes if name.startswith("batcher"))
                 stack.processes[victim].kill()  # no goodbye: its partitions move after the session timeout
+                victim_log_at = log_size(stack, victim)
+                victim_model = stack.batcher_model(victim)
+                peer = next(
+                    name
+                    for name in stack.processes
+                    if name.startswith("batcher") and name != victim and stack.batcher_model(name) == victim_model
+                )
+                current_at_restart = settings.topic_generations_for(victim_model).generation_at(time.time())
+                held_by_peer = {n for n in held_generations(stack, peer, victim_model) if n < current_at_restart}
                 await asyncio.to_thread(stack.start_batcher, victim)
                 killed = True
             batch = []
@@ -108,6 +153,12 @@ async def test_tasks_cross_generations_and_finished_generations_are_deleted(rota
             await asyncio.sleep(0.05)
         assert killed
         assert len(generations_used) >= 2 * 4, generations_used  # the traffic crossed generations of both models
+        # Its model's other batcher held these older generations all along: a join of one
+        # would only have been a rebalance of that batcher's group. (Those only the victim
+        # held were orphans, for either batcher to take.)
+        joined = joined_generations(stack, victim, victim_model, victim_log_at)
+        assert held_by_peer, "the peer held no older generation when the victim started again"
+        assert joined and not held_by_peer & set(joined), (joined, held_by_peer)
 
         ends = await asyncio.gather(*(client.wait_final(task_id, timeout_s=90) for task_id in accepted))
         wrong = [(task_id, end["status"]) for task_id, end in zip(accepted, ends) if end["status"] != accepted[task_id]]
@@ -152,6 +203,46 @@ async def test_tasks_cross_generations_and_finished_generations_are_deleted(rota
             return (await metric_values(f"{stack.api_url}/metrics")).get("brimful_backlog_rows", -1) == 0
 
         await wait_for(backlog_drained, 30, "the backlog to come back to zero")
+
+
+async def test_generations_left_with_records_by_every_batcher_of_a_model_are_taken_by_one_started_after(
+    rotating_stack: EmbeddedStack,
+) -> None:
+    stack = rotating_stack
+    model = MODELS[1]
+    generations = stack.settings.topic_generations_for(model)
+    batchers = [name for name in stack.processes if name.startswith("batcher") and stack.batcher_model(name) == model]
+    assert len(batchers) == 2
+    for name in batchers:
+        stack.processes[name].kill()
+    tag = uuid.uuid4().hex[:8]
+    accepted: dict[str, str] = {}
+    left_in: set[int] = set()
+    async with TaskClient(stack.api_url) as client:
+        started = time.monotonic()
+        n = 0
+        while time.monotonic() - started < 1.5 * PERIOD_S:  # into two generations at least
+            batch = []
+            for k in range(10):
+                n += 1
+                text = f"!fail {tag} {n}" if n % 23 == 0 else f"same {k % 3}" if k % 2 else f"orphaned {tag} {n}"
+                batch.append({"inputs": {"TEXT": text}, "model": MODELS[n % 2]})
+            left_in.add(generations.generation_at(time.time()))
+            status, body = await client.request("POST", "/v1/tasks:batch", json={"tasks": batch})
+            assert status == 200, body
+            for task, result in zip(batch, body["results"]):
+                accepted[result["task_id"]] = "failed" if task["inputs"]["TEXT"].startswith("!fail") else "done"
+            await asyncio.sleep(0.1)
+        # Once sends have moved past them, those generations are older ones with no live batcher.
+        await asyncio.sleep(max(0.0, generations.ends_at(max(left_in)) - time.time()) + 0.5)
+        survivor = batchers[0]
+        log_at = log_size(stack, survivor)
+        await asyncio.to_thread(stack.start_batcher, survivor)
+        ends = await asyncio.gather(*(client.wait_final(task_id, timeout_s=90) for task_id in accepted))
+    wrong = [(task_id, end["status"]) for task_id, end in zip(accepted, ends) if end["status"] != accepted[task_id]]
+    assert not wrong, wrong[:10]
+    assert left_in <= set(joined_generations(stack, survivor, model, log_at)), left_in
+    await asyncio.to_thread(stack.start_batcher, batchers[1])  # the module's last test counts four
 
 
 async def test_a_broker_away_when_a_generation_is_joined_leaves_every_batcher_running(

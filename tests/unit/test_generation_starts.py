@@ -51,6 +51,9 @@ def generations(broker: Broker, clock: list[float], topics: TopicGenerations = O
     async def nothing(*_: object) -> None:
         return None
 
+    async def none_held() -> set[int]:
+        return set()
+
     return Generations(
         topics,
         open_generation,  # type: ignore[arg-type]
@@ -58,6 +61,7 @@ def generations(broker: Broker, clock: list[float], topics: TopicGenerations = O
         list_topics=no_topics,
         create_topics=nothing,
         delete_topic=nothing,
+        held_by_live_batchers=none_held,
         wall_clock=lambda: clock[0],
         live_fetch_wait_ms=5,
     )

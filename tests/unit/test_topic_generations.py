@@ -17,7 +17,8 @@ def test_without_rotation_there_is_one_topic_named_as_before() -> None:
     assert {one.topic_at(now) for now in (0.0, 1e9, 2e9)} == {"brimful.requests"}
     assert one.generation_of("brimful.requests") == 0
     assert one.generation_of("brimful.requests.g5") is None
-    assert one.wanted(1e9, ["brimful.requests", "brimful.requests.g5"]) == {0}
+    assert one.live(1e9) == {0}
+    assert one.older(1e9, ["brimful.requests", "brimful.requests.g5"]) == set()
     assert not one.may_retire(0, 1e12)
     settings = Settings()
     assert settings.consumer_group_for(settings.default_model, 7) == settings.consumer_group
@@ -50,11 +51,11 @@ def test_a_producer_needs_the_generations_a_send_may_still_reach_and_the_next_wi
     assert TopicGenerations("brimful.requests").in_use(1e9, in_flight_s=10.0) == ["brimful.requests"]
 
 
-def test_a_batcher_joins_the_next_generation_within_the_lead_and_keeps_older_ones_that_exist() -> None:
-    assert ROTATING.wanted(1000.0, []) == {100}
-    assert ROTATING.wanted(1005.0, []) == {100, 101}  # 5 s before generation 101 starts
-    existing = ["brimful.requests.g97", "brimful.requests.g99", "brimful.requests.small.g98", "brimful.dlq"]
-    assert ROTATING.wanted(1000.0, existing) == {97, 99, 100}
+def test_the_live_generations_take_the_next_within_the_lead_and_older_ones_are_those_that_exist() -> None:
+    assert ROTATING.live(1000.0) == {100}
+    assert ROTATING.live(1005.0) == {100, 101}  # 5 s before generation 101 starts
+    existing = ["brimful.requests.g97", "brimful.requests.g99", "brimful.requests.g100", "brimful.requests.small.g98"]
+    assert ROTATING.older(1000.0, [*existing, "brimful.dlq"]) == {97, 99}
     assert ROTATING.upcoming(1006.0) == ["brimful.requests.g100", "brimful.requests.g101"]
 
 
