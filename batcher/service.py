@@ -17,13 +17,12 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Protocol
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from brimful.batcher.accumulator import Accumulator, Pending
+from brimful.batcher.accumulator import Accumulator
 from brimful.batcher.backfill import backfill_due
-from brimful.batcher.flushed_batch import flushed_batch
+from brimful.batcher.in_flight import InFlightBatches, Runner
 from brimful.batcher.intake import Estimates, Intake
 from brimful.batcher.limits import BatcherLimits
 from brimful.batcher.model_health import ModelHealth
@@ -34,31 +33,19 @@ from brimful.batcher.policy import FlushReason, WaitOrFullPolicy
 from brimful.batcher.rebalance import Rebalance
 from brimful.batcher.slot_leasing import SlotLeasing
 from brimful.batcher.status_snapshot import partition_status, pool_status
-from brimful.batcher.until_done import until_done
 from brimful.batcher.waiting_rows import WaitingRows
 from brimful.core import metrics
 from brimful.core.clock import now_ms
 from brimful.core.fetch_pacer import FetchPacer
 from brimful.core.policy_params import PolicyParams
 from brimful.core.pool_capacity import PoolCapacity
-from brimful.workers.batch import Batch, BatchItem
 from brimful.workers.dead_letters import DeadLetterWriter
 from brimful.workers.model_pool import ModelPool
 from brimful.workers.retry_policy import BatchRetryPolicy
-from brimful.workers.slot import Slot
 
 log = logging.getLogger("brimful.batcher")
 
 BACKFILL_LOOK_S = 0.05  # how often low-priority rows look for a slot while normal rows have none waiting
-OVERDUE_CANCEL_WAIT_S = 5.0  # how long a batch cancelled at shutdown may take to unwind
-
-
-class Runner(Protocol):
-    """What the batcher needs of the GPU side (``workers.batch_runner.BatchRunner``)."""
-
-    async def run(self, batch: Batch) -> object: ...
-
-    async def abandon(self, batch: Batch, error: BaseException) -> None: ...
 
 
 class BatcherService:
@@ -81,7 +68,6 @@ class BatcherService:
     ) -> None:
         self._consumer = consumer
         self._topic = topic
-        self._runner = runner
         self._pool = pool
         self._retry = retry
         self._dead_letters = dead_letters
@@ -91,7 +77,6 @@ class BatcherService:
         self._clock = clock
         self._estimates = Estimates()
         self._partitions: dict[int, PartitionState] = {}
-        self._in_flight_total = 0
         self._wakeup = asyncio.Event()
         self._committer = OffsetCommitter(
             consumer,
@@ -101,6 +86,16 @@ class BatcherService:
             after_stored_s=limits.commit_after_stored_s,
         )
         self._waiting = WaitingRows()  # rows waiting here (normal or low priority), by task id
+        self._in_flight = InFlightBatches(
+            runner,
+            retry,
+            limits.store_retry_s,
+            self._waiting,
+            self._estimates,
+            clock,
+            self._committer.want,
+            self._wakeup.set,
+        )
         self._leasing = SlotLeasing(pool, self._wakeup.set)
         # Pauses consumption through outages; hears other batchers' news of an endpoint down.
         self.health = ModelHealth(pool, consumer, self._partitions, self._wakeup.set)
@@ -114,7 +109,7 @@ class BatcherService:
             retry,
             clock,
             self._wakeup.set,
-            self._finish_offsets,
+            self._in_flight.finish_offsets,
             on_arrival=on_arrival,
             fetch_pacer=fetch_pacer,
             keep_trace_context=keep_trace_context,
@@ -191,7 +186,7 @@ class BatcherService:
                 for number, state in sorted(self._partitions.items())
             },
             "paused_for_outage": self.health.paused,
-            "in_flight": self._in_flight_total,
+            "in_flight": self._in_flight.total,
             "service_estimate_s": round(self._estimates.service, 4),
             "upstream_estimate_s": round(self._estimates.upstream, 4),
             "pool": pool_status(capacity),
@@ -251,7 +246,7 @@ class BatcherService:
                 self._wakeup.clear()
                 if fetcher.done():
                     fetcher.result()  # the fetch loop only ends by raising: surface it
-                self.health.follow(self._in_flight_total)
+                self.health.follow(self._in_flight.total)
                 self._dispatch_due()
         finally:
             self.running = False
@@ -280,7 +275,7 @@ class BatcherService:
     def _has_slot(self, state: PartitionState) -> bool:
         return (
             not self.health.paused
-            and self._in_flight_total < self._limits.max_in_flight
+            and self._in_flight.total < self._limits.max_in_flight
             and len(state.in_flight) < self._limits.max_in_flight_per_partition
         )
 
@@ -321,7 +316,7 @@ class BatcherService:
                     slot = reserved
                 rows = state.accumulator.take()
                 rows += state.low.take(batch_size - len(rows))  # slots that would be padding carry bulk work
-                self._start_batch(state, rows, reason, slot)
+                self._in_flight.start(state, rows, reason, slot)
         self._leasing.idle_ready({number for number, state in self._partitions.items() if len(state.accumulator)})
         if force_reason is None:
             for state in self._partitions.values():
@@ -334,44 +329,12 @@ class BatcherService:
                     backfill = pool.reserve(min(len(state.low), batch_size))
                     if backfill is None:
                         break
-                    self._start_batch(state, state.low.take(batch_size), FlushReason.BACKFILL, backfill)
+                    self._in_flight.start(state, state.low.take(batch_size), FlushReason.BACKFILL, backfill)
         for state in self._partitions.values():
             if state.paused and not self._intake.full(state, share=0.5):
                 state.paused = False
                 if not self.health.paused:
                     self._consumer.resume(state.tp)
-
-    def _start_batch(
-        self, state: PartitionState, rows: list[Pending[BatchItem]], reason: FlushReason, slot: Slot
-    ) -> None:
-        batch = flushed_batch(state.tp.partition, rows, reason, slot, self._waiting, self._clock())
-        self._in_flight_total += 1
-        task = asyncio.create_task(self._run_batch(state, batch), name=f"batch-{batch.batch_id}")
-        state.in_flight.add(task)
-        task.add_done_callback(lambda t: self._batch_finished(state, t))
-
-    async def _run_batch(self, state: PartitionState, batch: Batch) -> None:
-        started = self._clock()
-        await until_done(
-            batch.batch_id,
-            lambda: self._runner.run(batch),
-            lambda error: self._runner.abandon(batch, error),
-            self._retry,
-            self._limits.store_retry_s,
-        )
-        self._estimates.service += 0.2 * ((self._clock() - started) - self._estimates.service)
-        self._finish_offsets(state, [item.offset for item in batch.items])
-
-    def _finish_offsets(self, state: PartitionState, offsets: list[int]) -> None:
-        if state.tracker is not None:
-            for offset in offsets:
-                state.tracker.finish(offset)
-        self._committer.want()
-
-    def _batch_finished(self, state: PartitionState, task: asyncio.Task[None]) -> None:
-        state.in_flight.discard(task)
-        self._in_flight_total -= 1
-        self._wakeup.set()
 
     async def _shutdown(self) -> None:
         """Flush every waiting row (reason ``shutdown``), finish in-flight work, commit."""
@@ -390,20 +353,6 @@ class BatcherService:
             await asyncio.wait(
                 in_flight, timeout=max(0.0, deadline - self._clock()), return_when=asyncio.FIRST_COMPLETED
             )
-        await self._stop_overdue_batches()
+        await self._in_flight.stop_overdue([task for state in self._partitions.values() for task in state.in_flight])
         await self._committer.commit(list(self._partitions.values()))
         log.info("batcher stopped")
-
-    async def _stop_overdue_batches(self) -> None:
-        """Cancel the batches still running past ``shutdown_wait_s`` (left running, they met
-        the model pool closed under them, retried and could fail their tasks to the DLQ):
-        their offsets stay uncommitted, so the partition's next owner runs them again."""
-        overdue = [task for state in self._partitions.values() for task in state.in_flight]
-        if not overdue:
-            return
-        log.warning(
-            "batches still running at shutdown were stopped; their rows are read again", extra={"batches": len(overdue)}
-        )
-        for task in overdue:
-            task.cancel()
-        await asyncio.wait(overdue, timeout=OVERDUE_CANCEL_WAIT_S)
