@@ -43,7 +43,6 @@ from bench.saved_report import (
     errors_footer,
     machine_description,
     value_range,
-    why,
 )
 from bench.throughput import loadgen, process_pids, stats
 from bench.throughput_plan import MODELS
@@ -207,17 +206,12 @@ def main() -> int:
             report.save(results)
             for rep in range(args.reps):
                 for case in ("alone", "beside the job") if rep % 2 == 0 else ("beside the job", "alone"):
-                    try:
-                        if case == "alone":
-                            run = interactive(stack, args.rate, args.seconds, settle_first=True)
-                        else:
-                            run = with_job(stack, job["file_id"], args.rate, args.seconds)
-                    except Exception as error:  # recorded; the next run still goes
-                        run = {"error": why(error)}
-                    run.update(case=case, rep=rep)
-                    results["runs"].append(run)
-                    report.save(results)
-                    print(f"  {case}: " + ", ".join(f"{k} {v}" for k, v in run.items()), flush=True)
+                    if case == "alone":
+                        report.step(results, interactive, stack, args.rate, args.seconds, True, case=case, rep=rep)
+                    else:
+                        report.step(
+                            results, with_job, stack, job["file_id"], args.rate, args.seconds, case=case, rep=rep
+                        )
         finally:
             stack.stop()
     print(report.md_path.read_text())

@@ -41,7 +41,6 @@ from bench.saved_report import (
     errors_footer,
     machine_description,
     value_range,
-    why,
 )
 from bench.throughput import process_pids
 from brimful.stack import EmbeddedStack, settings_on_free_ports
@@ -192,14 +191,9 @@ def main() -> int:
         try:
             for rep in range(args.reps):
                 for kind in FORMATS if rep % 2 == 0 else FORMATS[::-1]:
-                    try:
-                        run = run_once(stack, kind, args.rows, args.calls, args.concurrency)
-                    except Exception as error:  # recorded; the next run still goes
-                        run = {"format": kind, "error": why(error)}
-                    run["rep"] = rep
-                    results["runs"].append(run)
-                    report.save(results)
-                    print(f"  {kind}: " + ", ".join(f"{k} {v}" for k, v in run.items()), flush=True)
+                    report.step(
+                        results, run_once, stack, kind, args.rows, args.calls, args.concurrency, format=kind, rep=rep
+                    )
         finally:
             stack.stop()
     print(report.md_path.read_text())

@@ -33,7 +33,6 @@ from bench.saved_report import (
     errors_footer,
     machine_description,
     value_range,
-    why,
 )
 from bench.throughput import loadgen, stats, tune
 from bench.throughput_plan import MODELS
@@ -120,14 +119,7 @@ def main() -> int:
         try:
             for rep in range(args.reps):
                 for target in targets if rep % 2 == 0 else targets[::-1]:
-                    try:
-                        run = run_burst(stack, args.tasks, args.rate, target)
-                    except Exception as error:  # recorded; the next run still goes
-                        run = {"target_ms": target, "error": why(error)}
-                    run["rep"] = rep
-                    results["runs"].append(run)
-                    report.save(results)
-                    print(f"  target {target:g} ms: " + ", ".join(f"{k} {v}" for k, v in run.items()), flush=True)
+                    report.step(results, run_burst, stack, args.tasks, args.rate, target, target_ms=target, rep=rep)
             tune(stack, latency_target_ms=settings.latency_target_ms)
         finally:
             stack.stop()

@@ -36,7 +36,6 @@ from bench.saved_report import (
     machine_description,
     out_dir_flag,
     value_range,
-    why,
 )
 from bench.throughput import brimful_open_loop, dynamic_open_loop, tune
 from bench.throughput_plan import MODELS
@@ -137,10 +136,6 @@ def main() -> int:
     settings = load_settings(model)
     targets = parse_targets(args.targets, settings.min_worthwhile_rows)
 
-    def record(run: dict[str, Any]) -> None:
-        results["runs"].append(run)
-        report.save(results)
-
     with tempfile.TemporaryDirectory(prefix="brimful-target-") as scratch:
         stack = EmbeddedStack(settings, Path(scratch), model_host_args=(*model.host_args, "--with-dynamic"))
         stack.start()
@@ -150,29 +145,23 @@ def main() -> int:
                     steps: list[tuple[str, float, float]] = [("dynamic", 0.0, 0.0)]
                     steps += [("brimful", *pair) for pair in (targets if rep % 2 == 0 else targets[::-1])]
                     for path, target, worthwhile in steps:
-                        try:
-                            if path == "dynamic":
-                                run = run_dynamic(stack, rate, args.seconds)
-                            else:
-                                run = run_brimful(stack, rate, target, worthwhile, args.seconds)
-                        except Exception as error:  # recorded; the next run still goes
-                            run = {
-                                "path": path,
-                                "target_ms": target,
-                                "min_worthwhile_rows": worthwhile,
-                                "error": why(error),
-                            }
-                        run["rate"], run["rep"] = rate, rep
-                        record(run)
-                        print(
-                            f"  {rate:.0f}/s {path} {target:g}:{worthwhile:g}: "
-                            + ", ".join(
-                                f"{k} {v:.1f}"
-                                for k, v in run.items()
-                                if k.endswith(("_ms", "_call")) and isinstance(v, float)
-                            ),
-                            flush=True,
-                        )
+                        if path == "dynamic":
+                            report.step(results, run_dynamic, stack, rate, args.seconds, path=path, rate=rate, rep=rep)
+                        else:
+                            report.step(
+                                results,
+                                run_brimful,
+                                stack,
+                                rate,
+                                target,
+                                worthwhile,
+                                args.seconds,
+                                path=path,
+                                target_ms=target,
+                                min_worthwhile_rows=worthwhile,
+                                rate=rate,
+                                rep=rep,
+                            )
             tune(stack, latency_target_ms=settings.latency_target_ms, min_worthwhile_rows=settings.min_worthwhile_rows)
         finally:
             stack.stop()

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.compiled_api import importing_from
 from bench.revisions import WORKING_TREE, lay_out_pair, pair_command
-from bench.saved_report import SavedReport, add_report_arguments, errors_footer, machine_description, why
+from bench.saved_report import SavedReport, add_report_arguments, errors_footer, machine_description
 from bench.scale import Shape, start
 from bench.throughput import loadgen
 from brimful.stack import EmbeddedStack, read_sample_sums
@@ -84,6 +84,12 @@ def render(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def measure_in(tree: Path, shape: Shape, args: argparse.Namespace) -> dict[str, Any]:
+    """One revision's run, its modules imported from ``tree``."""
+    with importing_from(tree):
+        return measure(shape, args.rate, args.limit, args.seconds)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base", required=True, help="a git revision")
@@ -118,13 +124,7 @@ def main() -> int:
             order = [base, head] if number % 2 else [head, base]
             for name in order:
                 print(f"rep {number}: {name}", flush=True)
-                try:
-                    with importing_from(trees[name]):
-                        run = {"rep": number, "revision": name, **measure(shape, args.rate, args.limit, args.seconds)}
-                except Exception as error:  # recorded; the next run still goes
-                    run = {"rep": number, "revision": name, "error": why(error)}
-                results["runs"].append(run)
-                report.save(results)
+                report.step(results, measure_in, trees[name], shape, args, rep=number, revision=name)
     print(report.md_path.read_text())
     return 0
 

@@ -36,7 +36,6 @@ from bench.saved_report import (
     errors_footer,
     machine_description,
     value_range,
-    why,
 )
 from brimful.core.object_store import CHUNK_BYTES, ObjectStore
 from tests.helpers.s3_server import BUCKET, running_s3
@@ -176,14 +175,7 @@ def main() -> int:
     ):
         for rep in range(args.reps):
             for library in LIBRARIES if rep % 2 == 0 else LIBRARIES[::-1]:
-                try:
-                    run = run_once(endpoint, library, args.mb, rep)
-                except Exception as error:  # recorded; the next run still goes
-                    run = {"library": library, "error": why(error)}
-                run["rep"] = rep
-                results["runs"].append(run)
-                report.save(results)
-                print(f"  {library}: " + ", ".join(f"{k} {v}" for k, v in run.items()), flush=True)
+                report.step(results, run_once, endpoint, library, args.mb, rep, library=library, rep=rep)
     print(report.md_path.read_text())
     return 0
 

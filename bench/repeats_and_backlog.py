@@ -44,7 +44,6 @@ from bench.saved_report import (
     machine_description,
     out_dir_flag,
     value_range,
-    why,
 )
 from bench.throughput import loadgen, settle, stats
 from bench.throughput_plan import MODELS
@@ -244,11 +243,6 @@ def main() -> int:
     model = MODELS["gpu-like"]
     settings = load_settings(model)
 
-    def record(run: dict[str, Any]) -> None:
-        results["runs"].append(run)
-        report.save(results)
-        print("  " + ", ".join(f"{k} {v}" for k, v in run.items()), flush=True)
-
     with tempfile.TemporaryDirectory(prefix="brimful-repeats-") as scratch:
         stack = EmbeddedStack(settings, Path(scratch), model_host_args=model.host_args)
         stack.start()
@@ -261,15 +255,21 @@ def main() -> int:
                     backlogs.reverse()
                 steps: list[tuple[str, float]] = [("repeats", s) for s in shares] + [("backlog", b) for b in backlogs]
                 for kind, value in steps:
-                    try:
-                        if kind == "repeats":
-                            run = run_repeats(stack, args.rate, value, args.seconds)
-                        else:
-                            run = run_backlog(stack, args.rate, int(value), args.seconds)
-                    except Exception as error:  # recorded; the next run still goes
-                        run = {"kind": kind, "value": value, "error": why(error)}
-                    run["rep"] = rep
-                    record(run)
+                    if kind == "repeats":
+                        report.step(
+                            results, run_repeats, stack, args.rate, value, args.seconds, kind=kind, value=value, rep=rep
+                        )
+                    else:
+                        report.step(
+                            results,
+                            run_backlog,
+                            stack,
+                            args.rate,
+                            int(value, args.seconds),
+                            kind=kind,
+                            value=value,
+                            rep=rep,
+                        )
         finally:
             stack.stop()
     print(report.md_path.read_text())

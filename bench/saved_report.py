@@ -86,6 +86,23 @@ class SavedReport:
         self.json_path.write_text(json.dumps(results, indent=2))
         self.md_path.write_text(self._render(results))
 
+    def step(
+        self, results: dict[str, Any], measure: Callable[..., Mapping[str, Any]], /, *args: Any, **label: Any
+    ) -> dict[str, Any]:
+        """Run one step of a benchmark, ``measure(*args)``, and keep it: what ``label`` names
+        it by (its case, repetition, ...) with the step's figures, or with why it failed, so
+        a failed step shows in the report and the next one still runs. The run is added to
+        ``results["runs"]``, saved, printed on one line, and returned."""
+        try:
+            figures = dict(measure(*args))
+        except Exception as error:  # recorded; the next step still runs
+            figures = {"error": why(error)}
+        run = {**figures, **label}
+        results["runs"].append(run)
+        self.save(results)
+        print("  " + ", ".join(f"{key} {value}" for key, value in run.items()), flush=True)
+        return run
+
     def render_again(self) -> None:
         """Rebuild the report from the saved JSON."""
         self.md_path.write_text(self._render(json.loads(self.json_path.read_text())))
