@@ -31,7 +31,6 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from brimful.batcher.orphans import OrphanWatch
 from brimful.batcher.service import BatcherService
-from brimful.core.fetch_pacer import set_fetch_max_wait
 from brimful.core.topic_generations import SUFFIX, TopicGenerations
 
 log = logging.getLogger("brimful.batcher")
@@ -223,7 +222,10 @@ class Generations:
         live = starts_at - LIVE_MARGIN_S <= now < self._generations.ends_at(run.number) + LIVE_MARGIN_S
         # Never below the live wait: some brokers answer a shorter one with nothing (Tansu on S3).
         wait_ms = self._live_fetch_wait_ms if live else max(IDLE_FETCH_WAIT_MS, self._live_fetch_wait_ms)
-        if run.fetch_wait_ms != wait_ms and set_fetch_max_wait(run.consumer, wait_ms):
+        # Through the service's pacer: a wait set beside it was undone the next time the
+        # pacer dropped back to its base, and an old generation that had lagged once (rows
+        # read again after a rebalance) then fetched at the live wait for the rest of its life.
+        if run.fetch_wait_ms != wait_ms and run.service.pace_fetches(wait_ms):
             run.fetch_wait_ms = wait_ms
 
     def _start(self, number: int) -> None:

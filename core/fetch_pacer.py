@@ -42,6 +42,20 @@ class FetchPacer:
         """The wait the consumer's fetches ask for now."""
         return self._wait.current_ms
 
+    def set_base(self, base_ms: int) -> bool:
+        """Make ``base_ms`` the wait while caught up (``FetchWait.rebase``), the consumer's
+        next fetches taking it at once where it applies; False where this aiokafka release's
+        wait cannot be changed. The pacer is the wait's one owner: a wait set beside it would
+        be undone the next time it drops back to its base."""
+        before = self._wait.current_ms
+        wait_ms = self._wait.rebase(base_ms)
+        if wait_ms == before:
+            return not self._unsupported
+        if self._unsupported or not set_fetch_max_wait(self._consumer, wait_ms):
+            self._unsupported = True
+            return False
+        return True
+
     async def after_fetch(self, fetched: dict[TopicPartition, list[ConsumerRecord]]) -> None:
         """Account for one ``getmany`` result. Cheap on the busy path: lag is only read
         when the fetch came back empty or the wait is raised."""

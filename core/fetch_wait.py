@@ -40,3 +40,13 @@ class FetchWait:
             self.current_ms = min(self.ceiling_ms, max(2 * self.current_ms, self.base_ms + 1))
         # Records while still lagging: keep the wait that brought them.
         return self.current_ms
+
+    def rebase(self, base_ms: int) -> int:
+        """Take a new base, the wait while caught up (a topic generation no send goes to
+        any more fetches less often), at most the ceiling; the wait for the next fetch. A
+        wait lengthened for a lagging partition is kept until it is caught up, as ever."""
+        caught_up = self.current_ms == self.base_ms
+        self.base_ms = min(base_ms, self.ceiling_ms)
+        if caught_up or self.current_ms < self.base_ms:
+            self.current_ms = self.base_ms
+        return self.current_ms

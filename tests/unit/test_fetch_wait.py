@@ -1,8 +1,14 @@
 """The fetch wait: doubled while lagging with nothing fetched, kept while catching up,
-back to its base once caught up."""
+back to its base once caught up; a new base taken at once, or once caught up. The pacer
+that applies it keeps a base set from outside through a lagging spell."""
+
+import asyncio
+from dataclasses import dataclass, field
 
 import pytest
+from aiokafka import TopicPartition
 
+from brimful.core.fetch_pacer import FetchPacer
 from brimful.core.fetch_wait import FetchWait
 
 
@@ -33,3 +39,61 @@ def test_a_zero_base_still_grows() -> None:
 def test_a_ceiling_below_the_base_is_refused() -> None:
     with pytest.raises(ValueError, match="ceiling"):
         FetchWait(base_ms=500, ceiling_ms=100)
+
+
+def test_a_new_base_is_taken_at_once_while_caught_up_and_after_catching_up_while_lagging() -> None:
+    wait = FetchWait(base_ms=5, ceiling_ms=4000)
+    assert wait.rebase(250) == 250
+    assert wait.after_fetch(got_records=False, lagging=False) == 250
+    for _ in range(3):
+        wait.after_fetch(got_records=False, lagging=True)
+    assert wait.current_ms == 2000
+    assert wait.rebase(5) == 2000  # still lagging: the longer wait stays
+    assert wait.after_fetch(got_records=True, lagging=False) == 5
+    assert wait.rebase(9000) == 4000  # never past the ceiling
+
+
+@dataclass
+class Fetcher:
+    _fetch_max_wait_ms: int = 5
+
+
+@dataclass
+class Consumer:
+    """What the pacer reads of a consumer: one partition, its high watermark and position."""
+
+    highwater_at: int = 0
+    position_at: int = 0
+    _fetcher: Fetcher = field(default_factory=Fetcher)
+
+    def paused(self) -> set[TopicPartition]:
+        return set()
+
+    def assignment(self) -> set[TopicPartition]:
+        return {TopicPartition("t.g1", 0)}
+
+    def highwater(self, tp: TopicPartition) -> int:
+        return self.highwater_at
+
+    async def position(self, tp: TopicPartition) -> int:
+        return self.position_at
+
+
+def test_a_base_set_from_outside_outlives_a_lagging_spell() -> None:
+    # A topic generation no send goes to fetches at a long idle wait. Set beside the
+    # pacer, that wait was undone when the pacer came back to its own base after rows were
+    # read again (a rebalance): the generation then fetched at the live wait for good.
+    consumer = Consumer()
+    pacer = FetchPacer(consumer, 5, 4000, "test")  # type: ignore[arg-type]
+    assert pacer.set_base(250) and consumer._fetcher._fetch_max_wait_ms == 250
+
+    async def spell() -> None:
+        consumer.highwater_at = 100  # records past the position, fetches empty: lagging
+        for _ in range(3):
+            await pacer.after_fetch({})
+        assert consumer._fetcher._fetch_max_wait_ms == 2000
+        consumer.position_at = 100  # caught up
+        await pacer.after_fetch({})
+
+    asyncio.run(spell())
+    assert consumer._fetcher._fetch_max_wait_ms == 250

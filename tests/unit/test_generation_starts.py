@@ -21,6 +21,9 @@ class FakeService:
     exports_gauges: bool = False
     settled: bool = False  # never retires here
 
+    def pace_fetches(self, wait_ms: int) -> bool:
+        return True
+
 
 @dataclass
 class Broker:

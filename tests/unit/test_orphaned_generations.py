@@ -47,6 +47,9 @@ class FakeService:
     exports_gauges: bool = False
     settled: bool = False  # never retires here
 
+    def pace_fetches(self, wait_ms: int) -> bool:
+        return True
+
 
 async def test_a_started_batcher_leaves_held_older_generations_to_their_batchers_and_takes_orphans() -> None:
     clock = [1000.0]  # generation 100 is current
