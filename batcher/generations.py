@@ -126,8 +126,7 @@ class Generations:
         self._live_fetch_wait_ms = live_fetch_wait_ms
         self._interval_s = interval_s
         self.running: dict[int, GenerationRun] = {}
-        # Retired here, and when: not joined again for a grace period, so the member that
-        # stays to delete a topic ends up holding all of it.
+        # Retired here, and when (``_retired_lately``).
         self._retired: dict[int, float] = {}
         # Since when generations have failed to start with none consuming (None: not failing).
         self._failing_since: float | None = None
@@ -189,10 +188,8 @@ class Generations:
                 log.warning("could not list topic generations", extra={"error": repr(error)})
         joining = self._generations.live(now) | await self._orphans_to_join(now, existing)
         for number in sorted(joining - set(self.running)):
-            retired_at = self._retired.get(number)
-            if retired_at is not None and now - retired_at < self._generations.grace_s:
-                continue
-            self._start(number)
+            if not self._retired_lately(number, now):
+                self._start(number)
         current = self._generations.generation_at(now)
         for number, run in self.running.items():
             run.service.exports_gauges = number == current or (
@@ -203,8 +200,14 @@ class Generations:
                 await self._maybe_retire(run)
 
     async def _orphans_to_join(self, now: float, existing: set[str]) -> set[int]:
-        """The older generations no live batcher has held for a while (none without rotation)."""
-        older = self._generations.older(now, existing) - set(self.running)
+        """The older generations no live batcher has held for a while (none without rotation).
+        Those this batcher runs or retired lately are left out first: most turns then
+        have none, and the board is not read."""
+        older = {
+            number
+            for number in self._generations.older(now, existing) - set(self.running)
+            if not self._retired_lately(number, now)
+        }
         if not older:
             return self._orphans.to_join(now, older, set())
         try:
@@ -213,6 +216,12 @@ class Generations:
             log.warning("could not read which generations live batchers hold", extra={"error": repr(error)})
             held = None
         return self._orphans.to_join(now, older, held)
+
+    def _retired_lately(self, number: int, now: float) -> bool:
+        """Retired here within the grace: not joined again, so the member that stays to
+        delete its topic ends up holding all of it."""
+        retired_at = self._retired.get(number)
+        return retired_at is not None and now - retired_at < self._generations.grace_s
 
     def _pace(self, run: GenerationRun, now: float) -> None:
         """The live fetch wait while sends go to the generation, the idle one otherwise."""

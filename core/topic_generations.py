@@ -3,10 +3,11 @@ only recent records.
 
 With ``topic_rotation_s`` set, a model's tasks go to ``<its topic>.g<N>``, where N is the
 wall-clock second divided by the period: every API worker picks the same generation with
-no coordination. Batchers consume the live generations (each through its own
-consumer group, so a new generation never rebalances the current one), join the next one
-``lead_s`` before it starts, join an older one only where no live batcher holds it, and retire a generation once it is past its end by
-``grace_s`` and every record in it is finished; the last member deletes its topic, which
+no coordination. Batchers consume the live generations (each through its own consumer
+group, so a new generation never rebalances the current one), join the next one
+``lead_s`` before it starts, join an older one only where no live batcher holds it, and
+retire a generation once it is past its end by ``grace_s`` and every record in it is
+finished; the last member deletes its topic, which
 frees the broker's memory (Tansu's memory engine keeps every record and lists them all
 on each fetch).
 

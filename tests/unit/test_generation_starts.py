@@ -13,16 +13,7 @@ import pytest
 
 from brimful.batcher.generations import START_PATIENCE_S, GenerationNotStarted, GenerationRun, Generations
 from brimful.core.topic_generations import TopicGenerations
-
-
-@dataclass
-class FakeService:
-    running: bool = False
-    exports_gauges: bool = False
-    settled: bool = False  # never retires here
-
-    def pace_fetches(self, wait_ms: int) -> bool:
-        return True
+from tests.helpers.generation_fakes import FakeService, nothing
 
 
 @dataclass
@@ -50,9 +41,6 @@ def generations(broker: Broker, clock: list[float], topics: TopicGenerations = O
 
     async def no_topics() -> set[str]:
         return set()
-
-    async def nothing(*_: object) -> None:
-        return None
 
     async def none_held() -> set[int]:
         return set()

@@ -7,12 +7,12 @@ tests/integration/test_status_board.py; the broker's is tests/faults/test_topic_
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 from typing import Any
 
 from brimful.batcher.generations import GenerationRun, Generations
 from brimful.batcher.orphans import ORPHANED_FOR_S, OrphanWatch
 from brimful.core.topic_generations import TopicGenerations
+from tests.helpers.generation_fakes import FakeService, nothing
 
 ROTATING = TopicGenerations("brimful.requests", period_s=10.0, lead_s=5.0, grace_s=30.0)
 
@@ -41,16 +41,6 @@ def test_an_unread_board_joins_nothing_and_starts_the_wait_over() -> None:
     assert watch.to_join(101.0 + 2 * ORPHANED_FOR_S, {7}, held=set()) == {7}
 
 
-@dataclass
-class FakeService:
-    running: bool = True
-    exports_gauges: bool = False
-    settled: bool = False  # never retires here
-
-    def pace_fetches(self, wait_ms: int) -> bool:
-        return True
-
-
 async def test_a_started_batcher_leaves_held_older_generations_to_their_batchers_and_takes_orphans() -> None:
     clock = [1000.0]  # generation 100 is current
     existing = {ROTATING.topic(n) for n in (96, 97, 98, 99, 100)}
@@ -59,16 +49,13 @@ async def test_a_started_batcher_leaves_held_older_generations_to_their_batchers
 
     def open_generation(number: int, topic: str) -> tuple[Any, Any]:
         joined.append(number)
-        return object(), FakeService()
+        return object(), FakeService(running=True)
 
     async def run_generation(run: GenerationRun) -> None:
         await run.stop.wait()
 
     async def list_topics() -> set[str]:
         return set(existing)
-
-    async def nothing(*_: object) -> None:
-        return None
 
     async def held_by_live_batchers() -> set[int]:
         return set(held)
