@@ -86,12 +86,16 @@ def queued_us(metrics_port: int) -> float:
 
 async def test_instances_run_calls_side_by_side(model_host: tuple[int, str, int]) -> None:
     instances, url, metrics_port = model_host
-    clients = [TritonModel(url, MODEL_NAME, "", timeout_s=30) for _ in range(2)]
+    # As many calls as instances, each on its own connection; the control (one instance)
+    # sends four, so that a loaded machine delaying one call past another's end cannot
+    # leave it with nothing queued (seen once with two calls).
+    calls = 2 if instances > 1 else 4
+    clients = [TritonModel(url, MODEL_NAME, "", timeout_s=30) for _ in range(calls)]
     try:
-        # Each client reads the signature first, so both connections are open before the
-        # two calls start: a slow connect would otherwise let one call finish before the
+        # Each client reads the signature first, so every connection is open before the
+        # calls start: a slow connect would otherwise let one call finish before the
         # other reaches Triton, on a loaded machine.
-        signature, _ = await asyncio.gather(*(client.signature() for client in clients))
+        signature, *_ = await asyncio.gather(*(client.signature() for client in clients))
         text = np.full((64, 1), b"row", dtype=object)
         before = queued_us(metrics_port)
         await asyncio.gather(*(client.infer({"TEXT": text}, signature) for client in clients))
@@ -100,7 +104,8 @@ async def test_instances_run_calls_side_by_side(model_host: tuple[int, str, int]
         for client in clients:
             await client.close()
     if instances == 1:
-        # The control: one instance makes the second call wait out the first.
+        # The control: one instance makes the calls wait out each other; only arrivals each
+        # more than a call's time apart could leave nothing queued.
         assert queued_ms > CALL_MS * 0.5
     else:
         assert queued_ms < CALL_MS * 0.5
