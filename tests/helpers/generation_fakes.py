@@ -3,7 +3,12 @@ decisions of ``batcher/generations.py`` read only these of it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from typing import Any
+
+from brimful.batcher.generations import GenerationRun, Generations
+from brimful.core.topic_generations import TopicGenerations
 
 
 @dataclass
@@ -18,3 +23,34 @@ class FakeService:
 
 async def nothing(*_: object) -> None:
     return None
+
+
+def fake_generations(
+    topics: TopicGenerations,
+    open_generation: Callable[[int, str], tuple[Any, Any]],
+    run_generation: Callable[[GenerationRun], Coroutine[Any, Any, None]],
+    clock: list[float],
+    existing: set[str] | None = None,
+    held: set[int] | None = None,
+) -> Generations:
+    """Generations on a virtual wall clock (``clock[0]``) whose broker lists ``existing``
+    topics and whose status board shows ``held`` generations held by live batchers (both
+    read at each turn, so a test may change them); creating and deleting topics do nothing."""
+
+    async def list_topics() -> set[str]:
+        return set(existing or ())
+
+    async def held_by_live_batchers() -> set[int]:
+        return set(held or ())
+
+    return Generations(
+        topics,
+        open_generation,  # type: ignore[arg-type]
+        run_generation,
+        list_topics=list_topics,
+        create_topics=nothing,
+        delete_topic=nothing,
+        held_by_live_batchers=held_by_live_batchers,
+        wall_clock=lambda: clock[0],
+        live_fetch_wait_ms=5,
+    )

@@ -13,7 +13,7 @@ import pytest
 
 from brimful.batcher.generations import START_PATIENCE_S, GenerationNotStarted, GenerationRun, Generations
 from brimful.core.topic_generations import TopicGenerations
-from tests.helpers.generation_fakes import FakeService, nothing
+from tests.helpers.generation_fakes import FakeService, fake_generations
 
 
 @dataclass
@@ -39,23 +39,7 @@ def generations(broker: Broker, clock: list[float], topics: TopicGenerations = O
         cast(FakeService, run.service).running = True
         await run.stop.wait()
 
-    async def no_topics() -> set[str]:
-        return set()
-
-    async def none_held() -> set[int]:
-        return set()
-
-    return Generations(
-        topics,
-        open_generation,  # type: ignore[arg-type]
-        run_generation,
-        list_topics=no_topics,
-        create_topics=nothing,
-        delete_topic=nothing,
-        held_by_live_batchers=none_held,
-        wall_clock=lambda: clock[0],
-        live_fetch_wait_ms=5,
-    )
+    return fake_generations(topics, open_generation, run_generation, clock)
 
 
 async def turn(subject: Generations) -> None:

@@ -9,10 +9,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from brimful.batcher.generations import GenerationRun, Generations
+from brimful.batcher.generations import GenerationRun
 from brimful.batcher.orphans import ORPHANED_FOR_S, OrphanWatch
 from brimful.core.topic_generations import TopicGenerations
-from tests.helpers.generation_fakes import FakeService, nothing
+from tests.helpers.generation_fakes import FakeService, fake_generations
 
 ROTATING = TopicGenerations("brimful.requests", period_s=10.0, lead_s=5.0, grace_s=30.0)
 
@@ -54,23 +54,7 @@ async def test_a_started_batcher_leaves_held_older_generations_to_their_batchers
     async def run_generation(run: GenerationRun) -> None:
         await run.stop.wait()
 
-    async def list_topics() -> set[str]:
-        return set(existing)
-
-    async def held_by_live_batchers() -> set[int]:
-        return set(held)
-
-    subject = Generations(
-        ROTATING,
-        open_generation,  # type: ignore[arg-type]
-        run_generation,
-        list_topics=list_topics,
-        create_topics=nothing,
-        delete_topic=nothing,
-        held_by_live_batchers=held_by_live_batchers,
-        wall_clock=lambda: clock[0],
-        live_fetch_wait_ms=5,
-    )
+    subject = fake_generations(ROTATING, open_generation, run_generation, clock, existing, held)
     await subject._turn()
     assert joined == [100]  # the live one at once; no older one yet
     clock[0] += ORPHANED_FOR_S
