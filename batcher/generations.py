@@ -67,7 +67,6 @@ class GenerationRun:
     stop: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
     deletes_topic: bool = False  # set when it retires as the topic's last member
-    fetch_wait_ms: int | None = None  # as last set by the generations (None: as built)
     drained_since: float | None = None  # found drained on every turn since (wall clock)
     drained_of: frozenset[TopicPartition] = frozenset()  # holding these partitions all along
 
@@ -231,11 +230,11 @@ class Generations:
         live = starts_at - LIVE_MARGIN_S <= now < self._generations.ends_at(run.number) + LIVE_MARGIN_S
         # Never below the live wait: some brokers answer a shorter one with nothing (Tansu on S3).
         wait_ms = self._live_fetch_wait_ms if live else max(IDLE_FETCH_WAIT_MS, self._live_fetch_wait_ms)
-        # Through the service's pacer: a wait set beside it was undone the next time the
-        # pacer dropped back to its base, and an old generation that had lagged once (rows
-        # read again after a rebalance) then fetched at the live wait for the rest of its life.
-        if run.fetch_wait_ms != wait_ms and run.service.pace_fetches(wait_ms):
-            run.fetch_wait_ms = wait_ms
+        # Through the service's pacer, the wait's one owner (a wait unchanged costs nothing
+        # there): a wait set beside it was undone the next time the pacer dropped back to
+        # its base, and an old generation that had lagged once (rows read again after a
+        # rebalance) then fetched at the live wait for the rest of its life.
+        run.service.pace_fetches(wait_ms)
 
     def _start(self, number: int) -> None:
         topic = self._generations.topic(number)

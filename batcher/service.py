@@ -36,7 +36,7 @@ from brimful.batcher.status_snapshot import partition_status, pool_status
 from brimful.batcher.waiting_rows import WaitingRows
 from brimful.core import metrics
 from brimful.core.clock import now_ms
-from brimful.core.fetch_pacer import FetchPacer, set_fetch_max_wait
+from brimful.core.fetch_pacer import FetchPacer
 from brimful.core.policy_params import PolicyParams
 from brimful.core.pool_capacity import PoolCapacity
 from brimful.workers.dead_letters import DeadLetterWriter
@@ -218,10 +218,9 @@ class BatcherService:
 
     def pace_fetches(self, wait_ms: int) -> bool:
         """Make ``wait_ms`` the fetch wait while caught up (the pacer still lengthens it for
-        a lagging partition); False where it cannot be changed."""
-        if self._fetch_pacer is not None:
-            return self._fetch_pacer.set_base(wait_ms)
-        return set_fetch_max_wait(self._consumer, wait_ms)
+        a lagging partition); False where it cannot be changed, or the service has no pacer
+        (only tests build one so)."""
+        return self._fetch_pacer is not None and self._fetch_pacer.set_base(wait_ms)
 
     def cancel(self, task_id: str) -> bool:
         """Drop a task cancelled while it waits here, so its slot goes to the next row;

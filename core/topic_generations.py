@@ -7,9 +7,8 @@ no coordination. Batchers consume the live generations (each through its own con
 group, so a new generation never rebalances the current one), join the next one
 ``lead_s`` before it starts, join an older one only where no live batcher holds it, and
 retire a generation once it is past its end by ``grace_s`` and every record in it is
-finished; the last member deletes its topic, which
-frees the broker's memory (Tansu's memory engine keeps every record and lists them all
-on each fetch).
+finished; the last member deletes its topic, which frees the broker's memory (Tansu's
+memory engine keeps every record and lists them all on each fetch).
 
 The grace covers sends begun before the end: a send that began at the end of its
 generation has come back, or failed, within the producer's request timeout, and hosts'
