@@ -6,10 +6,15 @@ its own consumer, consumer group and :class:`~brimful.batcher.service.BatcherSer
 sharing the process's model pool, runner and Redis: the next one is joined before sends
 reach it, so a new generation never pauses the current one for a rebalance.
 
-A generation is retired once no send can reach it (``may_retire``) and every record
-in it is committed. Members leave one by one; the member holding partition 0 stays until
-the group's other members have left and it holds every partition, then leaves and
-deletes the topic, which frees the broker's memory. An older generation is joined only
+A generation is retired member by member once its sends are over and every record in
+it is committed. A member that does not hold partition 0 leaves soon after the
+generation's end: its partitions go to the others, and a send that lands late is read
+by whoever holds it then. The member holding partition 0, the keeper, stays through the
+grace (``may_retire``), until every other member has left and it holds every
+partition; then it leaves and deletes the topic, which frees the broker's memory. So a
+finished generation costs one consumer among all the batchers for its grace, not one a
+batcher: each held generation is a consumer and a service, and on two cores the
+difference kept the chaos soak's model calls from timing out (docs/reliability.md). An older generation is joined only
 where no live batcher holds it (``batcher/orphans.py``: its last member died with records
 waiting, or before it deleted the topic) and is retired the same way.
 
@@ -195,8 +200,8 @@ class Generations:
                 current not in self.running and number == max(self.running)
             )
             self._pace(run, now)
-            if not run.stop.is_set() and self._generations.may_retire(number, now):
-                await self._maybe_retire(run)
+            if not run.stop.is_set() and now >= self._generations.ends_at(number) + LIVE_MARGIN_S:
+                await self._maybe_retire(run, now)
 
     async def _orphans_to_join(self, now: float, existing: set[str]) -> set[int]:
         """The older generations no live batcher has held for a while (none without rotation).
@@ -244,7 +249,14 @@ class Generations:
         self.running[number] = run
         log.info("joined a topic generation", extra={"topic": topic})
 
-    async def _maybe_retire(self, run: GenerationRun) -> None:
+    async def _maybe_retire(self, run: GenerationRun, now: float) -> None:
+        """Leave a generation past its end once this member's partitions have stayed
+        drained for ``DRAINED_FOR_S``; the keeper (partition 0's holder) only past the
+        grace, holding every partition, and it deletes the topic."""
+        keeper = TopicPartition(run.topic, 0) in run.consumer.assignment()
+        if keeper and not self._generations.may_retire(run.number, now):
+            run.drained_since = None  # late sends may still come: its drained spell starts after the grace
+            return
         # A member between an assignment's revocation and the next holds nothing, and its
         # empty hold looks drained: it must not leave, or a rebalance could empty the group.
         if not run.service.running or not run.service.settled or not await drained(run.consumer):
@@ -256,10 +268,10 @@ class Generations:
             run.drained_since, run.drained_of = now, held
         if now - run.drained_since < DRAINED_FOR_S or not run.service.settled:
             return
-        if holds_every_partition(run.consumer, run.topic):
+        if keeper:
+            if not holds_every_partition(run.consumer, run.topic):
+                return  # stays until the others have left, then deletes the topic
             run.deletes_topic = True
-        elif TopicPartition(run.topic, 0) in run.consumer.assignment():
-            return  # stays until the others have left, then deletes the topic
         log.info("retiring a topic generation", extra={"topic": run.topic, "deletes": run.deletes_topic})
         run.stop.set()
 

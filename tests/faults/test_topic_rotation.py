@@ -3,8 +3,9 @@ four partitions, two API workers, two endpoints. Tasks cross several generations
 identical inputs and failing rows, and a batcher killed and started again between them);
 every accepted task ends right, each finished generation's topic is deleted from the
 broker and never comes back, and the backlog the API admits by comes back to zero. A
-batcher started again beside a live one joins no older generation; one started after
-every batcher of its model died takes the generations they left with records waiting."""
+batcher started again beside a live one joins no older generation while its peer holds
+it; one started after every batcher of its model died takes the generations they left
+with records waiting."""
 
 from __future__ import annotations
 
@@ -59,9 +60,12 @@ async def topics(stack: EmbeddedStack) -> set[str]:
         await admin.close()
 
 
-def logged_generations(stack: EmbeddedStack, batcher: str, model: str, message: str, after_byte: int = 0) -> list[int]:
+def logged_at(
+    stack: EmbeddedStack, batcher: str, model: str, message: str, after_byte: int = 0
+) -> list[tuple[int, str]]:
     """The generations of ``model`` a batcher's log names with ``message`` past
-    ``after_byte`` (a batcher started again appends to its log)."""
+    ``after_byte`` (a batcher started again appends to its log), each with its line's
+    time (ISO 8601 in UTC, so they compare as strings)."""
     generations = stack.settings.topic_generations_for(model)
     log_path = stack.processes[batcher].log_path
     assert log_path is not None
@@ -71,10 +75,15 @@ def logged_generations(stack: EmbeddedStack, batcher: str, model: str, message: 
     named = []
     for line in lines:
         if message in line:
-            number = generations.generation_of(json.loads(line)["topic"])
+            entry = json.loads(line)
+            number = generations.generation_of(entry["topic"])
             assert number is not None, line
-            named.append(number)
+            named.append((number, entry["ts"]))
     return named
+
+
+def logged_generations(stack: EmbeddedStack, batcher: str, model: str, message: str, after_byte: int = 0) -> list[int]:
+    return [number for number, _ in logged_at(stack, batcher, model, message, after_byte)]
 
 
 def joined_generations(stack: EmbeddedStack, batcher: str, model: str, after_byte: int = 0) -> list[int]:
@@ -153,12 +162,20 @@ async def test_tasks_cross_generations_and_finished_generations_are_deleted(rota
             await asyncio.sleep(0.05)
         assert killed
         assert len(generations_used) >= 2 * 4, generations_used  # the traffic crossed generations of both models
-        # Its model's other batcher held these older generations all along: a join of one
-        # would only have been a rebalance of that batcher's group. (Those only the victim
-        # held were orphans, for either batcher to take.)
-        joined = joined_generations(stack, victim, victim_model, victim_log_at)
+        # Its model's other batcher held these older generations: a join of one while it
+        # did would only have been a rebalance of that batcher's group. It leaves them
+        # soon after their end where it is not their keeper; one the victim was keeper of
+        # is an orphan from then on, for either batcher to take. (Those only the victim
+        # held were orphans at once.)
+        joined = logged_at(stack, victim, victim_model, "joined a topic generation", victim_log_at)
+        peer_left = dict(logged_at(stack, peer, victim_model, "retiring a topic generation"))
         assert held_by_peer, "the peer held no older generation when the victim started again"
-        assert joined and not held_by_peer & set(joined), (joined, held_by_peer)
+        taken_from_peer = [
+            (number, at)
+            for number, at in joined
+            if number in held_by_peer and not (number in peer_left and peer_left[number] < at)
+        ]
+        assert joined and not taken_from_peer, (joined, held_by_peer, peer_left)
 
         ends = await asyncio.gather(*(client.wait_final(task_id, timeout_s=90) for task_id in accepted))
         wrong = [(task_id, end["status"]) for task_id, end in zip(accepted, ends) if end["status"] != accepted[task_id]]

@@ -1,14 +1,18 @@
-"""What the generations' unit tests stand in for a generation's service: the pure
-decisions of ``batcher/generations.py`` read only these of it."""
+"""What the generations' unit tests stand in for a generation's service and consumer:
+the pure decisions of ``batcher/generations.py`` read only these of them."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+from aiokafka import TopicPartition
 
 from brimful.batcher.generations import GenerationRun, Generations
 from brimful.core.topic_generations import TopicGenerations
+
+PARTITIONS = 4  # of each generation's topic
 
 
 @dataclass
@@ -19,6 +23,31 @@ class FakeService:
 
     def pace_fetches(self, wait_ms: int) -> bool:
         return True
+
+
+@dataclass
+class FakeConsumer:
+    """A group member's view: what it holds, each partition's end and committed offset,
+    and how many committed offsets it asked the broker for."""
+
+    topic: str
+    held: set[int] = field(default_factory=set)
+    end: int = 50
+    committed_to: int = 50
+    asked: int = 0
+
+    def assignment(self) -> set[TopicPartition]:
+        return {TopicPartition(self.topic, p) for p in self.held}
+
+    def highwater(self, tp: TopicPartition) -> int:
+        return self.end
+
+    async def committed(self, tp: TopicPartition) -> int:
+        self.asked += 1
+        return self.committed_to
+
+    def partitions_for_topic(self, topic: str) -> set[int]:
+        return set(range(PARTITIONS))
 
 
 async def nothing(*_: object) -> None:

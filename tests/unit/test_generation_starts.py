@@ -13,7 +13,7 @@ import pytest
 
 from brimful.batcher.generations import START_PATIENCE_S, GenerationNotStarted, GenerationRun, Generations
 from brimful.core.topic_generations import TopicGenerations
-from tests.helpers.generation_fakes import FakeService, fake_generations
+from tests.helpers.generation_fakes import FakeConsumer, FakeService, fake_generations
 
 
 @dataclass
@@ -30,7 +30,7 @@ ROTATING = TopicGenerations("brimful.requests", period_s=10.0, lead_s=5.0, grace
 
 def generations(broker: Broker, clock: list[float], topics: TopicGenerations = ONE_TOPIC) -> Generations:
     def open_generation(number: int, topic: str) -> tuple[Any, Any]:
-        return object(), FakeService()
+        return FakeConsumer(topic), FakeService()
 
     async def run_generation(run: GenerationRun) -> None:
         broker.starts.append(run.number)

@@ -12,7 +12,7 @@ from typing import Any
 from brimful.batcher.generations import GenerationRun
 from brimful.batcher.orphans import ORPHANED_FOR_S, OrphanWatch
 from brimful.core.topic_generations import TopicGenerations
-from tests.helpers.generation_fakes import FakeService, fake_generations
+from tests.helpers.generation_fakes import FakeConsumer, FakeService, fake_generations
 
 ROTATING = TopicGenerations("brimful.requests", period_s=10.0, lead_s=5.0, grace_s=30.0)
 
@@ -49,7 +49,7 @@ async def test_a_started_batcher_leaves_held_older_generations_to_their_batchers
 
     def open_generation(number: int, topic: str) -> tuple[Any, Any]:
         joined.append(number)
-        return object(), FakeService(running=True)
+        return FakeConsumer(topic), FakeService(running=True)
 
     async def run_generation(run: GenerationRun) -> None:
         await run.stop.wait()
