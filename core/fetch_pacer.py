@@ -17,12 +17,15 @@ log = logging.getLogger("brimful.kafka")
 _POSITION_TIMEOUT_S = 0.5  # a partition whose position is being reset counts as not lagging
 
 
-def set_fetch_max_wait(consumer: AIOKafkaConsumer, wait_ms: int) -> bool:
+def set_fetch_max_wait(consumer: AIOKafkaConsumer, wait_ms: int) -> bool | None:
     """Change the wait of ``consumer``'s next fetch requests. aiokafka fixes it at
     construction and has no setter, so this sets its fetcher's attribute; False (and the
-    wait unchanged) should a release rename it. tests/integration/test_fetch_pacer.py pins it."""
+    wait unchanged) should a release rename it, None before the consumer has started (it
+    has no fetcher yet). tests/faults/test_fetch_pacer.py pins it."""
     fetcher = getattr(consumer, "_fetcher", None)
-    if fetcher is None or not isinstance(getattr(fetcher, "_fetch_max_wait_ms", None), int):
+    if fetcher is None:
+        return None
+    if not isinstance(getattr(fetcher, "_fetch_max_wait_ms", None), int):
         return False
     fetcher._fetch_max_wait_ms = wait_ms
     return True
@@ -36,6 +39,11 @@ class FetchPacer:
         self._wait = FetchWait(base_ms, ceiling_ms)
         self._name = name  # which consumer, in logs and metrics
         self._unsupported = False
+        # A wait set before the consumer started, applied after its first fetch. A topic
+        # generation is paced as it is joined, before its consumer starts: taken for
+        # "unsupported", that wait was dropped, and every generation joined ahead of its
+        # start fetched at the live wait all its life (four at a time in an idle batcher).
+        self._pending = False
 
     @property
     def wait_ms(self) -> int:
@@ -49,16 +57,26 @@ class FetchPacer:
         be undone the next time it drops back to its base."""
         before = self._wait.current_ms
         wait_ms = self._wait.rebase(base_ms)
-        if wait_ms == before:
+        if wait_ms == before and not self._pending:
             return not self._unsupported
-        if self._unsupported or not set_fetch_max_wait(self._consumer, wait_ms):
-            self._unsupported = True
+        return self._apply(wait_ms)
+
+    def _apply(self, wait_ms: int) -> bool:
+        """Give the consumer's fetcher ``wait_ms``: at once, or after its first fetch where
+        it has not started; False where this release's wait cannot be changed."""
+        if self._unsupported:
             return False
-        return True
+        applied = set_fetch_max_wait(self._consumer, wait_ms)
+        self._pending = applied is None
+        if applied is False:
+            self._unsupported = True
+        return applied is not False
 
     async def after_fetch(self, fetched: dict[TopicPartition, list[ConsumerRecord]]) -> None:
         """Account for one ``getmany`` result. Cheap on the busy path: lag is only read
         when the fetch came back empty or the wait is raised."""
+        if self._pending:  # started since a wait was set
+            self._apply(self._wait.current_ms)
         got_records = any(fetched.values())
         if got_records and self._wait.current_ms == self._wait.base_ms:
             return
@@ -66,8 +84,7 @@ class FetchPacer:
         wait_ms = self._wait.after_fetch(got_records, await self._lagging())
         if wait_ms == before or self._unsupported:
             return
-        if not set_fetch_max_wait(self._consumer, wait_ms):
-            self._unsupported = True
+        if not self._apply(wait_ms):
             log.warning(
                 "cannot change the fetch wait of this aiokafka release; it stays fixed", extra={"consumer": self._name}
             )

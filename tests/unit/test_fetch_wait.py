@@ -64,7 +64,7 @@ class Consumer:
 
     highwater_at: int = 0
     position_at: int = 0
-    _fetcher: Fetcher = field(default_factory=Fetcher)
+    _fetcher: Fetcher | None = field(default_factory=Fetcher)  # None: not started
 
     def paused(self) -> set[TopicPartition]:
         return set()
@@ -85,15 +85,34 @@ def test_a_base_set_from_outside_outlives_a_lagging_spell() -> None:
     # read again (a rebalance): the generation then fetched at the live wait for good.
     consumer = Consumer()
     pacer = FetchPacer(consumer, 5, 4000, "test")  # type: ignore[arg-type]
-    assert pacer.set_base(250) and consumer._fetcher._fetch_max_wait_ms == 250
+    assert pacer.set_base(250) and waits(consumer) == 250
 
     async def spell() -> None:
         consumer.highwater_at = 100  # records past the position, fetches empty: lagging
         for _ in range(3):
             await pacer.after_fetch({})
-        assert consumer._fetcher._fetch_max_wait_ms == 2000
+        assert waits(consumer) == 2000
         consumer.position_at = 100  # caught up
         await pacer.after_fetch({})
 
     asyncio.run(spell())
-    assert consumer._fetcher._fetch_max_wait_ms == 250
+    assert waits(consumer) == 250
+
+
+def waits(consumer: Consumer) -> int:
+    """The wait the consumer's fetcher asks for."""
+    assert consumer._fetcher is not None
+    return consumer._fetcher._fetch_max_wait_ms
+
+
+def test_a_base_set_before_the_consumer_starts_is_taken_after_its_first_fetch() -> None:
+    # A topic generation is paced as it is joined, before its consumer has started: that
+    # wait was taken for one this aiokafka cannot change and dropped for good, and each
+    # generation joined ahead of its start fetched at the live wait all its life.
+    consumer = Consumer(_fetcher=None)
+    pacer = FetchPacer(consumer, 5, 4000, "test")  # type: ignore[arg-type]
+    assert pacer.set_base(250)
+    consumer._fetcher = Fetcher(5)  # started, with the wait it was built with
+    asyncio.run(pacer.after_fetch({}))
+    assert waits(consumer) == 250
+    assert pacer.set_base(5) and waits(consumer) == 5  # and it follows later changes
