@@ -67,7 +67,8 @@ class Settings(BaseSettings):
         "own retention). Otherwise tasks go to a new generation of the topic (<topic>.g<N>) every this many seconds, "
         "and batchers delete a generation once it is finished: for a broker without retention (the embedded one "
         "keeps every record, and its fetches slow as they pile up). At least 5. Keep it short there: at 80% of "
-        "saturation the embedded broker held 10 minutes at 10, and fell behind within a minute at 60.",
+        "saturation the embedded broker held 10 minutes at 10, and fell behind within a minute at 60. "
+        "`brimful up` (make up) takes 10 unless this is given.",
     )
     topic_rotation_grace_s: float = Field(
         30.0,

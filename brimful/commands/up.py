@@ -12,6 +12,7 @@ from pathlib import Path
 from types import FrameType
 
 from brimful.core.settings import Settings, get_settings
+from brimful.core.topic_generations import MEASURED_PERIOD_S
 from brimful.model_server.embedding_model import MODEL_NAME as EMBEDDING_MODEL
 from brimful.model_server.minilm_model import MODEL_NAME as MINILM_MODEL
 from brimful.model_server.minilm_model import minilm_installed
@@ -42,7 +43,11 @@ def embedded_models(with_minilm: bool) -> str:
 
 def embedded_settings(settings: Settings, with_minilm: bool) -> Settings:
     """The settings with the embedded stack's models, where neither BRIMFUL_MODELS nor
-    another BRIMFUL_MODEL_NAME was given."""
+    another BRIMFUL_MODEL_NAME was given, and its requests topics rotating every
+    ``MEASURED_PERIOD_S`` where BRIMFUL_TOPIC_ROTATION_S was not given: the embedded
+    broker keeps every record, and its fetches slow as they pile up (docs/performance.md)."""
+    if "topic_rotation_s" not in settings.model_fields_set:
+        settings = settings.model_copy(update={"topic_rotation_s": MEASURED_PERIOD_S})
     if "models" in settings.model_fields_set or settings.model_name != MODEL_NAME:
         return settings
     return settings.model_copy(update={"models": embedded_models(with_minilm)})

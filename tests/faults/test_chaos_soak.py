@@ -54,7 +54,8 @@ from tests.helpers.stacks import add_second_batchers, rows_seen_by_model, s3_bro
 
 SOAK_S = float(os.environ.get("BRIMFUL_SOAK_S", "150"))
 # 0: one requests topic a model, as with Apache Kafka. With a period, the topics rotate under
-# the faults (docs/reliability.md, "Topic rotation under the soak", says what that found).
+# the faults (docs/reliability.md, "Topic rotation under the soak", says what that found;
+# `make up` rotates every 10 s).
 ROTATION_S = float(os.environ.get("BRIMFUL_SOAK_ROTATION_S", "0"))
 # "s3" (durable: the broker is restarted among the faults) or "memory" (``make up``'s broker).
 BROKER = os.environ.get("BRIMFUL_SOAK_BROKER", "s3")

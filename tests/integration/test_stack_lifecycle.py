@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from brimful.core.topic_generations import MEASURED_PERIOD_S
 from brimful.stack import EmbeddedStack, settings_env, wait_until
 from brimful.stack.processes import http_ok
 from tests.helpers.stacks import stack_settings, start_stack
@@ -59,7 +60,8 @@ def alive(pid: int) -> bool:
 async def test_brimful_up_serves_then_stops_leaving_nothing_behind(
     tmp_path: Path, stop_signal: int, api_workers: int
 ) -> None:
-    settings = stack_settings(api_workers=api_workers)
+    # Its topics rotating, as `make up` runs it (``embedded_settings``).
+    settings = stack_settings(api_workers=api_workers, topic_rotation_s=MEASURED_PERIOD_S)
     env = settings_env(settings)
     process = subprocess.Popen(
         [sys.executable, "-m", "brimful.cli", "up", "--workdir", str(tmp_path)],
@@ -111,7 +113,7 @@ def batcher_pids(up: int) -> set[int]:
 
 
 async def test_a_killed_batcher_is_started_again_while_the_api_keeps_accepting(tmp_path: Path) -> None:
-    settings = stack_settings()
+    settings = stack_settings(topic_rotation_s=MEASURED_PERIOD_S)  # as `make up` runs it
     api = f"http://127.0.0.1:{settings.api_port}"
     process = subprocess.Popen(
         [sys.executable, "-m", "brimful.cli", "up", "--workdir", str(tmp_path)],

@@ -8,6 +8,7 @@ import pytest
 
 from brimful.commands.up import EMBEDDED_MODELS, embedded_models, embedded_settings
 from brimful.core.settings import Settings
+from brimful.core.topic_generations import MEASURED_PERIOD_S
 from brimful.model_server.minilm_model import MODEL_NAME as MINILM
 from brimful.stack import EmbeddedStack
 from brimful.stack.embedded import StackError
@@ -23,6 +24,13 @@ def test_models_given_by_the_operator_are_kept() -> None:
     chosen = Settings(models="brimful_reference")
     assert embedded_settings(chosen, with_minilm=True).models == "brimful_reference"
     assert embedded_settings(Settings(), with_minilm=True).served_models == embedded_models(True).split(",")
+
+
+def test_the_embedded_stack_rotates_its_topics_unless_told_otherwise() -> None:
+    assert Settings().topic_rotation_s == 0  # Apache Kafka's default: its retention bounds the topic
+    assert embedded_settings(Settings(), with_minilm=False).topic_rotation_s == MEASURED_PERIOD_S
+    assert embedded_settings(Settings(topic_rotation_s=0), with_minilm=False).topic_rotation_s == 0
+    assert embedded_settings(Settings(topic_rotation_s=20), with_minilm=False).topic_rotation_s == 20
 
 
 def test_the_model_host_serves_minilm_beside_the_reference_model(tmp_path: Path) -> None:
