@@ -12,11 +12,10 @@ generation's end: its partitions go to the others, and a send that lands late is
 by whoever holds it then. The member holding partition 0, the keeper, stays through the
 grace (``may_retire``), until every other member has left and it holds every
 partition; then it leaves and deletes the topic, which frees the broker's memory. So a
-finished generation costs one consumer among all the batchers for its grace, not one a
-batcher: each held generation is a consumer and a service, and on two cores the
-difference kept the chaos soak's model calls from timing out (docs/reliability.md). An older generation is joined only
-where no live batcher holds it (``batcher/orphans.py``: its last member died with records
-waiting, or before it deleted the topic) and is retired the same way.
+finished generation costs one consumer and service among all the batchers for its grace,
+not one a batcher. An older generation is joined only where no live batcher holds it
+(``batcher/orphans.py``: its last member died with records waiting, or before it
+deleted the topic) and is retired the same way.
 
 A generation whose consumer cannot start (the broker away: with rotation a new one starts
 every period, so a broker restart meets one) is started again on the next turn. Only
