@@ -261,7 +261,6 @@ class Generations:
         if not run.service.running or not run.service.settled or not await drained(run.consumer):
             run.drained_since = None
             return
-        now = self._wall_clock()
         held = frozenset(run.consumer.assignment())
         if run.drained_since is None or held != run.drained_of:  # a rebalance between turns starts it over
             run.drained_since, run.drained_of = now, held
