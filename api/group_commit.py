@@ -12,9 +12,12 @@ acknowledgements are awaited beside the next group's Redis work.
 
 The durability contract is the one-at-a-time path's: each task is recorded before its
 record can reach a batcher, and each submission is answered when its own record is
-acknowledged (acks=all). A failure reaches exactly the submissions it concerns: a Redis
-error, the group whose round trip failed (or the one task whose own key failed); a refused send, the records the broker refused,
-each of them taken back out of Redis before its caller hears of it.
+acknowledged (acks=all). A recorded task stays in Redis's set of unconfirmed tasks until
+the broker has answered for it (``api/submission_receipts.py``), so one whose API is
+killed in between does not hold its tenant's quota. A failure reaches exactly the
+submissions it concerns: a Redis error, the group whose round trip failed (or the one task
+whose own key failed); a refused send, the records the broker refused, each of them taken
+back out of Redis before its caller hears of it.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from aiokafka.errors import KafkaError
 from aiokafka.structs import RecordMetadata
 from redis.exceptions import RedisError
 
+from brimful.api.submission_receipts import SubmissionReceipts
 from brimful.core import metrics
 from brimful.core.task_record import NewTask
 from brimful.core.task_store import TaskStore
@@ -87,15 +91,18 @@ class GroupCommitter:
         max_group: int,
         max_waiting: int,
         min_gap_s: float = 0.0,
+        receipts: SubmissionReceipts | None = None,
     ) -> None:
         """``topic``: the topic a group sent now goes to (it changes where topics rotate);
-        ``min_gap_s``: least time between the starts of two groups (0: none)."""
+        ``min_gap_s``: least time between the starts of two groups (0: none); ``receipts``:
+        where the tasks the broker accepted are confirmed (None: left to the sweep)."""
         self._store = store
         self._producer = producer  # the API replaces its producer until the broker is reached
         self._topic = topic
         self._max_group = max_group
         self._max_waiting = max_waiting
         self._min_gap_s = min_gap_s
+        self.receipts = receipts  # where the tasks the broker accepted are confirmed
         self._last_group_at = float("-inf")  # loop time the last group began
         self._waiting: deque[_Submission] = deque()
         self._runner: asyncio.Task[None] | None = None
@@ -268,6 +275,8 @@ class GroupCommitter:
                 log.error("could not take back tasks the broker refused; they expire", extra={"error": str(error)})
         for submission, _ in [*accepted, *refused]:
             self._unconfirmed.pop(submission.task.task_id, None)
+        if self.receipts is not None:
+            self.receipts.confirmed((s.task.task_id, s.task.tenant) for s, _ in accepted)
         for submission, refusal in refused:
             submission.settle(error=refusal)
         for submission, metadata in accepted:

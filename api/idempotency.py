@@ -15,6 +15,7 @@ from brimful.api.errors import ApiError
 from brimful.api.requests_topic import resend
 from brimful.api.state import ApiState
 from brimful.api.submission import Submission
+from brimful.api.submission_receipts import longest_submission_s
 from brimful.core.clock import now_ms
 from brimful.core.task_status import TaskStatus
 
@@ -37,9 +38,7 @@ async def claim_idempotency_key(state: ApiState, key: str, task_id: str, submiss
     answered, after its request is sent again under its id should the broker never have
     had it (a batcher runs a task once whatever copies it reads); a task never recorded
     (or withdrawn) leaves the key to this submission."""
-    settings = state.settings
-    # Longer than any submission can take: the broker's timeout and Redis's pool wait, twice.
-    stale_after_ms = 1000 * (2 * (settings.kafka_request_timeout_ms / 1000 + settings.redis_pool_timeout_s) + 5)
+    stale_after_ms = 1000 * longest_submission_s(state.settings)
     deadline = time.monotonic() + IDEMPOTENCY_WAIT_S
     while True:
         held = await state.store.idempotency.claim(key, task_id)

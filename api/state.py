@@ -18,6 +18,7 @@ from brimful.api.dead_letter_admin import DeadLetterAdmin
 from brimful.api.errors import unknown_model
 from brimful.api.group_commit import GroupCommitter
 from brimful.api.rate_limit import RateLimiter
+from brimful.api.submission_receipts import SubmissionReceipts, longest_submission_s
 from brimful.api.task_waiters import TaskWaiters
 from brimful.core import metrics
 from brimful.core.api_keys import ApiKeys
@@ -63,6 +64,7 @@ class ApiState:
         self.topics = {name: settings.requests_topic_for(name) for name in settings.served_models}  # model -> its topic
         # model -> its topic's generations: where topics rotate, each send picks the current one
         self.generations = {name: settings.topic_generations_for(name) for name in settings.served_models}
+        self.receipts = SubmissionReceipts(self.store.unconfirmed, longest_submission_s(settings))
         # One committer per model: a group is one send to one topic.
         self.committers = {
             name: GroupCommitter(
@@ -72,6 +74,7 @@ class ApiState:
                 settings.submit_group_max,
                 settings.submit_waiting_max,
                 min_gap_s=settings.submit_group_gap_ms / 1000,
+                receipts=self.receipts,
             )
             for name in settings.served_models
         }
@@ -139,6 +142,7 @@ class ApiState:
             asyncio.create_task(self._start_producer(), name="start-producer"),
             asyncio.create_task(self.backlog.run(), name="backlog-monitor"),
             asyncio.create_task(self.waiters.run(), name="task-waiters"),
+            asyncio.create_task(self.receipts.run(), name="submission-receipts"),
         ]
         if self.settings.topic_rotation_s:
             self._background.append(asyncio.create_task(self._keep_topics(), name="topic-generations"))
@@ -160,6 +164,8 @@ class ApiState:
         await bounded_step(
             "submissions", asyncio.gather(*(c.close(drain_s=drain_s) for c in self.committers.values())), request_s
         )
+        # What the drain confirmed: written now, or the sweep releases it early elsewhere.
+        await bounded_step("confirmations", self.receipts.flush(), CLOSE_S)
         if self.producer_started:
             # Nothing is left to send once the committer has drained: this only closes.
             await bounded_step("producer", self.producer.stop(), CLOSE_S)

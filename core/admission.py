@@ -4,7 +4,9 @@ unless that would pass the tenant's limit; then nothing is written.
 The rule is one Lua function (``_ADMIT_RULE_LUA``). On one Redis a whole group of new
 tasks is admitted and recorded in one script call; on a Redis Cluster a task's record and
 its tenant's set live in different hash slots, so each task's admission is a script call
-of its own beside its record's write, in one pipeline."""
+of its own beside its record's write, in one pipeline. Either way each task recorded also
+joins the set of unconfirmed tasks, until the broker answers for it
+(``core/unconfirmed_tasks.py``)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from brimful.core.redis_client import RedisClient
 from brimful.core.redis_keys import RedisKeys
 from brimful.core.task_record import WRITE_RECORD_LUA, Field, NewTask, record_fields
 from brimful.core.task_status import TaskStatus
+from brimful.core.unconfirmed_tasks import unconfirmed_member
 
 # trim(in_flight, oldest): drop entries older than any task may wait (a task that somehow
 # ended unseen must not hold its tenant's quota for ever); returns the reply (pcall).
@@ -51,12 +54,14 @@ return admit(KEYS[1], ARGV[1], tonumber(ARGV[2]), ARGV[4])
 """
 )
 
-# A group, on one Redis. KEYS: per task, its record then its tenant's in-flight set. ARGV:
-# the record's TTL, the queued status, then per task its submitted_at_ms, the tenant's
-# limit, the oldest score still counted, its id, its tenant, its model and the Redis key
-# of its Idempotency-Key ("": none). A command that fails (a key of the wrong type) fails
-# only its task, whose in-flight entry is taken back. Returns per task: -1 recorded, the
-# tenant's count when refused (nothing written), or the error's text.
+# A group, on one Redis. KEYS: per task, its record then its tenant's in-flight set; last,
+# the set of unconfirmed tasks. ARGV: the record's TTL, the queued status, then per task
+# its submitted_at_ms, the tenant's limit, the oldest score still counted, its id, its
+# tenant, its model and the Redis key of its Idempotency-Key ("": none). A command that
+# fails (a key of the wrong type) fails only its task, whose in-flight entry is taken
+# back. Each task recorded joins the unconfirmed set (``core/unconfirmed_tasks.py``).
+# Returns per task: -1 recorded, the tenant's count when refused (nothing written), or the
+# error's text.
 _ADMIT_GROUP_LUA = (
     _ADMIT_RULE_LUA
     + WRITE_RECORD_LUA
@@ -67,7 +72,8 @@ local function failed(reply)
   return type(reply) == 'table' and reply.err
 end
 local trimmed = {}
-for i = 1, #KEYS / 2 do
+local unconfirmed = KEYS[#KEYS]
+for i = 1, (#KEYS - 1) / 2 do
   local record, in_flight = KEYS[2 * i - 1], KEYS[2 * i]
   local at = 2 + 7 * (i - 1)
   local submitted, limit, oldest, task_id = ARGV[at + 1], tonumber(ARGV[at + 2]), ARGV[at + 3], ARGV[at + 4]
@@ -95,6 +101,8 @@ for i = 1, #KEYS / 2 do
       if failed(reply) then
         redis.call('ZREM', in_flight, task_id)
         outcome = reply.err
+      else
+        redis.call('ZADD', unconfirmed, submitted, task_id .. ' ' .. tenant)
       end
     end
   end
@@ -137,6 +145,7 @@ class Admission:
                 task.model,
                 self._keys.idempotency(task.idempotency_key) if task.idempotency_key else "",
             ]
+        keys.append(self._keys.unconfirmed)
         replies = await self._admit_group(keys=keys, args=args)
         return [
             RedisError(reply.decode(errors="replace"))
@@ -148,11 +157,15 @@ class Admission:
         ]
 
     async def take_back(self, tasks: Sequence[tuple[str, str]]) -> None:
-        """Remove (task id, tenant) pairs' records and in-flight entries, in one round trip."""
+        """Remove (task id, tenant) pairs' records, in-flight and unconfirmed entries, in one
+        round trip."""
+        if not tasks:
+            return
         async with self._redis.pipeline(transaction=False) as pipe:
             for task_id, tenant in tasks:
                 pipe.delete(self._keys.task(task_id))
                 pipe.zrem(self._keys.in_flight(tenant), task_id)
+            pipe.zrem(self._keys.unconfirmed, *(unconfirmed_member(task_id, tenant) for task_id, tenant in tasks))
             await pipe.execute()
 
     def _oldest_counted(self, task: NewTask) -> int:
@@ -180,10 +193,18 @@ class Admission:
                     self._oldest_counted(task),
                     task.task_id,
                 )
+            # Every task of the group, refused ones too (taken back below with the rest of them).
+            pipe.zadd(
+                self._keys.unconfirmed,
+                {unconfirmed_member(task.task_id, task.tenant): task.submitted_at_ms for task in tasks},
+            )
             replies = await pipe.execute(raise_on_error=False)
+        # A task not in the unconfirmed set is not recorded: should that one command fail,
+        # the whole group is answered with its error.
+        tracked = replies[-1]
         outcomes: list[Outcome] = []
         for index in range(len(tasks)):
-            own = replies[3 * index : 3 * index + 3]
+            own = [*replies[3 * index : 3 * index + 3], tracked]
             failed = next((reply for reply in own if isinstance(reply, Exception)), None)
             if failed is not None:
                 outcomes.append(failed if isinstance(failed, RedisError) else RedisError(str(failed)))

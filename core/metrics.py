@@ -155,6 +155,11 @@ CONNECTIONS_SHED = Counter(
     "Idle connections an API worker closed to make room past api_max_connections.",
 )
 TASKS_SUBMITTED = Counter("brimful_tasks_submitted", "Tasks accepted (answered 202), by model.", ["model"])
+UNCONFIRMED_RELEASED = Counter(
+    "brimful_unconfirmed_tasks_released",
+    "Tasks recorded by an API that stopped before the broker answered for them, taken out of their tenants' "
+    "tasks in flight by the sweep (core/unconfirmed_tasks.py).",
+)
 SUBMIT_GROUP_SIZE = Histogram(
     "brimful_submit_group_size",
     "Submissions recorded and sent together by one group commit.",

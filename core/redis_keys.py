@@ -42,6 +42,9 @@ class RedisKeys:
     - ``{prefix}:tenantlimits``: hash of tenant -> its own limits (JSON), where set.
     - ``{prefix}:inflight:{tenant}``: sorted set of the tenant's unfinished task ids,
       scored by submission time (ms).
+    - ``{prefix}:unconfirmed``: sorted set of the tasks recorded as queued whose
+      submission the broker has not answered yet (``{task_id} {tenant}``), scored by when
+      each was recorded (ms) (``core/unconfirmed_tasks.py``).
     - ``{prefix}:finished`` (pub/sub channel): task ids, as each reaches a final state.
     - ``{prefix}:cancelled`` (pub/sub channel; ``...:model:{model}`` another model's): task
       ids cancelled while queued.
@@ -168,6 +171,10 @@ class RedisKeys:
     def in_flight_prefix(self) -> str:
         """What ``in_flight(tenant)`` puts before the tenant (the transition script needs it)."""
         return f"{self.prefix}:inflight:"
+
+    @property
+    def unconfirmed(self) -> str:
+        return f"{self.prefix}:unconfirmed"
 
     @property
     def finished_channel(self) -> str:

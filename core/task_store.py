@@ -5,7 +5,8 @@ Every state change goes through one Lua script that moves a task only from the s
 may leave. That is what makes redelivery harmless: a batch replayed after a crash cannot
 turn a ``done`` task back into ``running`` or overwrite its outputs with a second result.
 The store is also where the pieces beside the moves are reached: admission
-(``core/admission.py``), Idempotency-Keys (``core/idempotency_keys.py``); the record's
+(``core/admission.py``), Idempotency-Keys (``core/idempotency_keys.py``), the tasks whose
+submission is unconfirmed (``core/unconfirmed_tasks.py``); the record's
 fields are in ``core/task_record.py`` and the message a final move publishes in
 ``core/finished_message.py``.
 """
@@ -27,6 +28,7 @@ from brimful.core.stats import StatsField
 from brimful.core.task_record import WRITE_RECORD_LUA, Field, KnownTask, NewTask, TaskRecord
 from brimful.core.task_status import TaskStatus
 from brimful.core.transitions import Transitions
+from brimful.core.unconfirmed_tasks import UnconfirmedTasks
 
 # KEYS[1]: a task's record. ARGV: ttl_s, now_ms, the running status, submitted_at_ms,
 # tenant, model. Writes the record of a task read from Kafka whose record is gone, as
@@ -94,6 +96,7 @@ class TaskStore:
         self._requeue = redis.register_script(_REQUEUE_LUA)
         self._admission = Admission(redis, keys, self._waiting_ttl_s, self._cluster)
         self.idempotency = IdempotencyKeys(redis, keys, self._waiting_ttl_s)
+        self.unconfirmed = UnconfirmedTasks(redis, keys)
 
     @property
     def keys(self) -> RedisKeys:

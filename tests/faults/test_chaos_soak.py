@@ -42,15 +42,17 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
+from brimful.api.submission_receipts import SubmissionReceipts, longest_submission_s
 from brimful.commands.up import REFERENCE_MODELS
 from brimful.core.api_keys import ApiKeys, Scope
 from brimful.core.redis_keys import RedisKeys
 from brimful.core.settings import default_of
+from brimful.core.task_store import TaskStore
 from brimful.model_server.reference_model import hang_file_at
 from brimful.stack import EmbeddedStack, free_port
 from tests.helpers.pipeline import expected_outputs, read_dead_letters
 from tests.helpers.polling import wait_for
-from tests.helpers.stacks import add_second_batchers, rows_seen_by_model, s3_broker_env, stack_settings
+from tests.helpers.stacks import add_second_batchers, api_workers, rows_seen_by_model, s3_broker_env, stack_settings
 
 SOAK_S = float(os.environ.get("BRIMFUL_SOAK_S", "150"))
 # 0: one requests topic a model, as with Apache Kafka. With a period, the topics rotate under
@@ -318,13 +320,6 @@ async def watch(
             pass
 
 
-def _children(pid: int) -> list[int]:
-    try:
-        return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:
-        return []
-
-
 class Faults:
     """The seeded schedule's faults, each with the repair a supervisor or on-call makes."""
 
@@ -339,8 +334,7 @@ class Faults:
         batchers = [name for name in stack.processes if name.startswith("batcher")]
         hosts = [name for name in stack.processes if name.startswith("triton")]
         if fault == "api-worker":
-            api = stack.processes["api"].pid
-            workers = _children(api) if api is not None else []
+            workers = api_workers(stack)
             if workers:
                 os.kill(rng.choice(workers), signal.SIGKILL)  # uvicorn starts another
         elif fault == "batcher-kill":
@@ -679,8 +673,16 @@ async def check_ledger(
 
     redis = Redis.from_url(stack.settings.redis_url)
     keys = RedisKeys(stack.settings.key_prefix)
+    # A task an API worker recorded just before it was killed counts until the sweep takes it
+    # out (api/submission_receipts.py): the counts are read until they fall to 0, or that long.
+    receipts = SubmissionReceipts(TaskStore(redis, keys, 60).unconfirmed, longest_submission_s(stack.settings))
+    deadline = time.monotonic() + receipts.stale_after_s + receipts.sweep_every_s + 10
     try:
-        in_flight = {tenant: await redis.zcard(keys.in_flight(tenant)) for tenant in TENANTS}
+        while True:
+            in_flight = {tenant: await redis.zcard(keys.in_flight(tenant)) for tenant in TENANTS}
+            if not any(in_flight.values()) or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(1.0)
         now_ms = int((await redis.time())[0]) * 1000
         leases = 0
         async for key in redis.scan_iter(match=f"{stack.settings.key_prefix}:slots:*"):

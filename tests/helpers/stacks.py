@@ -28,6 +28,27 @@ def add_second_batchers(stack: EmbeddedStack, models: list[str]) -> None:
     stack.wait_for_batchers()
 
 
+def api_workers(stack: EmbeddedStack) -> list[int]:
+    """The pids of the API's worker processes: its supervisor's children that serve, not
+    multiprocessing's resource tracker beside them (none when one worker runs in the API's
+    own process)."""
+    pid = stack.processes["api"].pid
+    if pid is None:
+        return []
+    workers: list[int] = []
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return []
+    for child in children:
+        try:
+            if b"spawn_main" in Path(f"/proc/{child}/cmdline").read_bytes():
+                workers.append(int(child))
+        except OSError:  # gone meanwhile
+            continue
+    return workers
+
+
 def rows_seen_by_model(stack: EmbeddedStack) -> list[str]:
     """Every real row the stack's model has been given so far."""
     path = stack.workdir / "model-seen.log"

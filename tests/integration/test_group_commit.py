@@ -17,6 +17,7 @@ from aiokafka.structs import RecordMetadata
 from redis.exceptions import RedisError
 
 from brimful.api.group_commit import GroupCommitter, GroupCommitterStopped
+from brimful.api.submission_receipts import SubmissionReceipts, longest_submission_s
 from brimful.core import metrics
 from brimful.core.clock import now_ms
 from brimful.core.kafka import ensure_topics, make_producer
@@ -29,6 +30,7 @@ from brimful.stack import EmbeddedStack
 from tests.helpers.pipeline import read_whole_topic
 from tests.helpers.polling import wait_for
 from tests.helpers.stacks import stack_settings
+from tests.helpers.unconfirmed import unconfirmed_ids
 
 
 @pytest.fixture(scope="module")
@@ -48,14 +50,22 @@ def broker_and_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Embed
 async def open_committer(
     settings: Settings, max_group: int = 256, min_gap_s: float = 0.0
 ) -> AsyncIterator[tuple[GroupCommitter, TaskStore]]:
-    """A committer of its own Redis client and producer, to ``settings``'s requests topic."""
+    """A committer of its own Redis client and producer, to ``settings``'s requests topic;
+    its confirmations are written when a test flushes its receipts."""
     await ensure_topics(settings)
     redis = make_redis(settings)
     store = TaskStore(redis, RedisKeys(settings.key_prefix), settings.result_ttl_s, settings.task_wait_ttl_s)
     producer = make_producer(settings)
     await producer.start()
+    receipts = SubmissionReceipts(store.unconfirmed, longest_submission_s(settings))
     group_commit = GroupCommitter(
-        store, lambda: producer, lambda: settings.requests_topic, max_group, max_waiting=10_000, min_gap_s=min_gap_s
+        store,
+        lambda: producer,
+        lambda: settings.requests_topic,
+        max_group,
+        max_waiting=10_000,
+        min_gap_s=min_gap_s,
+        receipts=receipts,
     )
     try:
         yield group_commit, store
@@ -108,6 +118,13 @@ async def test_submissions_that_arrive_together_are_written_as_one_group(
         record = await store.get(task.task_id)
         assert record is not None and record.status.value == "queued" and record.tenant == "acme"
     assert {t.task_id for t in tasks} <= await ids_on_topic(broker_and_redis)
+    # Each was unconfirmed from its record on, until the broker's answers were written back.
+    ids = {t.task_id for t in tasks}
+    assert ids <= await unconfirmed_ids(store)
+    receipts = group_commit.receipts
+    assert receipts is not None and receipts.pending >= 200
+    await receipts.flush()
+    assert not ids & await unconfirmed_ids(store)
 
 
 async def test_groups_sent_while_a_request_is_out_join_its_partition_and_the_next_request_turns(
@@ -189,6 +206,7 @@ async def test_a_redis_error_of_some_submissions_fails_only_them_and_leaves_noth
     assert "WRONGTYPE" in str(answers[poisoned[0].task_id])
     for task in poisoned:
         assert await store.get(task.task_id) is None  # its half-written record was taken back
+    assert not {t.task_id for t in poisoned} & await unconfirmed_ids(store)
     on_topic = await ids_on_topic(broker_and_redis)
     assert {t.task_id for t in good} <= on_topic
     assert not {t.task_id for t in poisoned} & on_topic  # never sent
@@ -229,6 +247,7 @@ async def test_a_broker_that_stops_answering_fails_only_the_group_it_holds(
         # Taken back before the caller heard of it: should the broker still append the
         # record, no batcher runs a task that is not recorded, and a retry is a new task.
         assert await store.get(task.task_id) is None
+    assert not {t.task_id for t in held} & await unconfirmed_ids(store)
     after = new_tasks(20)
     assert all(isinstance(answer, RecordMetadata) for answer in await submit_all(group_commit, after))
     on_topic = await ids_on_topic(broker_and_redis)
@@ -302,3 +321,4 @@ async def test_a_stop_that_cuts_submissions_short_withdraws_what_it_recorded(
         assert await store.get(task.task_id) is None
         assert await redis.get(store.keys.tombstone(task.task_id)) == b"withdrawn"
     assert await redis.zcard(store.keys.in_flight("stopped")) == 0
+    assert not {t.task_id for t in tasks} & await unconfirmed_ids(store)

@@ -27,6 +27,7 @@ from tests.helpers.live_policy import policy_seen_by_batchers, tune_live
 from tests.helpers.pipeline import expected_outputs
 from tests.helpers.stacks import stack_settings, start_stack
 from tests.helpers.task_client import TaskClient
+from tests.helpers.unconfirmed import check_stale_entries_give_their_quota_back
 
 
 @pytest.fixture(scope="module")
@@ -173,3 +174,8 @@ async def test_in_flight_limit_is_exact_under_concurrency_and_frees_on_every_fin
         assert await client.zcard(in_flight) == 2
     finally:
         await client.aclose()
+
+
+async def test_tasks_recorded_and_never_confirmed_give_their_quota_back_when_stale(store: TaskStore) -> None:
+    # The records, the tenant's set and the unconfirmed set are in different slots here.
+    await check_stale_entries_give_their_quota_back(store)

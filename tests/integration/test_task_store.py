@@ -22,6 +22,7 @@ from brimful.core.tenant_limits import TenantLimits, TenantLimitStore
 from brimful.stack import EmbeddedStack
 from tests.helpers.polling import wait_for
 from tests.helpers.redis_sends import SendCounter
+from tests.helpers.unconfirmed import check_stale_entries_give_their_quota_back
 
 
 @pytest.fixture
@@ -408,3 +409,7 @@ async def test_the_finished_message_written_in_lua_reads_back_whole_in_python(st
     finally:
         await pubsub.aclose()
         await redis.aclose()
+
+
+async def test_tasks_recorded_and_never_confirmed_give_their_quota_back_when_stale(store: TaskStore) -> None:
+    await check_stale_entries_give_their_quota_back(store)
