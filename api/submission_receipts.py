@@ -9,8 +9,9 @@ whatever the load. The refused ones go as they are taken back.
 
 Every API also sweeps the set: an entry older than the longest a submission can take,
 plus the confirmation's delay, was left by an API that stopped between recording a task
-and hearing from the broker (killed, or its node lost). Its task is taken out of its
-tenant's in-flight count, so a crash costs the tenant no quota.
+and confirming it (killed, or its node lost), or its confirmation was lost (a Redis that
+lost its last second). Its task is taken out of its tenant's in-flight count, so a crash
+costs the tenant no quota; a task that was accepted only leaves the count early.
 """
 
 from __future__ import annotations
@@ -97,8 +98,8 @@ class SubmissionReceipts:
         if released:
             metrics.UNCONFIRMED_RELEASED.inc(len(released))
             log.warning(
-                "released tasks whose submission stopped before the broker answered; they run only if their "
-                "record reached it",
+                "released tasks never confirmed from the in-flight count (an API stopped before it confirmed "
+                "them, or Redis lost the confirmation); each runs if its record reached the broker",
                 extra={"tasks": len(released), "task_ids": [task_id for task_id, _ in released[:LOGGED_IDS]]},
             )
         return released
