@@ -129,7 +129,8 @@ def measure_alternated(
 
 def medians(results: dict[str, Any], variants: tuple[str, ...] = ("interpreted", "compiled")) -> list[str]:
     """A line per variant (the lanes' names): the median over the repetitions of its API CPU
-    a task, of that against the same repetition's bare floor, and of the batcher's CPU a task."""
+    a task, of that against the same repetition's bare floor, of the batcher's CPU a task,
+    and of Redis's (where the runs measured it)."""
     lines = []
     for variant in variants:
         runs = [
@@ -144,7 +145,11 @@ def medians(results: dict[str, Any], variants: tuple[str, ...] = ("interpreted",
         ratios = [lane["api_us_per_task"] / bare for lane, bare in runs if bare]
         ratio = f", {statistics.median(ratios):.2f}x the floor" if ratios else ""
         batcher = statistics.median(lane["batcher_us_per_task"] for lane, _ in runs)
-        lines.append(f"- {variant}, median of {len(runs)}: API {api:.0f} us a task{ratio}; batcher {batcher:.0f} us.")
+        redis = [lane["redis_us_per_task"] for lane, _ in runs if "redis_us_per_task" in lane]
+        redis_part = f"; Redis {statistics.median(redis):.0f} us" if len(redis) == len(runs) else ""
+        lines.append(
+            f"- {variant}, median of {len(runs)}: API {api:.0f} us a task{ratio}; batcher {batcher:.0f} us{redis_part}."
+        )
     return lines
 
 

@@ -37,7 +37,7 @@ def measure_lane(shape: Shape, seconds: float, settings: dict[str, object]) -> d
         stack = start(shape, Path(scratch), **settings)
         try:
             loadgen(stack, "brimful", 3.0, clients=CLIENTS)  # warm-up: connections, lazy imports, caches
-            api, batcher = role_cpu_s(stack, "api"), role_cpu_s(stack, "batcher")
+            api, batcher, redis = role_cpu_s(stack, "api"), role_cpu_s(stack, "batcher"), role_cpu_s(stack, "redis")
             done = stats(stack).get("tasks_done", 0)
             summary = loadgen(stack, "brimful", seconds, clients=CLIENTS)
             tasks = max(1, stats(stack).get("tasks_done", 0) - done)
@@ -47,6 +47,7 @@ def measure_lane(shape: Shape, seconds: float, settings: dict[str, object]) -> d
                 "p99_ms": summary["p99_ms"],
                 "api_us_per_task": (role_cpu_s(stack, "api") - api) / tasks * 1e6,
                 "batcher_us_per_task": (role_cpu_s(stack, "batcher") - batcher) / tasks * 1e6,
+                "redis_us_per_task": (role_cpu_s(stack, "redis") - redis) / tasks * 1e6,
                 "errors": summary["errors"] + summary["lost"],
             }
         finally:
