@@ -22,7 +22,7 @@ from brimful.core.tenant_limits import TenantLimits, TenantLimitStore
 from brimful.stack import EmbeddedStack
 from tests.helpers.polling import wait_for
 from tests.helpers.redis_sends import SendCounter
-from tests.helpers.unconfirmed import check_stale_entries_give_their_quota_back
+from tests.helpers.unconfirmed import check_stale_entries_give_their_quota_back, unconfirmed_ids
 
 
 @pytest.fixture
@@ -413,3 +413,10 @@ async def test_the_finished_message_written_in_lua_reads_back_whole_in_python(st
 
 async def test_tasks_recorded_and_never_confirmed_give_their_quota_back_when_stale(store: TaskStore) -> None:
     await check_stale_entries_give_their_quota_back(store)
+
+
+async def test_a_group_larger_than_one_zadd_is_noted_whole_among_the_unconfirmed(store: TaskStore) -> None:
+    # 600 tasks: 1,200 values, past the 1,000 the admission script hands one ZADD.
+    tasks = [NewTask(uuid.uuid4().hex, now_ms(), "big") for _ in range(600)]
+    assert await store.create_queued_many(tasks) == [None] * 600
+    assert {task.task_id for task in tasks} <= await unconfirmed_ids(store)
