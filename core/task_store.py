@@ -217,6 +217,23 @@ class TaskStore:
             if status is None or not TaskStatus(status.decode()).is_final
         ]
 
+    async def leave_in_flight_if_final(self, tasks: Sequence[tuple[str, str]]) -> int:
+        """On a Redis Cluster, take those of (task id, tenant) whose record is final out of
+        their tenants' in-flight sets; how many were final. There a final move leaves the
+        in-flight set in a second round trip (the set is in another slot), and a batcher
+        that stopped or failed between the two leaves the entry: the task's redelivery,
+        found final, mends it here. On one Redis the move did it in the same step."""
+        if not self._cluster or not tasks:
+            return 0
+        unfinished = set(await self.unfinished(task_id for task_id, _ in tasks))
+        final = [(task_id, tenant) for task_id, tenant in tasks if task_id not in unfinished]
+        if final:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for task_id, tenant in final:
+                    pipe.zrem(self._keys.in_flight(tenant), task_id)
+                await pipe.execute()
+        return len(final)
+
     async def mark_running(self, task_ids: Iterable[str]) -> list[str]:
         """Move tasks to running; returns those that moved. Final ones (a task cancelled a
         moment ago among them) stay as they are and must not be sent to the model: this

@@ -154,8 +154,9 @@ class Transitions:
             for position, tenant, idem in zip(reply[::3], reply[1::3], reply[2::3]):
                 moved.append((task_ids[group[int(position) - 1]], tenant.decode(), idem))
         if self._cluster and ((status.is_final and moved) or counters or (moved_counter and moved)):
-            # A crash before this leaves an in-flight entry that ages out with the waiting
-            # TTL (the task itself is final either way), and the counters short.
+            # A crash before this leaves an in-flight entry until the task, read again and
+            # found final, takes it out (TaskStore.leave_in_flight_if_final); the counters
+            # stay short.
             async with self._redis.pipeline(transaction=False) as pipe:
                 if status.is_final:
                     for task_id, tenant, idem in moved:

@@ -121,6 +121,9 @@ class BatchRunner:
             running = set(await self._mark_running_while_leasing(candidates, seat))
             if len(running) < len(candidates):
                 running.update(await recreate_missing(self.store, batch, candidates, running, self.signature.name))
+                await self.store.leave_in_flight_if_final(
+                    [(item.task_id, item.request.tenant) for item in candidates if item.task_id not in running]
+                )
             items = [item for item in candidates if item.task_id in running]
             outcome.skipped = len(candidates) - len(items)
             items = await self.failures.fail_unfit(batch, items, outcome)

@@ -45,6 +45,9 @@ class FakeStore:
     async def recreate_missing(self, tasks: list[Any]) -> list[str]:
         return []
 
+    async def leave_in_flight_if_final(self, tasks: list[tuple[str, str]]) -> int:
+        return 0  # no in-flight sets here
+
     async def unfinished(self, task_ids: Iterable[str]) -> list[str]:
         return [t for t in task_ids if t not in self.done and t not in self.failed]
 

@@ -13,18 +13,23 @@ from pathlib import Path
 
 import pytest
 import redis
+from aiokafka import AIOKafkaProducer
 from redis.asyncio.cluster import RedisCluster
 
 from brimful.core.channel_follower import follow_channel
 from brimful.core.clock import now_ms
 from brimful.core.finished_message import FinishedMessage
 from brimful.core.redis_keys import RedisKeys
+from brimful.core.task_record import Field
+from brimful.core.task_status import TaskStatus
 from brimful.core.task_store import TaskStore
+from brimful.schemas import InputTensor, TaskRequest
 from brimful.stack import EmbeddedStack
 from brimful.stack.embedded import REDIS_CLUSTER_MASTERS
 from brimful.stack.processes import wait_until
 from tests.helpers.live_policy import policy_seen_by_batchers, tune_live
 from tests.helpers.pipeline import expected_outputs
+from tests.helpers.polling import wait_for
 from tests.helpers.stacks import stack_settings, start_stack
 from tests.helpers.task_client import TaskClient
 from tests.helpers.unconfirmed import check_stale_entries_give_their_quota_back
@@ -179,3 +184,36 @@ async def test_in_flight_limit_is_exact_under_concurrency_and_frees_on_every_fin
 async def test_tasks_recorded_and_never_confirmed_give_their_quota_back_when_stale(store: TaskStore) -> None:
     # The records, the tenant's set and the unconfirmed set are in different slots here.
     await check_stale_entries_give_their_quota_back(store)
+
+
+async def test_a_redelivered_task_found_final_leaves_its_tenants_in_flight_set(cluster_stack: EmbeddedStack) -> None:
+    """A final move leaves the tenant's set in a second round trip here; a batcher stopped
+    between the two left the entry. The task's redelivery mends it."""
+    settings = cluster_stack.settings
+    client = RedisCluster.from_url(settings.redis_url)
+    keys = RedisKeys(settings.key_prefix)
+    stack_store = TaskStore(client, keys, settings.result_ttl_s, settings.task_wait_ttl_s)
+    task_id, tenant = uuid.uuid4().hex, "mended"
+    try:
+        submitted = now_ms()
+        assert await stack_store.create_queued(task_id, submitted, tenant) is None
+        # The first round trip of a final move, alone: the record says done, the set still counts it.
+        await client.hset(keys.task(task_id), mapping={Field.STATUS: TaskStatus.DONE.value, Field.OUTPUTS: b"{}"})
+        assert await client.zscore(keys.in_flight(tenant), task_id) is not None
+        redelivered = TaskRequest(task_id=task_id, model=settings.model_name, tenant=tenant, submitted_at_ms=submitted)
+        redelivered.inputs["TEXT"].CopyFrom(InputTensor(datatype="BYTES", shape=[1], bytes_contents=[b"again"]))
+        producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all")
+        await producer.start()
+        try:
+            await producer.send_and_wait(settings.requests_topic, redelivered.SerializeToString(), key=task_id.encode())
+        finally:
+            await producer.stop()
+
+        async def left_the_set() -> bool:
+            return await client.zscore(keys.in_flight(tenant), task_id) is None
+
+        await wait_for(left_the_set, 30, "the redelivered final task to leave its tenant's in-flight set")
+        record = await stack_store.get(task_id)
+        assert record is not None and record.status is TaskStatus.DONE  # not run again
+    finally:
+        await client.aclose()
