@@ -90,12 +90,12 @@ class GroupCommitter:
         topic: Callable[[], str],
         max_group: int,
         max_waiting: int,
+        receipts: SubmissionReceipts,
         min_gap_s: float = 0.0,
-        receipts: SubmissionReceipts | None = None,
     ) -> None:
         """``topic``: the topic a group sent now goes to (it changes where topics rotate);
-        ``min_gap_s``: least time between the starts of two groups (0: none); ``receipts``:
-        where the tasks the broker accepted are confirmed (None: left to the sweep)."""
+        ``receipts``: where the tasks the broker accepted are confirmed; ``min_gap_s``: least
+        time between the starts of two groups (0: none)."""
         self._store = store
         self._producer = producer  # the API replaces its producer until the broker is reached
         self._topic = topic
@@ -275,8 +275,7 @@ class GroupCommitter:
                 log.error("could not take back tasks the broker refused; they expire", extra={"error": str(error)})
         for submission, _ in [*accepted, *refused]:
             self._unconfirmed.pop(submission.task.task_id, None)
-        if self.receipts is not None:
-            self.receipts.confirmed((s.task.task_id, s.task.tenant) for s, _ in accepted)
+        self.receipts.confirmed((s.task.task_id, s.task.tenant) for s, _ in accepted)
         for submission, refusal in refused:
             submission.settle(error=refusal)
         for submission, metadata in accepted:

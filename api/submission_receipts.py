@@ -35,6 +35,8 @@ CONFIRM_EVERY_S = 1.0
 # Confirmations kept while Redis cannot take them: past this, the oldest are dropped, and
 # the sweep later takes their tasks out of the in-flight count (early, a small undercount).
 MAX_PENDING = 100_000
+# A sweep every this share of the time an entry takes to turn stale.
+SWEEP_EVERY_SHARE = 0.5
 # Most calls one sweep makes (COMMAND_MEMBERS entries each): the rest wait for the next.
 SWEEP_MAX_CALLS = 10
 # Task ids a sweep's log line names at most.
@@ -47,6 +49,18 @@ def longest_submission_s(settings: Settings) -> float:
     return 2 * (settings.kafka_request_timeout_ms / 1000 + settings.redis_pool_timeout_s) + 5
 
 
+def stale_after_s(longest_s: float) -> float:
+    """An entry older than this is stale: its API would have confirmed it by now (the
+    longest submission, ``longest_s``, and the confirmation's delay)."""
+    return longest_s + 2 * CONFIRM_EVERY_S
+
+
+def released_within_s(settings: Settings) -> float:
+    """At most how long after its record a task left unconfirmed leaves its tenant's
+    in-flight count: stale, then swept within a sweep's period."""
+    return stale_after_s(longest_submission_s(settings)) * (1 + SWEEP_EVERY_SHARE)
+
+
 class SubmissionReceipts:
     """Confirms accepted tasks in bulk, and sweeps those no API will confirm."""
 
@@ -57,10 +71,8 @@ class SubmissionReceipts:
         wall_s: Callable[[], float] = time.time,
     ) -> None:
         self._unconfirmed = unconfirmed
-        # An entry older than this is stale: its API would have confirmed it by now.
-        self.stale_after_s = longest_submission_s + 2 * CONFIRM_EVERY_S
-        # A stale entry is swept within about this of turning stale.
-        self.sweep_every_s = self.stale_after_s / 2
+        self.stale_after_s = stale_after_s(longest_submission_s)
+        self.sweep_every_s = SWEEP_EVERY_SHARE * self.stale_after_s
         self._wall_s = wall_s
         self._pending: deque[str] = deque(maxlen=MAX_PENDING)
 

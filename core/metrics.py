@@ -157,8 +157,8 @@ CONNECTIONS_SHED = Counter(
 TASKS_SUBMITTED = Counter("brimful_tasks_submitted", "Tasks accepted (answered 202), by model.", ["model"])
 UNCONFIRMED_RELEASED = Counter(
     "brimful_unconfirmed_tasks_released",
-    "Tasks recorded by an API that stopped before the broker answered for them, taken out of their tenants' "
-    "tasks in flight by the sweep (core/unconfirmed_tasks.py).",
+    "Tasks recorded and never confirmed (their API stopped first, or Redis lost the confirmation), taken out "
+    "of their tenants' tasks in flight by the sweep (api/submission_receipts.py).",
 )
 SUBMIT_GROUP_SIZE = Histogram(
     "brimful_submit_group_size",

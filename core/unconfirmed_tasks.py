@@ -54,10 +54,6 @@ class UnconfirmedTasks:
         for start in range(0, len(members), COMMAND_MEMBERS):
             await self._redis.zrem(key, *members[start : start + COMMAND_MEMBERS])
 
-    async def count(self) -> int:
-        """How many entries the set holds."""
-        return int(await self._redis.zcard(self._keys.unconfirmed))
-
     async def release_stale(self, recorded_before_ms: int) -> list[tuple[str, str]]:
         """Take the tasks recorded before ``recorded_before_ms`` and never confirmed out of
         their tenants' in-flight sets and out of this one, at most COMMAND_MEMBERS a call;

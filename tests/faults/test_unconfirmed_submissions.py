@@ -18,7 +18,7 @@ import aiohttp
 import pytest
 from redis.asyncio import Redis
 
-from brimful.api.submission_receipts import SubmissionReceipts, longest_submission_s
+from brimful.api.submission_receipts import released_within_s
 from brimful.core.api_keys import ApiKeys, Scope
 from brimful.core.redis_client import as_text
 from brimful.core.redis_keys import RedisKeys
@@ -62,7 +62,6 @@ async def test_tasks_of_killed_api_workers_give_their_tenants_quota_back(lingeri
     settings = lingering_stack.settings
     keys = RedisKeys(settings.key_prefix)
     redis = Redis.from_url(settings.redis_url)
-    receipts = SubmissionReceipts(TaskStore(redis, keys, 60).unconfirmed, longest_submission_s(settings))
     try:
         key, _ = await ApiKeys(redis, keys).create(TENANT, [Scope.SUBMIT, Scope.READ])
         await TenantLimitStore(redis, keys, TenantLimits(0, 0)).set(TENANT, max_in_flight=LIMIT)
@@ -98,8 +97,7 @@ async def test_tasks_of_killed_api_workers_give_their_tenants_quota_back(lingeri
                     accepted["task_id"] = body["task_id"]
                 return status == 202
 
-            # Stale after stale_after_s; a worker sweeps within sweep_every_s of that.
-            await wait_for(one_accepted, receipts.stale_after_s + receipts.sweep_every_s + 20, "the quota back", 1.0)
+            await wait_for(one_accepted, released_within_s(settings) + 20, "the quota back", 1.0)
             async with session.get(f"/v1/tasks/{accepted['task_id']}?wait=30") as response:
                 done = await response.json()
             assert done["status"] == "done" and done["outputs"] == expected_outputs("after the sweep")

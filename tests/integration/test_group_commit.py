@@ -122,7 +122,7 @@ async def test_submissions_that_arrive_together_are_written_as_one_group(
     ids = {t.task_id for t in tasks}
     assert ids <= await unconfirmed_ids(store)
     receipts = group_commit.receipts
-    assert receipts is not None and receipts.pending >= 200
+    assert receipts.pending >= 200
     await receipts.flush()
     assert not ids & await unconfirmed_ids(store)
 
