@@ -7,10 +7,10 @@ import time
 import uuid
 
 from brimful.batcher.accumulator import Pending
-from brimful.batcher.intake import upstream_seconds
 from brimful.batcher.policy import FlushReason
 from brimful.batcher.waiting_rows import WaitingRows
 from brimful.core import metrics
+from brimful.core.histogram_batches import observe_all
 from brimful.workers.batch import Batch, BatchItem
 from brimful.workers.slot import Slot
 
@@ -21,14 +21,13 @@ def flushed_batch(
     """The batch of ``rows`` flushed from ``partition`` for ``reason`` onto ``slot`` at ``now``."""
     label = str(partition)
     metrics.FLUSHES.labels(label, reason.value).inc()
-    waited_total = upstream_total = 0.0
-    queue_wait = metrics.QUEUE_WAIT.labels(label)  # looked up once a batch, not once a row
+    waits = [now - row.arrived_at for row in rows]
+    upstream_total = 0.0
     for row in rows:
         waiting.left(row.item.task_id)
-        waited = now - row.arrived_at
-        queue_wait.observe(waited)
-        waited_total += waited
-        upstream_total += upstream_seconds(row.item)
+        upstream_total += row.item.upstream_s
+    observe_all(metrics.QUEUE_WAIT.labels(label), waits)
+    waited_total = sum(waits)
     metrics.BATCH_STAGE.labels("to_batcher").observe(upstream_total / len(rows))
     metrics.BATCH_STAGE.labels("in_batch").observe(waited_total / len(rows))
     return Batch(

@@ -37,15 +37,6 @@ from brimful.workers.retry_policy import BatchRetryPolicy
 log = logging.getLogger("brimful.batcher")
 
 UPSTREAM_ALPHA = 0.05  # weight of each row in the submit-to-fetch EWMA (a half-life of ~14 rows)
-UPSTREAM_SAMPLE_MAX_S = 1.0
-
-
-def upstream_seconds(item: BatchItem) -> float:
-    """A row's submit-to-fetch time (the API's write and the Kafka hop), bounded: a skewed
-    clock or a backlog's old rows must not blind an estimate built on it for long."""
-    if not item.request.submitted_at_ms:
-        return 0.0
-    return min(max(0.0, item.arrived_ns / 1e9 - item.request.submitted_at_ms / 1000), UPSTREAM_SAMPLE_MAX_S)
 
 
 @dataclass
@@ -177,7 +168,7 @@ class Intake:
         item = BatchItem(request, state.tp.partition, record.offset, headers, wall_ns)
         self._waiting.add(item.task_id, state.tp.partition)
         if request.submitted_at_ms:
-            estimates.upstream += UPSTREAM_ALPHA * (upstream_seconds(item) - estimates.upstream)
+            estimates.upstream += UPSTREAM_ALPHA * (item.upstream_s - estimates.upstream)
         if self._on_arrival is not None:
             self._on_arrival(state.tp.partition, wall_ms / 1000)
         if request.low_priority:

@@ -10,13 +10,19 @@ from typing import Any
 
 from brimful.core import metrics
 from brimful.core.clock import now_ms
+from brimful.core.histogram_batches import observe_all
 from brimful.schemas import TaskRequest
 from brimful.workers.slot import Slot
 
+# A row's submit-to-fetch time is bounded: a skewed clock or a backlog's old rows must not
+# blind an estimate built on it for long.
+UPSTREAM_SAMPLE_MAX_S = 1.0
 
-@dataclass(frozen=True)
+
+@dataclass(slots=True)
 class BatchItem:
-    """One task in a batch, with where it came from."""
+    """One task in a batch, with where it came from. Not changed once made (not frozen: a
+    frozen dataclass sets each field through ``object.__setattr__``, and one is made a row)."""
 
     request: TaskRequest
     partition: int
@@ -26,9 +32,17 @@ class BatchItem:
     # The request's, read once: a protobuf field read makes a new str each time, and a
     # row's id is read about ten times on its way through the batcher.
     task_id: str = field(init=False, compare=False, repr=False)
+    # Submit (the API's clock) to fetch (the batcher's), in seconds, bounded; 0 when the
+    # request has no submission time. Read by the policy's estimate and the stage metric.
+    upstream_s: float = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "task_id", self.request.task_id)
+        request = self.request
+        self.task_id = request.task_id
+        submitted_ms = request.submitted_at_ms
+        self.upstream_s = (
+            min(max(0.0, self.arrived_ns / 1e9 - submitted_ms / 1000), UPSTREAM_SAMPLE_MAX_S) if submitted_ms else 0.0
+        )
 
 
 @dataclass
@@ -81,5 +95,4 @@ class BatchOutcome:
 def observe_latency(items: list[BatchItem]) -> None:
     """Each task's time from submission to its stored result."""
     finished_ms = now_ms()
-    for item in items:
-        metrics.TASK_LATENCY.observe(max(0, finished_ms - item.request.submitted_at_ms) / 1000)
+    observe_all(metrics.TASK_LATENCY, [max(0, finished_ms - item.request.submitted_at_ms) / 1000 for item in items])
