@@ -42,6 +42,7 @@ from bench.process_usage import usage
 from bench.saved_report import SavedReport, add_report_arguments, command_line, errors_footer, machine_description, why
 from bench.throughput import loadgen, process_pids, stats
 from bench.throughput_plan import CLIENTS, MODELS
+from brimful.core.settings import changed_settings
 from brimful.stack import EmbeddedStack, free_port, read_sample_sums
 
 DEFAULT_CONFIGS = "1x1x1x1,2x1x1x1,1x2x2x1,2x2x2x2"
@@ -87,7 +88,7 @@ def start(shape: Shape, scratch: Path, model_host_python: str = sys.executable, 
     model = MODELS["gpu-like"]
     settings = load_settings(model, api_workers=shape.api_workers, topic_partitions=shape.partitions, **overrides)
     extra = [f"127.0.0.1:{free_port()}" for _ in range(shape.endpoints - 1)]
-    settings = settings.model_copy(update={"triton_url": ",".join([settings.triton_url, *extra])})
+    settings = changed_settings(settings, triton_url=",".join([settings.triton_url, *extra]))
     stack = EmbeddedStack(settings, scratch, model_host_args=model.host_args, model_host_python=model_host_python)
     stack.start()
     try:

@@ -669,6 +669,15 @@ def get_settings() -> Settings:
     return Settings()
 
 
+def changed_settings(settings: Settings, **changes: Any) -> Settings:
+    """``settings`` with ``changes``, checked as a process's start checks them: a pydantic
+    copy checks nothing, and a change that breaks a rule (a rotation without the grace it
+    needs) would only fail later, in every child given these settings. The fields counted
+    as given stay those given, and the changed ones."""
+    checked = type(settings).model_validate({**settings.model_dump(), **changes})
+    return settings.model_copy(update={name: getattr(checked, name) for name in changes})
+
+
 def default_of(name: str) -> Any:
     """A setting's default, where code needs it without Settings built (one source)."""
     return Settings.model_fields[name].default

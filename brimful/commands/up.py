@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from types import FrameType
 
-from brimful.core.settings import Settings, get_settings
+from brimful.core.settings import Settings, changed_settings, get_settings
 from brimful.core.topic_generations import MEASURED_PERIOD_S
 from brimful.model_server.embedding_model import MODEL_NAME as EMBEDDING_MODEL
 from brimful.model_server.minilm_model import MODEL_NAME as MINILM_MODEL
@@ -46,17 +46,18 @@ def embedded_settings(settings: Settings, with_minilm: bool) -> Settings:
     another BRIMFUL_MODEL_NAME was given, and its requests topics rotating every
     ``MEASURED_PERIOD_S`` where BRIMFUL_TOPIC_ROTATION_S was not given: the embedded
     broker keeps every record, and its fetches slow as they pile up (docs/performance.md)."""
+    changes: dict[str, object] = {}
     if "topic_rotation_s" not in settings.model_fields_set:
-        settings = settings.model_copy(update={"topic_rotation_s": MEASURED_PERIOD_S})
-    if "models" in settings.model_fields_set or settings.model_name != MODEL_NAME:
-        return settings
-    return settings.model_copy(update={"models": embedded_models(with_minilm)})
+        changes["topic_rotation_s"] = MEASURED_PERIOD_S
+    if "models" not in settings.model_fields_set and settings.model_name == MODEL_NAME:
+        changes["models"] = embedded_models(with_minilm)
+    return changed_settings(settings, **changes)
 
 
 def run(args: argparse.Namespace) -> int:
     settings = embedded_settings(get_settings(), minilm_installed())
     if not args.auth:
-        settings = settings.model_copy(update={"auth_enabled": False})
+        settings = changed_settings(settings, auth_enabled=False)
         print(
             "brimful: WARNING: running OPEN: no API key is needed and every caller sees every task. "
             "For a local machine only; pass --auth to require keys.",

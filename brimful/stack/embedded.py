@@ -29,7 +29,7 @@ from urllib.parse import urlparse
 import redis
 
 from brimful.core.redis_keys import RedisKeys
-from brimful.core.settings import Settings
+from brimful.core.settings import Settings, changed_settings
 from brimful.model_server.embedding_model import MODEL_NAME as EMBEDDING_MODEL
 from brimful.model_server.minilm_model import MODEL_NAME as MINILM_MODEL
 from brimful.stack.processes import (
@@ -106,7 +106,7 @@ class EmbeddedStack:
         self.workdir.mkdir(parents=True, exist_ok=True)
         (self.workdir / "logs").mkdir(exist_ok=True)
         if "file_store_url" not in self.settings.model_fields_set:  # files beside the stack's other data
-            self.settings = self.settings.model_copy(update={"file_store_url": str(self.workdir.absolute() / "files")})
+            self.settings = changed_settings(self.settings, file_store_url=str(self.workdir.absolute() / "files"))
         try:
             self.start_broker()
             self.start_redis()

@@ -40,3 +40,17 @@ def test_the_model_host_serves_minilm_beside_the_reference_model(tmp_path: Path)
     assert EmbeddedStack(Settings(models=EMBEDDED_MODELS), tmp_path).beside_flags() == ["--embedding"]
     with pytest.raises(StackError, match="brimful_minilm only, not other_model"):
         EmbeddedStack(Settings(models="brimful_reference,other_model"), tmp_path).reference_sizes()
+
+
+def test_a_change_the_embedded_stack_makes_is_checked_as_a_start_would_check_it() -> None:
+    # Valid alone, but the rotation the embedded stack adds needs a longer grace: refused
+    # here, not by each child process later.
+    short_grace = Settings(topic_rotation_grace_s=15)  # 10 s of request timeout + 10 needed
+    with pytest.raises(ValueError, match="topic_rotation_grace_s"):
+        embedded_settings(short_grace, with_minilm=False)
+    # What the operator gave stays what was given: the stack places the file store beside
+    # its data where none was given (EmbeddedStack.start reads model_fields_set).
+    given = Settings(models="brimful_reference")
+    changed = embedded_settings(given, with_minilm=False)
+    assert changed.model_fields_set == given.model_fields_set | {"topic_rotation_s"}
+    assert "file_store_url" not in changed.model_fields_set
