@@ -15,10 +15,12 @@ from brimful.api.errors import ApiError
 from brimful.api.request_body import parse_json, read_body
 from brimful.api.state import api_state
 from brimful.core.api_keys import Scope
+from brimful.core.number_text import whole_number
 
 # An admin key works on its own tenant's entries; an operator key on every tenant's.
 router = APIRouter(prefix="/v1/admin/dlq", tags=["dead letters"])
 ADMIN = Depends(requires(Scope.ADMIN))
+EPOCH_MS_MAX = 2**53  # past any date a letter can carry, and exact as a JSON number
 
 # The filters every DLQ operation takes, with their JSON schema as query parameters (the
 # OpenAPI document shows these; ``parse_filter`` accepts exactly these names).
@@ -59,12 +61,8 @@ def parse_page(values: dict[str, Any]) -> tuple[str | None, int]:
             parse_cursor(str(after))
         except ValueError as error:
             raise ApiError(422, "invalid_request", f"after: {error}") from error
-    limit = -1
-    if isinstance(raw_limit, int) and not isinstance(raw_limit, bool):
-        limit = raw_limit
-    elif isinstance(raw_limit, str) and raw_limit.isdigit() and len(raw_limit) <= 9:
-        limit = int(raw_limit)
-    if not 0 <= limit <= PAGE_LIMIT_MAX:
+    limit = whole_number(raw_limit, 0, PAGE_LIMIT_MAX)
+    if limit is None:
         raise ApiError(422, "invalid_request", f"limit must be a whole number from 0 to {PAGE_LIMIT_MAX}")
     return (str(after) if after else None), limit
 
@@ -92,10 +90,10 @@ def parse_filter(values: dict[str, Any], principal: Principal) -> DeadLetterFilt
         value = values.get(name)
         if value is None or value == "":
             return None
-        try:
-            return int(value)
-        except (TypeError, ValueError) as error:
-            raise ApiError(422, "invalid_request", f"{name} must be milliseconds since the epoch") from error
+        millis = whole_number(value, 0, EPOCH_MS_MAX)
+        if millis is None:
+            raise ApiError(422, "invalid_request", f"{name} must be milliseconds since the epoch")
+        return millis
 
     ids = values.get("ids") or ()
     if isinstance(ids, str):

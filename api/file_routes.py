@@ -14,12 +14,14 @@ from fastapi.responses import StreamingResponse
 
 from brimful.api.auth import Principal, requires
 from brimful.api.errors import ApiError
+from brimful.api.file_names import attachment
 from brimful.api.json_answer import JsonAnswer
 from brimful.api.result_tables import FORMATS, table_chunks
 from brimful.api.state import ApiState, api_state
 from brimful.api.upload import receive_upload
 from brimful.core.api_keys import Scope
 from brimful.core.file_records import OUTPUT_PURPOSE, UPLOAD_PURPOSES, FileRecord, new_file_id
+from brimful.core.number_text import whole_number
 from brimful.core.object_store import ObjectNotFound
 
 log = logging.getLogger("brimful.api")
@@ -112,11 +114,11 @@ async def file_content(
             raise ApiError(400, "invalid_request", f"format must be one of: {', '.join(FORMATS)}")
         if record.purpose != OUTPUT_PURPOSE:
             raise ApiError(400, "invalid_request", f"format applies to a batch job's results ({OUTPUT_PURPOSE} files)")
-        name = f"{record.filename.rsplit('.', 1)[0]}.{table_format}".replace(chr(34), "")
+        name = f"{record.filename.rsplit('.', 1)[0]}.{table_format}"
         return StreamingResponse(
             table_chunks(state.object_store, file_id, table_format),
             media_type=FORMATS[table_format],
-            headers={"content-disposition": f'attachment; filename="{name}"'},
+            headers={"content-disposition": attachment(name)},
         )
     chunks = state.object_store.chunks(file_id)
     try:
@@ -134,7 +136,7 @@ async def file_content(
         media_type="application/octet-stream",
         headers={
             "content-length": str(record.size),
-            "content-disposition": f'attachment; filename="{record.filename.replace(chr(34), "")}"',
+            "content-disposition": attachment(record.filename),
         },
     )
 
@@ -155,9 +157,10 @@ def page_limit(raw: str | None, most: int, default: int) -> int:
     """A list's ``limit`` query parameter: 1 to ``most``."""
     if raw is None:
         return default
-    if not raw.isdigit() or not 1 <= int(raw) <= most:
+    limit = whole_number(raw, 1, most)
+    if limit is None:
         raise ApiError(400, "invalid_request", f"limit must be a whole number from 1 to {most}")
-    return int(raw)
+    return limit
 
 
 def page_answer(data: list[dict[str, Any]], more: bool) -> dict[str, Any]:

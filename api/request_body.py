@@ -11,6 +11,7 @@ from fastapi import Request
 from starlette.requests import ClientDisconnect
 
 from brimful.api.errors import ApiError
+from brimful.core.number_text import whole_number
 
 
 async def read_body(request: Request, limit: int, timeout_s: float) -> bytes:
@@ -44,7 +45,7 @@ async def read_stream(declared: str | None, chunks: AsyncIterator[bytes], limit:
 
 def check_declared(declared: str | None, limit: int) -> None:
     """413 for a body whose Content-Length is past ``limit``, before a byte of it is read."""
-    if declared is not None and declared.isdigit() and int(declared) > limit:
+    if declared is not None and whole_number(declared, limit + 1, 2**62) is not None:
         raise ApiError(413, "body_too_large", f"body of {declared} bytes exceeds the limit of {limit} bytes")
 
 

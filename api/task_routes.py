@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import re
 import time
 from collections.abc import Awaitable, Callable
@@ -19,11 +18,12 @@ from brimful.api.idempotency import claim_idempotency_key
 from brimful.api.json_answer import JsonAnswer
 from brimful.api.request_body import parse_json, read_body
 from brimful.api.state import ApiState, api_state
-from brimful.api.submission import Submission, check_callback, parse_submission
+from brimful.api.submission import Submission, parse_submission
 from brimful.api.submitter import Submitter, check_admission, new_task_id
 from brimful.api.task_waiters import read_own_task
 from brimful.core import metrics
 from brimful.core.api_keys import Scope
+from brimful.core.number_text import finite_number
 from brimful.core.task_record import task_record_answer
 from brimful.core.task_status import TaskStatus
 
@@ -36,6 +36,7 @@ _TASK_PREFIX = TASKS_PATH + "/"
 # Reads a request's whole body within (limit bytes, timeout s), or raises the ApiError to answer.
 BodyReader = Callable[[int, float], Awaitable[bytes]]
 
+BULK_BODY_FACTOR = 4  # a bulk body may be this many times a single task's
 TASK_ID_PATTERN = re.compile(r"^[0-9a-f]{32}$")
 IDEMPOTENCY_KEY_MAX_LENGTH = 255
 IDEMPOTENCY_KEY_PATTERN = re.compile(rf"^[\x21-\x7e]{{1,{IDEMPOTENCY_KEY_MAX_LENGTH}}}$")
@@ -75,12 +76,9 @@ def parse_wait(query_string: bytes, limit_s: float) -> float:
     raw = _query_value(query_string, "wait")
     if raw is None or raw == "":
         return 0.0
-    try:
-        wait = float(raw)
-    except ValueError as error:
-        raise ApiError(400, "invalid_request", f"wait must be a number of seconds, got {raw[:32]!r}") from error
-    if not math.isfinite(wait) or not 0 <= wait <= limit_s:
-        raise ApiError(400, "invalid_request", f"wait must be between 0 and {limit_s:g} seconds")
+    wait = finite_number(raw, 0.0, limit_s)
+    if wait is None:
+        raise ApiError(400, "invalid_request", f"wait must be a number of seconds from 0 to {limit_s:g}")
     return wait
 
 
@@ -124,8 +122,6 @@ async def accept_task(
     if state.catalogue is None:
         await check_admission(state)
     submission = parse_submission(document, state.catalogue)  # type: ignore[arg-type]
-    if submission.callback_url:
-        await check_callback(submission, state.webhook_hosts)
 
     task_id = new_task_id()
     key = idempotency_key
@@ -181,10 +177,11 @@ async def submit_tasks(request: Request, principal: Principal = Depends(requires
     (``api/bulk_arrow.py``), a table with a column per input, a task a row."""
     state = api_state(request)
     settings = state.settings
-    body = await read_body(request, settings.max_body_bytes * 4, settings.api_read_timeout_s)
+    limit = settings.max_body_bytes * BULK_BODY_FACTOR
+    body = await read_body(request, limit, settings.api_read_timeout_s)
     media_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
-    if media_type == ARROW_STREAM:
-        return await submit_arrow(state, principal, body, request.query_params)
+    if media_type == ARROW_STREAM:  # held to the same bytes once decompressed
+        return await submit_arrow(state, principal, body, limit, request.query_params)
     document = parse_json(body)
     tasks = document.get("tasks") if isinstance(document, dict) else None
     if not isinstance(tasks, list) or not tasks:

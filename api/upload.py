@@ -20,6 +20,8 @@ from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.requests import ClientDisconnect, Request
 
 from brimful.api.errors import ApiError
+from brimful.api.file_names import stored_name
+from brimful.core.number_text import whole_number
 from brimful.core.object_store import ObjectStore
 
 MAX_PARTS = 8
@@ -56,7 +58,7 @@ async def receive_upload(
     if content_type != b"multipart/form-data" or not boundary:
         raise ApiError(400, "invalid_request", "send the file as multipart/form-data with a 'file' part")
     declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit + FRAMING_BYTES:
+    if declared is not None and whole_number(declared, limit + FRAMING_BYTES + 1, 2**62) is not None:
         raise ApiError(413, "file_too_large", f"the upload of {declared} bytes exceeds the limit of {limit} bytes")
     upload = Upload()
     parts: list[_Part] = []
@@ -90,7 +92,7 @@ async def receive_upload(
             if upload.has_file:
                 raise ApiError(400, "invalid_request", "the upload carries more than one 'file' part")
             upload.has_file = True
-            upload.filename = (part.filename or "upload").rsplit("/", 1)[-1][:255]
+            upload.filename = stored_name(part.filename)
 
     def on_part_data(data: bytes, start: int, end: int) -> None:
         part = parts[-1]

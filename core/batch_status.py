@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+from brimful.core.number_text import duration_s
+
 
 class BatchStatus(StrEnum):
     VALIDATING = "validating"
@@ -71,8 +73,4 @@ def may_move(current: BatchStatus, new: BatchStatus) -> bool:
 def parse_window(text: str, longest_s: int) -> int | None:
     """A completion window in seconds: OpenAI's ``24h``, or any from ``1s`` to ``longest_s``
     written with a unit (``90s``, ``30m``, ``2h``); None when it is not one."""
-    units = {"s": 1, "m": 60, "h": 3600}
-    if len(text) < 2 or text[-1] not in units or not text[:-1].isdigit() or len(text) > 8:
-        return None
-    seconds = int(text[:-1]) * units[text[-1]]
-    return seconds if 1 <= seconds <= longest_s else None
+    return duration_s(text, longest_s)

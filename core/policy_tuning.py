@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Mapping
 from typing import Any
 
 from redis.exceptions import WatchError
 
 from brimful.core.clock import now_ms
+from brimful.core.number_text import finite_number
 from brimful.core.policy_params import TUNABLE, PolicyParams, bounds
 from brimful.core.redis_client import RedisClient, as_text
 from brimful.core.redis_keys import RedisKeys
@@ -50,14 +52,9 @@ def apply_changes(current: Mapping[str, float], changes: Mapping[str, Any], batc
         raise TuningError(f"unknown parameter(s): {', '.join(unknown)}; tunable: {', '.join(TUNABLE)}")
     updated = dict(current)
     for name, raw in changes.items():
-        if isinstance(raw, bool) or not isinstance(raw, (int, float, str)):
-            raise TuningError(f"{name} must be a number")
-        try:
-            value = float(raw)
-        except OverflowError as error:
-            raise TuningError(f"{name} is too large") from error
-        except ValueError as error:
-            raise TuningError(f"{name} must be a number, got {str(raw)[:32]!r}") from error
+        value = finite_number(raw, -math.inf, math.inf)
+        if value is None:
+            raise TuningError(f"{name} must be a number, finite, got {str(raw)[:32]!r}")
         refusal = bounds(name).refusal(name, value)
         if refusal is not None:
             raise TuningError(refusal)
