@@ -22,24 +22,37 @@ from brimful.api.state import ApiState
 from brimful.api.submission import PRIORITIES, Submission, model_named
 from brimful.api.submitter import Submitter, check_admission, new_task_id
 from brimful.core.arrow_columns import tensors_from_table
+from brimful.core.arrow_stream_bounds import StreamRefused, check_stream
 from brimful.core.task_status import TaskStatus
 from brimful.core.tensor_codec import InputValidationError
 
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
 
 
-def read_table(body: bytes) -> pa.Table:
-    """The table an Arrow IPC stream holds; 400 naming why it cannot be read."""
+def read_table(body: bytes, max_bytes: int, max_rows: int) -> pa.Table:
+    """The table an Arrow IPC stream holds, once its claims are checked against the body
+    and row limits (413) and its columns are distinct UTF-8 names; 400 naming why it
+    cannot be read."""
     try:
-        return pyarrow.ipc.open_stream(pa.py_buffer(body)).read_all()
-    except (pa.ArrowInvalid, pa.ArrowTypeError, OSError) as error:
+        check_stream(body, max_bytes, max_rows)
+        table = pyarrow.ipc.open_stream(pa.py_buffer(body)).read_all()
+        names = table.column_names
+    except StreamRefused as error:
+        raise ApiError(413, "arrow_too_large", str(error)) from error
+    except (pa.ArrowException, OSError, MemoryError, ValueError) as error:  # UnicodeDecodeError is a ValueError
         raise ApiError(400, "invalid_arrow", f"the body is not an Arrow IPC stream: {error}"[:300]) from error
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise ApiError(400, "invalid_arrow", f"the table names a column more than once: {', '.join(repeated)}"[:300])
+    return table
 
 
-async def submit_arrow(state: ApiState, principal: Principal, body: bytes, query: Mapping[str, str]) -> dict[str, Any]:
+async def submit_arrow(
+    state: ApiState, principal: Principal, body: bytes, limit_bytes: int, query: Mapping[str, str]
+) -> dict[str, Any]:
     """Accept a task for each row; answered as the JSON bulk submission is."""
-    table = read_table(body)
     limit = state.settings.max_bulk_tasks
+    table = read_table(body, limit_bytes, limit)
     if table.num_rows == 0:
         raise ApiError(422, "invalid_request", "the table has no row")
     if table.num_rows > limit:
