@@ -30,7 +30,7 @@ class Submission:
     deadline_ms: int | None = None  # the client wants the result within this many ms
     cache: bool = True  # False: its own model call, never a result computed for an identical task
     low_priority: bool = False  # bulk work: fills the slots normal tasks leave empty
-    callback_url: str = ""  # where its final state is POSTed (checked by the route: check_callback)
+    callback_url: str = ""  # where its final state is POSTed (checked by Submitter.submit: check_callback)
 
     @property
     def payload_bytes(self) -> int:

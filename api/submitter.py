@@ -46,7 +46,8 @@ class Submitter:
     1. the service admits work: the models' metadata is loaded and the broker reached (503);
     2. the tenant's limits are read and its rate charged, a token a task, valid or not:
        checking an item is work too (429);
-    3. each task is checked against the tenant's payload limit (413);
+    3. each task is checked against the tenant's payload limit (413), and its callback URL,
+       if it has one, against the addresses a webhook may reach (400);
     4. each is enqueued: its model's backlog (503), its record in Redis under the tenant's
        in-flight limit (429), then the broker, in a group commit (``group_commit``).
     """
@@ -61,6 +62,8 @@ class Submitter:
         try:
             limits = await self._open(tasks=1)
             check_payload(submission, limits)
+            if submission.callback_url:
+                await check_callback(submission, self._state.webhook_hosts)
             await self._enqueue(submission, task_id, limits, key or "")
         except BaseException:  # whatever stopped it (a refusal, Redis, a cancelled request)
             if key is not None:

@@ -17,18 +17,49 @@ import socket
 from urllib.parse import urlsplit
 
 MAX_URL_LENGTH = 2048
+IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
 class TargetRefused(ValueError):
     """A URL a webhook may not be sent to; the message says why."""
 
 
+# IPv6 prefixes whose last 32 bits are an IPv4 address the packet is delivered to.
+_CARRIES_IPV4 = (
+    ipaddress.IPv6Network("::/96"),  # IPv4-compatible (deprecated), and :: and ::1
+    ipaddress.IPv6Network("64:ff9b::/96"),  # NAT64, well-known prefix (RFC 6052)
+    ipaddress.IPv6Network("64:ff9b:1::/48"),  # NAT64, local use (RFC 8215): never global
+)
+_NEVER_GLOBAL = (
+    ipaddress.IPv6Network("fec0::/10"),  # site-local (deprecated, still routed inside some sites)
+    ipaddress.IPv6Network("64:ff9b:1::/48"),
+)
+
+
+def reached_addresses(ip: IpAddress) -> list[IpAddress]:
+    """The address itself, and the IPv4 addresses an IPv6 spelling delivers to: mapped,
+    IPv4-compatible, NAT64, 6to4 and Teredo's client."""
+    if isinstance(ip, ipaddress.IPv4Address):
+        return [ip]
+    found: list[IpAddress] = [ip]
+    if ip.ipv4_mapped is not None:
+        found.append(ip.ipv4_mapped)
+    if any(ip in network for network in _CARRIES_IPV4):
+        found.append(ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF))
+    if ip.sixtofour is not None:
+        found.append(ip.sixtofour)
+    if ip.teredo is not None:
+        found.extend(ip.teredo)
+    return found
+
+
 def is_public(address: str) -> bool:
-    """Whether an IP address is one of the public internet's."""
+    """Whether an IP address, in any spelling, reaches only the public internet: every
+    address it delivers to is globally routable and none is multicast."""
     ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return ip.is_global and not ip.is_multicast
+    if isinstance(ip, ipaddress.IPv6Address) and any(ip in network for network in _NEVER_GLOBAL):
+        return False
+    return all(each.is_global and not each.is_multicast for each in reached_addresses(ip))
 
 
 def parse_target(url: str, allowed_hosts: frozenset[str]) -> tuple[str, int, bool]:
