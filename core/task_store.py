@@ -13,6 +13,7 @@ fields are in ``core/task_record.py`` and the message a final move publishes in
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -29,6 +30,8 @@ from brimful.core.task_record import WRITE_RECORD_LUA, Field, KnownTask, NewTask
 from brimful.core.task_status import TaskStatus
 from brimful.core.transitions import Transitions
 from brimful.core.unconfirmed_tasks import UnconfirmedTasks
+
+log = logging.getLogger("brimful.store")
 
 # KEYS[1]: a task's record. ARGV: ttl_s, now_ms, the running status, submitted_at_ms,
 # tenant, model. Writes the record of a task read from Kafka whose record is gone, as
@@ -281,37 +284,65 @@ class TaskStore:
         counters: Mapping[str, int] | None = None,
         done_counter: str = "",
         cached: bool = False,
+        known: Mapping[str, KnownTask] | None = None,
     ) -> int:
         """Store outputs and move tasks to done, unless they already reached a final state.
         ``counters`` are added to the shared counters (``RedisKeys.model_stats``) and
         ``done_counter`` gains the number of tasks moved, in the same round trip on one
         Redis (in the move itself), so a batch's result costs one. ``cached``: the outputs
         were computed for an identical task (stored as ``cached_outputs``, so every answer
-        can say so). An output given as bytes is its JSON already."""
+        can say so). An output given as bytes is its JSON already. ``known``: what the
+        tasks' Kafka records say, by id; a task among them whose record Redis lost while it
+        ran is written again and then moved (``_move_lost``), never dropped."""
         ids = list(outputs_by_task)
         # orjson: a twenty-fifth of json.dumps's cost for a row's outputs (0.3 against 7.5 us).
         values = [v if isinstance(v := outputs_by_task[t], bytes) else orjson.dumps(v) for t in ids]
+        field = Field.CACHED_OUTPUTS if cached else Field.OUTPUTS
         moved = await self._transitions.move(
-            ids,
-            TaskStatus.DONE,
-            _NOT_FINAL,
-            Field.CACHED_OUTPUTS if cached else Field.OUTPUTS,
-            values,
-            publish=True,
-            counters=counters or {},
+            ids, TaskStatus.DONE, _NOT_FINAL, field, values, publish=True, counters=counters or {},
             moved_counter=done_counter,
-        )
+        )  # fmt: skip
+        if known and len(moved) < len(ids):
+            moved += await self._move_lost(ids, values, moved, known, TaskStatus.DONE, field, done_counter)
         return len(moved)
 
-    async def mark_failed(self, task_ids: Iterable[str], error: Mapping[str, Any]) -> int:
-        """Record the error and move tasks to failed, unless they already reached a final state."""
+    async def mark_failed(
+        self, task_ids: Iterable[str], error: Mapping[str, Any], known: Mapping[str, KnownTask] | None = None
+    ) -> int:
+        """Record the error and move tasks to failed, unless they already reached a final
+        state; ``known`` as for ``mark_done``."""
         ids = list(task_ids)
-        value = orjson.dumps(error)
-        return len(
-            await self._transitions.move(
-                ids, TaskStatus.FAILED, _NOT_FINAL, Field.ERROR, [value for _ in ids], publish=True
-            )
-        )
+        values = [orjson.dumps(error) for _ in ids]
+        moved = await self._transitions.move(ids, TaskStatus.FAILED, _NOT_FINAL, Field.ERROR, values, publish=True)
+        if known and len(moved) < len(ids):
+            moved += await self._move_lost(ids, values, moved, known, TaskStatus.FAILED, Field.ERROR, "")
+        return len(moved)
+
+    async def _move_lost(
+        self,
+        ids: list[str],
+        values: list[bytes],
+        moved: list[str],
+        known: Mapping[str, KnownTask],
+        status: TaskStatus,
+        field: str,
+        moved_counter: str,
+    ) -> list[str]:
+        """The final move again for the tasks it left whose record was gone (Redis lost it
+        while their batch was at the model): each is written again from its Kafka record,
+        as dispatch does (``recreate_missing``), then moved. Tasks final already, cancelled
+        or withdrawn stay as they are. Only on this rare path: two round trips more."""
+        taken = set(moved)
+        left = [index for index, task_id in enumerate(ids) if task_id not in taken and task_id in known]
+        recreated = set(await self.recreate_missing([known[ids[index]] for index in left]))
+        again = [index for index in left if ids[index] in recreated]
+        if not again:
+            return []
+        log.warning("task records lost while their batch ran: written again, then stored", extra={"tasks": len(again)})
+        return await self._transitions.move(
+            [ids[index] for index in again], status, _NOT_FINAL, field, [values[index] for index in again],
+            publish=True, moved_counter=moved_counter,
+        )  # fmt: skip
 
     async def mark_expired(self, reasons: Mapping[str, Mapping[str, Any]]) -> list[str]:
         """Move still-queued tasks to expired, each with its reason (by task id), counting

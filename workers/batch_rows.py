@@ -1,10 +1,12 @@
 """Which of a batch's rows go on to run, decided against the task store just before the
 call: rows past their deadline are expired (``workers/expiry.py`` says which), and rows
-whose record Redis lost are re-created from their Kafka record."""
+whose record Redis lost are re-created from their Kafka record; ``known_tasks`` is what
+the store step gives the task store to do the same for a record lost during the call."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 
 from brimful.core import metrics
 from brimful.core.task_record import KnownTask
@@ -31,18 +33,25 @@ async def expire_late(store: TaskStore, batch: Batch, outcome: BatchOutcome, now
     return [item for item in batch.items if item.task_id not in expired]
 
 
+def known_tasks(items: Iterable[BatchItem], default_model: str) -> dict[str, KnownTask]:
+    """What each item's Kafka record says of its task, by id: enough to write its record
+    again wherever Redis lost it (at dispatch, or when its result is stored)."""
+    return {
+        item.task_id: KnownTask(
+            item.task_id, item.request.submitted_at_ms, item.request.tenant, item.request.model or default_model
+        )
+        for item in items
+    }
+
+
 async def recreate_missing(
     store: TaskStore, batch: Batch, candidates: list[BatchItem], running: set[str], default_model: str
 ) -> list[str]:
     """Bring back the tasks of the batch whose record Redis lost (the Kafka record is
     the source of truth): they run with the rest, and their tenant's quota frees when
     they end. Final, cancelled and withdrawn tasks stay as they are."""
-    left = [
-        KnownTask(item.task_id, item.request.submitted_at_ms, item.request.tenant, item.request.model or default_model)
-        for item in candidates
-        if item.task_id not in running
-    ]
-    recreated = await store.recreate_missing(left)
+    known = known_tasks([item for item in candidates if item.task_id not in running], default_model)
+    recreated = await store.recreate_missing(list(known.values()))
     if recreated:
         metrics.TASKS_RECREATED.inc(len(recreated))
         for task_id in recreated:

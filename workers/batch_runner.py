@@ -35,7 +35,7 @@ from brimful.core.task_store import TaskStore
 from brimful.core.tensor_codec import non_finite_rows, output_rows_to_json, stack_rows
 from brimful.core.tracing import BatchTrace, TracedTask, Tracing
 from brimful.workers.batch import Batch, BatchItem, BatchOutcome, Seat, observe_latency
-from brimful.workers.batch_rows import expire_late, recreate_missing
+from brimful.workers.batch_rows import expire_late, known_tasks, recreate_missing
 from brimful.workers.dead_letters import DeadLetterWriter
 from brimful.workers.isolation import Isolation
 from brimful.workers.isolation_budget import IsolationBudget
@@ -376,9 +376,12 @@ class BatchRunner:
         encoded = {task_id: orjson.dumps(result) for task_id, result in results.items()}
         shared, twins = self.shared.computed(outcome, items, results, encoded)
         # The batch's counters so far ride along with its results: one round trip for both.
-        done = await self.store.mark_done(encoded, outcome.stats, done_counter=StatsField.TASKS_DONE)
+        known = known_tasks(items + twins, self.signature.name)
+        done = await self.store.mark_done(encoded, outcome.stats, done_counter=StatsField.TASKS_DONE, known=known)
         outcome.stats.clear()
         outcome.done += done
         if shared:
-            outcome.done += await self.store.mark_done(shared, done_counter=StatsField.TASKS_DONE, cached=True)
+            outcome.done += await self.store.mark_done(
+                shared, done_counter=StatsField.TASKS_DONE, cached=True, known=known
+            )
         observe_latency(items + twins)

@@ -21,6 +21,7 @@ from brimful.core.model_signature import ModelSignature
 from brimful.core.stats import StatsField
 from brimful.core.task_store import TaskStore
 from brimful.workers.batch import BatchItem, BatchOutcome, observe_latency
+from brimful.workers.batch_rows import known_tasks
 from brimful.workers.result_cache import ResultCache, cache_key, plan_batch
 
 # A group of identical tasks: the key they share (None: not shareable), the task whose row
@@ -84,6 +85,7 @@ class SharedRows:
                 outcome.stats,
                 done_counter=StatsField.TASKS_DONE,
                 cached=True,
+                known=known_tasks((item for item, _ in plan.hits), self.signature.name),
             )
             outcome.stats.clear()
             observe_latency([item for item, _ in plan.hits])
@@ -137,7 +139,11 @@ class SharedRows:
             if answered:
                 hits = Counter({StatsField.CACHE_HITS: len(answered)})
                 outcome.done += await self.store.mark_done(
-                    answered, hits, done_counter=StatsField.TASKS_DONE, cached=True
+                    answered,
+                    hits,
+                    done_counter=StatsField.TASKS_DONE,
+                    cached=True,
+                    known=known_tasks(items, self.signature.name),
                 )
                 metrics.CACHE_HITS.inc(len(answered))
                 observe_latency(items)

@@ -15,6 +15,7 @@ from brimful.core.task_store import TaskStore
 from brimful.core.tensor_codec import row_mismatch
 from brimful.schemas import Attempt
 from brimful.workers.batch import Batch, BatchItem, BatchOutcome
+from brimful.workers.batch_rows import known_tasks
 from brimful.workers.dead_letters import DeadLetterWriter, dead_letter
 from brimful.workers.model_errors import ErrorClass, ModelCallError
 from brimful.workers.shared_rows import SharedRows
@@ -94,6 +95,7 @@ class TaskFailures:
                     "attempts": count,
                     "batch_id": batch.batch_id,
                 },
+                known=known_tasks(items, self.signature.name),
             )
         await self.stats.add({StatsField.TASKS_FAILED: len(items)})
         for item in items:
