@@ -57,6 +57,7 @@ class FakeStore:
         counters: Mapping[str, int] | None = None,
         done_counter: str = "",
         cached: bool = False,
+        known: Mapping[str, Any] | None = None,  # no record is ever lost here
     ) -> int:
         self.done.update(
             (task_id, orjson.loads(outputs) if isinstance(outputs, bytes) else dict(outputs))
@@ -66,7 +67,9 @@ class FakeStore:
             self.cached.update(outputs_by_task)
         return len(outputs_by_task)
 
-    async def mark_failed(self, task_ids: Iterable[str], error: Mapping[str, Any]) -> int:
+    async def mark_failed(
+        self, task_ids: Iterable[str], error: Mapping[str, Any], known: Mapping[str, Any] | None = None
+    ) -> int:
         ids = list(task_ids)
         self.events += [f"failed {task_id}" for task_id in ids]
         self.failed.update((task_id, dict(error)) for task_id in ids)
