@@ -10,9 +10,14 @@ low-priority tasks of the job's tenant, submitted as earlier ones finish (at mos
 submits a line twice. ``api/batch_results.py`` writes what finished and, at the end
 (``finalizing``), the output and error files. A cancel or the end of the completion window
 stops the submitting: tasks not yet dispatched are cancelled, running ones finish, and the
-lines that never ran go to the error file with ``batch_cancelled`` or ``batch_expired``.
+lines that never ran go to the error file with ``batch_cancelled`` or ``batch_expired``. An
+input file deleted while its job runs ends the job the same way, ``failed``: the lines that
+finished stay in its files, the lines never read are counted failed, and its errors say why.
 
-Every step is bounded: lines submitted a step, the time of a step, the lines read ahead.
+Every step is bounded: lines submitted a step, the time of a step, the lines read ahead, the
+time of one look over the jobs. Each look takes every active job, one tenant's at a time in
+turn (``core/batch_job_turns.py``), so one tenant's jobs never hold back another's; a job
+refused for now (429, 503) gives its lines back to its reader, never reading its input again.
 """
 
 from __future__ import annotations
@@ -39,7 +44,8 @@ from brimful.api.errors import ApiError
 from brimful.api.idempotency import claim_idempotency_key
 from brimful.api.state import ApiState
 from brimful.api.submitter import Submitter, new_task_id
-from brimful.core.batch_records import BatchRecord, BatchRecords
+from brimful.core.batch_job_turns import turns
+from brimful.core.batch_records import MAX_ACTIVE_JOBS, BatchRecord, BatchRecords
 from brimful.core.batch_status import BatchStatus
 from brimful.core.object_store import LineTooLong, ObjectNotFound
 
@@ -48,7 +54,7 @@ log = logging.getLogger("brimful.api")
 TICK_S = 0.5  # how often a worker looks for jobs to drive
 LEASE_S = 30.0  # a job whose driver stopped is taken over after this
 STEP_S = 2.0  # the longest one job's step runs before the next job's turn
-MAX_ACTIVE = 100  # jobs one look considers (the oldest first)
+TICK_BUDGET_S = 4.0  # the longest one look runs; the next look goes on where it stopped
 REFUSED_PAUSE_S = 1.0  # after a 429 or 503 on a line, its job waits this long
 REFUSED_PER_STEP = 10_000  # lines a step writes off when a job ends early
 SUBMIT_GROUP = 64  # lines submitted at once
@@ -62,6 +68,14 @@ class _Cursor:
     lines: AsyncIterator[bytes]
     position: int = 0  # lines read so far
     seen: set[str] = field(default_factory=set)
+    again: list[bytes] = field(default_factory=list)  # lines given back, read before the stream's next
+
+    def give_back(self, raws: list[bytes], custom_ids: list[str]) -> None:
+        """Lines read but not submitted (refused for now): read again next, and their
+        custom ids not seen yet, so a job waiting on a 429 never reads its input again."""
+        self.again[:0] = raws
+        self.position -= len(raws)
+        self.seen.difference_update(custom_ids)
 
 
 class BatchJobs:
@@ -73,6 +87,8 @@ class BatchJobs:
         self._holder = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self._cursors: dict[str, _Cursor] = {}
         self._paused: dict[str, float] = {}  # job -> until when its submitting waits (after a 429 or 503)
+        self._tenants: dict[str, str] = {}  # active job -> its tenant
+        self._stepped_at: dict[str, float] = {}  # active job -> when this worker last stepped it
         self._results = BatchResults(state)
 
     async def run(self) -> None:
@@ -86,11 +102,19 @@ class BatchJobs:
             await asyncio.sleep(TICK_S)
 
     async def tick(self) -> None:
-        for batch_id in await self._records.active(MAX_ACTIVE):
+        """One look: every active job, in turns across tenants (``core/batch_job_turns.py``),
+        each whose lease this worker holds or can take stepped, until the look's time is up."""
+        active = await self._records.active(MAX_ACTIVE_JOBS)
+        await self._learn_tenants(active)
+        deadline = time.monotonic() + TICK_BUDGET_S
+        for batch_id in turns(active, self._tenants, self._stepped_at):
+            if time.monotonic() >= deadline:
+                return  # the next look goes on with the jobs not stepped
             if not await self._records.lease(batch_id, self._holder, LEASE_S):
                 self._cursors.pop(batch_id, None)  # another worker drives it now
                 self._paused.pop(batch_id, None)
                 continue
+            self._stepped_at[batch_id] = time.monotonic()
             try:
                 await self._step(batch_id)
             except (RedisError, KafkaError, OSError):
@@ -98,6 +122,14 @@ class BatchJobs:
             except Exception:  # one job's bug must not stop the others: logged, tried again next tick
                 log.exception("batch job step failed", extra={"batch_id": batch_id})
                 self._cursors.pop(batch_id, None)
+
+    async def _learn_tenants(self, active: list[str]) -> None:
+        """Each active job's tenant (it never changes: read once); jobs ended are forgotten."""
+        still = set(active)
+        for known in (self._tenants, self._stepped_at):
+            for batch_id in [batch_id for batch_id in known if batch_id not in still]:
+                del known[batch_id]
+        self._tenants.update(await self._records.tenants([b for b in active if b not in self._tenants]))
 
     async def _step(self, batch_id: str) -> None:
         record = await self._records.get(batch_id)
@@ -116,9 +148,29 @@ class BatchJobs:
         if record.status is BatchStatus.VALIDATING and not record.ending:
             await self._validate(record)
         elif record.status in (BatchStatus.VALIDATING, BatchStatus.IN_PROGRESS, BatchStatus.CANCELLING):
-            await self._run_lines(record)
+            try:
+                await self._run_lines(record)
+            except ObjectNotFound:
+                await self._input_gone(record)
         elif record.status is BatchStatus.FINALIZING:
             await self._finalize(record)
+
+    async def _input_gone(self, record: BatchRecord) -> None:
+        """The input file was deleted while the job ran: the job ends ``failed``, the way a
+        cancel ends it (what waits is cancelled, what runs finishes, the lines that finished
+        stay in its output and error files), and its errors say why."""
+        problems = [
+            {
+                "code": "invalid_file",
+                "message": f"the input file {record.input_file_id} was deleted while the job ran; "
+                "the lines that finished are in the job's output and error files",
+                "param": "input_file_id",
+                "line": None,
+            }
+        ]
+        await self._records.checkpoint(record.batch_id, ending="failed", errors=orjson.dumps(problems).decode())
+        self._cursors.pop(record.batch_id, None)
+        log.warning("batch job ending: its input file is gone", extra={"batch_id": record.batch_id})
 
     # --- validating ---------------------------------------------------------------------
 
@@ -195,7 +247,9 @@ class BatchJobs:
             output_parts=record.output_parts + (1 if step.output else 0),
             error_parts=record.error_parts + (1 if step.errors else 0),
         )
-        if all_read and not started and running == 0:
+        # Lines whose tasks a cancel just ended are written at the next step, with the rest.
+        uncollected = len(pending) - len(step.finished)
+        if all_read and not started and running == 0 and uncollected == 0:
             await self._records.move(record.batch_id, BatchStatus.FINALIZING)
             self._cursors.pop(record.batch_id, None)
 
@@ -216,17 +270,17 @@ class BatchJobs:
         if time.monotonic() < self._paused.get(record.batch_id, 0.0):
             return lines_done
         cursor = await self._cursor(record, lines_done)
-        if cursor is None:
-            return lines_done
         principal = Principal(tenant=record.tenant, scopes=frozenset(), key_id=f"batch {record.batch_id}")
         submitter = Submitter(self._state, principal)
         while running < window and time.monotonic() < deadline and lines_done < record.total:
             # A group of lines at once: their tasks share the group commits of the API.
             group: list[BatchLine | LineError] = []
+            raws: list[bytes] = []
             while len(group) < min(SUBMIT_GROUP, window - running) and lines_done + len(group) < record.total:
                 raw = await _next_line(cursor)
                 if raw is None:
                     break
+                raws.append(raw)
                 try:
                     group.append(self._parse(record, raw, cursor))
                 except LineError as error:
@@ -242,7 +296,7 @@ class BatchJobs:
                 return_exceptions=True,
             )
             submitted = iter(outcomes)
-            for line in group:
+            for index, line in enumerate(group):
                 if isinstance(line, LineError):
                     step.errors.append(error_line(line.custom_id, line.code, line.message))
                     step.failed += 1
@@ -252,7 +306,8 @@ class BatchJobs:
                 if isinstance(outcome, ApiError) and outcome.status in (409, 429, 503):
                     # The tenant or the model is full: this line and the rest of the group
                     # again later (submitting one again finds the tasks it made: their keys).
-                    self._cursors.pop(record.batch_id, None)
+                    rest = group[index:]
+                    cursor.give_back(raws[index:], [each.custom_id for each in rest if isinstance(each, BatchLine)])
                     self._paused[record.batch_id] = time.monotonic() + REFUSED_PAUSE_S
                     return lines_done
                 if isinstance(outcome, ApiError):
@@ -293,7 +348,7 @@ class BatchJobs:
             task_ids.append(task_id)
         return task_ids
 
-    async def _cursor(self, record: BatchRecord, lines_done: int) -> _Cursor | None:
+    async def _cursor(self, record: BatchRecord, lines_done: int) -> _Cursor:
         """This worker's reader of the job's input, at ``lines_done`` (opened again, and
         the custom ids before it seen again, after a takeover)."""
         cursor = self._cursors.get(record.batch_id)
@@ -301,20 +356,16 @@ class BatchJobs:
             return cursor
         lines = _non_blank(self._state.object_store.lines(record.input_file_id, MAX_LINE_BYTES))
         cursor = _Cursor(lines)
-        try:
-            while cursor.position < lines_done:
-                raw = await _next_line(cursor)
-                if raw is None:
-                    break
-                try:
-                    custom_id = orjson.loads(raw).get("custom_id")
-                except (orjson.JSONDecodeError, AttributeError):
-                    continue
-                if isinstance(custom_id, str):
-                    cursor.seen.add(custom_id)
-        except ObjectNotFound:
-            await self._fail(record, "invalid_file", f"the input file {record.input_file_id} is gone")
-            return None
+        while cursor.position < lines_done:  # ObjectNotFound when the input is gone
+            raw = await _next_line(cursor)
+            if raw is None:
+                break
+            try:
+                custom_id = orjson.loads(raw).get("custom_id")
+            except (orjson.JSONDecodeError, AttributeError):
+                continue
+            if isinstance(custom_id, str):
+                cursor.seen.add(custom_id)
         self._cursors[record.batch_id] = cursor
         return cursor
 
@@ -338,30 +389,35 @@ class BatchJobs:
 
     async def _refuse_rest(self, record: BatchRecord, lines_done: int, step: StepLines) -> tuple[int, bool]:
         """The lines never submitted go to the error file (up to a step's bound); the lines
-        done after it, and whether the input is all read."""
-        cursor = await self._cursor(record, lines_done)
-        if cursor is None:
-            return lines_done, True
+        done after it, and whether the input is all read. Once the input is gone, the lines
+        never read count as failed, unnamed (the job's errors say why)."""
         code = f"batch_{record.ending}"
-        while True:
-            if step.failed >= REFUSED_PER_STEP:
-                return lines_done, False
-            raw = await _next_line(cursor)
-            if raw is None:
-                return lines_done, True
-            try:
-                custom_id = orjson.loads(raw).get("custom_id")
-            except (orjson.JSONDecodeError, AttributeError):
-                custom_id = None
-            known = custom_id if isinstance(custom_id, str) else None
-            step.errors.append(error_line(known, code, f"the job {record.ending} before this line ran"))
-            step.failed += 1
-            lines_done += 1
+        try:
+            cursor = None if record.ending == "failed" else await self._cursor(record, lines_done)
+            while cursor is not None:
+                if step.failed >= REFUSED_PER_STEP:
+                    return lines_done, False
+                raw = await _next_line(cursor)
+                if raw is None:
+                    return lines_done, True
+                try:
+                    custom_id = orjson.loads(raw).get("custom_id")
+                except (orjson.JSONDecodeError, AttributeError):
+                    custom_id = None
+                known = custom_id if isinstance(custom_id, str) else None
+                step.errors.append(error_line(known, code, f"the job {record.ending} before this line ran"))
+                step.failed += 1
+                lines_done += 1
+        except ObjectNotFound:
+            pass
+        unread = max(0, record.total - lines_done)
+        step.failed += unread
+        return lines_done + unread, True
 
     async def _finalize(self, record: BatchRecord) -> None:
         """Join the parts into the output and error files, then end the job."""
         output_id, error_id = await self._results.join_files(record)
-        final = {"expired": BatchStatus.EXPIRED, "cancelled": BatchStatus.CANCELLED}.get(
+        final = {"expired": BatchStatus.EXPIRED, "cancelled": BatchStatus.CANCELLED, "failed": BatchStatus.FAILED}.get(
             record.ending, BatchStatus.COMPLETED
         )
         await self._announce(
@@ -381,10 +437,13 @@ class BatchJobs:
 
 
 async def _next_line(cursor: _Cursor) -> bytes | None:
-    try:
-        line = await cursor.lines.__anext__()
-    except StopAsyncIteration:
-        return None
+    if cursor.again:
+        line = cursor.again.pop(0)
+    else:
+        try:
+            line = await cursor.lines.__anext__()
+        except StopAsyncIteration:
+            return None
     cursor.position += 1
     return line
 

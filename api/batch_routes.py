@@ -16,7 +16,7 @@ from brimful.api.file_routes import page_answer, page_limit
 from brimful.api.request_body import parse_json, read_body
 from brimful.api.state import ApiState, api_state
 from brimful.core.api_keys import Scope
-from brimful.core.batch_records import BatchRecord, new_batch_id
+from brimful.core.batch_records import MAX_ACTIVE_JOBS, BatchRecord, new_batch_id
 from brimful.core.batch_status import BatchStatus, parse_window
 from brimful.core.file_records import UPLOAD_PURPOSES
 
@@ -28,7 +28,6 @@ LONGEST_WINDOW_S = 24 * 3600
 MAX_METADATA = 16
 MAX_METADATA_KEY = 64
 MAX_METADATA_VALUE = 512
-MAX_ACTIVE_JOBS = 1000  # jobs not yet ended, across tenants; past it, 429
 BODY_LIMIT_BYTES = 64 * 1024
 LIST_LIMIT_DEFAULT = 20
 LIST_LIMIT_MAX = 100
@@ -64,10 +63,18 @@ async def create_batch(request: Request, principal: Principal = Depends(requires
         raise ApiError(404, "file_not_found", f"no file {file_id[:64]!r} (unknown, deleted, or another tenant's)")
     if input_file.purpose not in UPLOAD_PURPOSES:
         raise _invalid(f"input file {file_id} has purpose {input_file.purpose}; a batch reads purpose batch")
-    if len(await state.batch_records.active(MAX_ACTIVE_JOBS)) >= MAX_ACTIVE_JOBS:
+    active = await state.batch_records.active(MAX_ACTIVE_JOBS)
+    if len(active) >= MAX_ACTIVE_JOBS:
         raise ApiError(
             429, "too_many_batches", f"{MAX_ACTIVE_JOBS} batch jobs are running; retry later", {"Retry-After": "60"}
         )
+    most = state.settings.batch_max_active_per_tenant
+    tenants = await state.batch_records.tenants(active)
+    if sum(1 for tenant in tenants.values() if tenant == principal.tenant) >= most:
+        raise ApiError(
+            429, "too_many_batches", f"this tenant has {most} batch jobs not yet ended; retry later",
+            {"Retry-After": "60"},
+        )  # fmt: skip
     now = int(time.time())
     record = BatchRecord(
         batch_id=new_batch_id(),

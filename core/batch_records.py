@@ -147,6 +147,9 @@ class BatchRecord:
         )
 
 
+MAX_ACTIVE_JOBS = 1000  # jobs not yet ended, across tenants: past it, a create is refused (429)
+
+
 class BatchRecords:
     """Reads and moves batch jobs; another tenant's job reads as none."""
 
@@ -233,6 +236,16 @@ class BatchRecords:
             as_text(cast(bytes, batch_id))
             for batch_id in await self._redis.zrange(self._keys.active_batches, 0, limit - 1)
         ]
+
+    async def tenants(self, batch_ids: Sequence[str]) -> dict[str, str]:
+        """Each job's tenant (jobs gone meanwhile left out), in one round trip."""
+        if not batch_ids:
+            return {}
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for batch_id in batch_ids:
+                pipe.hget(self._keys.batch(batch_id), "tenant")
+            found = await pipe.execute()
+        return {batch_id: as_text(tenant) for batch_id, tenant in zip(batch_ids, found) if tenant is not None}
 
     async def lease(self, batch_id: str, holder: str, lease_s: float) -> bool:
         """Take or renew the right to drive the job for ``lease_s``; False if another holds it."""

@@ -4,8 +4,9 @@
 lines run as low-priority tasks), ``finalizing`` (the output and error files are written),
 then ``completed``. A cancel moves a job that has not ended to ``cancelling``: what was not
 dispatched is cancelled, and it ends ``cancelled``; a job past its completion window ends
-``expired`` the same way; a job whose input cannot be read ends ``failed``. Jobs that end
-``cancelled`` or ``expired`` keep the lines that finished in their output file.
+``expired`` the same way; a job whose input cannot be read ends ``failed`` (the same way
+too, once it has started). Jobs that end early keep the lines that finished in their
+output file.
 """
 
 from __future__ import annotations

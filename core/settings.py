@@ -511,6 +511,12 @@ class Settings(BaseSettings):
     )
     file_max_bytes: int = Field(200 * 1024 * 1024, ge=1, description="Largest file POST /v1/files takes.")
     batch_max_lines: int = Field(50_000, ge=1, description="Most lines a batch job's input file may hold.")
+    batch_max_active_per_tenant: int = Field(
+        100,
+        ge=1,
+        description="Most batch jobs one tenant may have not yet ended (past it, 429): the API's drivers take "
+        "jobs one tenant at a time in turn, and 1,000 active jobs at most across tenants.",
+    )
     batch_job_window: int = Field(
         512,
         ge=1,

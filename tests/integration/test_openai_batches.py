@@ -318,3 +318,30 @@ async def test_a_job_survives_its_api_restarting_and_answers_each_line_once(
     output = await lines_of(client, batch.output_file_id)
     assert set(output) == set(texts)
     assert all(output[i]["response"]["body"]["outputs"] == expected_outputs(texts[i]) for i in texts)
+
+
+async def test_a_job_whose_input_is_deleted_mid_run_ends_failed_and_keeps_what_finished(
+    openai_stack: EmbeddedStack, client: openai.AsyncOpenAI
+) -> None:
+    texts = {f"gone-{n}": f"deleted input {n % 7}" for n in range(150)}
+    input_id = await upload(client, jsonl([task_line(i, t) for i, t in texts.items()]))
+    batch = await client.batches.create(
+        input_file_id=input_id,
+        endpoint="/v1/tasks",  # type: ignore[arg-type]
+        completion_window="24h",
+    )
+
+    async def under_way() -> bool:
+        return (await client.batches.retrieve(batch.id)).request_counts.completed >= 8
+
+    await wait_for(under_way, 60, "some lines to finish")
+    await client.files.delete(input_id)
+    openai_stack.restart("api")  # the job's next driver must open its input again, and cannot
+    batch = await finished(client, batch.id, timeout_s=60)
+    assert batch.status == "failed", batch  # a window of 8: far from every line read at the delete
+    assert batch.errors is not None and batch.errors.data[0].code == "invalid_file", batch
+    counts = batch.request_counts
+    assert counts.total == 150 and counts.completed + counts.failed == 150, batch
+    output = await lines_of(client, batch.output_file_id)
+    assert len(output) == counts.completed >= 8
+    assert all(output[i]["response"]["body"]["outputs"] == expected_outputs(texts[i]) for i in output)
