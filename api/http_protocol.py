@@ -240,7 +240,10 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         # connection ends. Not with close(): closing a socket with unread bytes resets it,
         # and a client still sending its body then never reads the answer (a 413 became a
         # broken pipe). It lingers, dropping what comes, as a refusal does.
-        unread = self.cycle is not None and self.cycle.more_body
+        # With a request pipelined behind it, the answered request's body was all read
+        # (the next head came after it): ``self.cycle`` is then the next request's, whose
+        # body may still be on its way, and must not end the connection.
+        unread = not self.pipeline and self.cycle is not None and self.cycle.more_body
         self._idle_since = self.loop.time()
         super().on_response_complete()
         if unread and not self.transport.is_closing():

@@ -193,6 +193,36 @@ async def test_connections_keep_alive_pipeline_and_close_as_http_says(served: Se
     assert [status for status, _ in await exchange(served.port, old)] == [202, 0]
 
 
+async def test_a_pipelined_request_whose_body_comes_after_the_answer_before_it_is_answered(
+    served: Served,
+) -> None:
+    """A request pipelined behind another whose body arrives only once the first is answered:
+    the first answer must not end the connection for the second's unread body."""
+    task = b'{"inputs": {"TEXT": "pipelined, body later"}}'
+    read_unknown = b"GET /v1/tasks/%s HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer %s\r\n\r\n" % (
+        b"0" * 32,
+        served.keys["read"].encode(),
+    )
+    for second_head in (post(b"", served.keys["submit"], declared=len(task)), _asgi_post(task, served)):
+        reader, writer = await asyncio.open_connection("127.0.0.1", served.port)
+        try:
+            writer.write(read_unknown + second_head)  # the second's head behind the first, no body yet
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+            assert head.startswith(b"HTTP/1.1 404"), head
+            length = int(head.lower().split(b"content-length: ", 1)[1].split(b"\r\n", 1)[0])
+            await reader.readexactly(length)
+            writer.write(task)  # the second's body, after the first answer
+            second = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+            assert second.startswith(b"HTTP/1.1 202"), second
+        finally:
+            writer.close()
+
+
+def _asgi_post(body: bytes, served: Served) -> bytes:
+    """A submission the direct lane leaves to the ASGI app (it carries an Origin header)."""
+    return post(b"", served.keys["submit"], extra=b"Origin: http://127.0.0.1\r\n", declared=len(body))
+
+
 async def test_a_body_in_pieces_is_read_and_one_that_stops_gets_408(served: Served) -> None:
     key = served.keys["submit"]
     body = b'{"inputs": {"TEXT": "in pieces"}}'
