@@ -76,6 +76,8 @@ class BatchResults:
                 continue
             self._write_line(record, note, tasks, step)
             step.finished.append(number)
+            for task_id in note["task_ids"]:  # the job's files hold it now
+                self._state.read_results.note(task_id)
         return running
 
     def _write_line(

@@ -69,7 +69,10 @@ async def create_embeddings(request: Request, principal: Principal = Depends(req
                 for task_id, future in zip(task_ids, finished)
             )
         )
-    return JsonAnswer(embeddings_answer(EmbeddingShape.of(ask), task_ids, records))
+    answer = embeddings_answer(EmbeddingShape.of(ask), task_ids, records)
+    for task_id in task_ids:
+        state.read_results.note(task_id)
+    return JsonAnswer(answer)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,9 @@ from brimful.core.redis_client import RedisClient
 
 # KEYS[1]: the bucket. ARGV: rate per second, burst, tokens wanted.
 # Returns {1, 0} when taken, or {0, seconds until enough tokens (as a string)}.
-_TAKE_LUA = """
+# ``allow-oom``: a Redis at its memory limit still counts reads (a bucket is a small hash a
+# tenant, kept a few seconds), so clients can read the results of what was accepted.
+_TAKE_LUA = """#!lua flags=allow-oom
 local rate, burst, wanted = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local time = redis.call('TIME')
 local now = tonumber(time[1]) + tonumber(time[2]) / 1000000

@@ -29,8 +29,10 @@ from brimful.core.model_catalogue import ModelCatalogue, UnknownModelError
 from brimful.core.model_metadata import ModelMetadata, wait_for_signature
 from brimful.core.object_store import ObjectStore
 from brimful.core.policy_tuning import PolicyTuning
+from brimful.core.read_results import ReadResults
 from brimful.core.redis_client import make_redis
 from brimful.core.redis_keys import RedisKeys
+from brimful.core.redis_memory import RedisMemory
 from brimful.core.settings import Settings
 from brimful.core.shutdown_step import CLOSE_S, bounded_step
 from brimful.core.stats import SharedStats
@@ -87,6 +89,8 @@ class ApiState:
         metrics.BACKLOG_LIMIT_ROWS.set(settings.max_backlog)
         self.tracing = configure_tracing(settings, "brimful-api")
         self.waiters = TaskWaiters(self.redis, keys, self.store, settings.tenant_max_long_polls)
+        self.read_results = ReadResults(self.redis, keys, settings.result_ttl_after_read_s)
+        self.redis_memory = RedisMemory(self.redis, settings.redis_admission_memory_ratio)
         self.api_keys = ApiKeyCache(
             ApiKeys(self.redis, keys), self.redis, keys.revoked_keys_channel, settings.api_key_cache_s
         )
@@ -142,6 +146,8 @@ class ApiState:
             asyncio.create_task(self._start_producer(), name="start-producer"),
             asyncio.create_task(self.backlog.run(), name="backlog-monitor"),
             asyncio.create_task(self.waiters.run(), name="task-waiters"),
+            asyncio.create_task(self.read_results.run(), name="read-results"),
+            asyncio.create_task(self.redis_memory.run(), name="redis-memory"),
             asyncio.create_task(self.receipts.run(), name="submission-receipts"),
         ]
         if self.settings.topic_rotation_s:

@@ -187,13 +187,17 @@ def check_payload(submission: Submission, limits: TenantLimits) -> None:
 
 async def check_admission(state: ApiState) -> None:
     """503 while the models' metadata or the broker says no (after up to
-    ``STARTUP_WAIT_S`` of waiting for them)."""
+    ``STARTUP_WAIT_S`` of waiting for them), or Redis is near its memory limit."""
     if not state.serving:
         await state.wait_until_serving(STARTUP_WAIT_S)
     if state.catalogue is None:
         raise ApiError(503, "model_not_ready", "the model's metadata is not loaded yet", {"Retry-After": "1"})
     if not state.producer_started:
         raise ApiError(503, "broker_unavailable", "the broker is not reachable yet", {"Retry-After": "1"})
+    if state.redis_memory.full:
+        raise ApiError(
+            503, "store_full", "Redis is near its memory limit; the tasks accepted are finishing", {"Retry-After": "1"}
+        )
 
 
 def check_backlog(state: ApiState, model: str) -> None:

@@ -160,6 +160,7 @@ async def accept_task(
                 task_id, principal.tenant, deadline - time.monotonic()
             )  # feed lost
         if record is not None and record.status.is_final:
+            state.read_results.note(task_id)
             return JsonAnswer(task_record_answer(task_id, record, submission.model), status_code=200)
     return _queued(task_id, submission)
 
@@ -217,6 +218,8 @@ async def read_task(state: ApiState, principal: Principal, task_id: str, query_s
         record = await read_own_task(state.store, task_id, principal.tenant)
     if record is None:
         raise ApiError(404, "task_not_found", f"no task {task_id} (unknown, or expired after the retention time)")
+    if record.status.is_final:
+        state.read_results.note(task_id)
     return task_record_answer(task_id, record, _default_model(state))
 
 

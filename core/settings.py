@@ -146,6 +146,19 @@ class Settings(BaseSettings):
         "from it. Each task's record lives in its own hash slot (see docs/operations.md, Redis Cluster).",
     )
     result_ttl_s: int = Field(3600, ge=1, description="How long a finished task's state and result are kept.")
+    redis_admission_memory_ratio: float = Field(
+        0.9,
+        gt=0,
+        le=1,
+        description="Share of Redis's maxmemory past which the API refuses new work (503 store_full): the rest is "
+        "left for storing the results of tasks already accepted. No effect on a Redis without maxmemory.",
+    )
+    result_ttl_after_read_s: int = Field(
+        600,
+        ge=0,
+        description="How long a finished task's result is kept once a client has read it (never longer than "
+        "result_ttl_s), so Redis holds the unread results, not the traffic. 0: the full result_ttl_s.",
+    )
     task_wait_ttl_s: int = Field(
         7 * 24 * 3600,
         ge=1,

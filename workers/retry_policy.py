@@ -7,8 +7,27 @@ import random
 from dataclasses import dataclass
 
 from aiokafka.errors import KafkaError, KafkaTimeoutError
+from redis.exceptions import (
+    BusyLoadingError,
+    ClusterDownError,
+    MasterDownError,
+    OutOfMemoryError,
+    ReadOnlyError,
+    TryAgainError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+
+# Redis answering that it cannot take a write now (full at noeviction, loading its data
+# after a restart, a replica until failover ends, a cluster between owners): an outage.
+_REDIS_UNAVAILABLE = (
+    OutOfMemoryError,
+    BusyLoadingError,
+    ReadOnlyError,
+    TryAgainError,
+    ClusterDownError,
+    MasterDownError,
+)
 
 
 def is_outage(error: BaseException) -> bool:
@@ -16,7 +35,9 @@ def is_outage(error: BaseException) -> bool:
     so the same work may well succeed unchanged once it is back."""
     if isinstance(error, KafkaError):
         return bool(error.retriable) or isinstance(error, KafkaTimeoutError)
-    return isinstance(error, (RedisConnectionError, RedisTimeoutError, asyncio.TimeoutError, ConnectionError))
+    return isinstance(
+        error, (RedisConnectionError, RedisTimeoutError, asyncio.TimeoutError, ConnectionError, *_REDIS_UNAVAILABLE)
+    )
 
 
 @dataclass(frozen=True)
