@@ -29,6 +29,7 @@ from brimful.api.errors import HANDLERS
 from brimful.api.fast_lane import FastLane
 from brimful.api.response_metrics import ResponseCounter
 from brimful.api.state import ApiState
+from brimful.api.storage_sweep import StorageSweep
 from brimful.api.webhook_sender import WebhookSender
 from brimful.core.heap import freeze_startup_heap
 from brimful.core.logs import configure_logging
@@ -54,6 +55,7 @@ def create_app(settings: Settings) -> ASGIApp:
         await state.start()
         state.run_in_background(BatchJobs(state, state.batch_records).run(), "batch-jobs")
         state.run_in_background(WebhookSender(settings, state.webhooks, state.webhook_hosts).run(), "webhook-sender")
+        state.run_in_background(StorageSweep(state, settings.file_sweep_interval_s).run(), "storage-sweep")
         freeze_startup_heap()
         try:
             yield

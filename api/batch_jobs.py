@@ -205,6 +205,7 @@ class BatchJobs:
         problems = [{"code": code, "message": message, "param": None, "line": None}]
         await self._announce(dataclasses.replace(record, status=BatchStatus.FAILED, errors=problems))
         await self._records.move(record.batch_id, BatchStatus.FAILED, errors=orjson.dumps(problems).decode())
+        await self._results.delete_parts(record)  # none, unless it ran: never left behind
         self._cursors.pop(record.batch_id, None)
         self._paused.pop(record.batch_id, None)
         log.warning("batch job failed", extra={"batch_id": record.batch_id, "code": code})

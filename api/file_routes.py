@@ -40,9 +40,10 @@ async def upload_file(request: Request, principal: Principal = Depends(requires(
     state = api_state(request)
     settings = state.settings
     file_id = new_file_id()
-    upload = await receive_upload(
-        request, state.object_store, file_id, settings.file_max_bytes, settings.api_read_timeout_s
-    )
+    async with state.upload_gate.opened(principal.tenant) as room:
+        upload = await receive_upload(
+            request, state.object_store, file_id, room, settings.api_read_timeout_s, settings.file_upload_max_s
+        )
     unknown = sorted(set(upload.fields) - set(UPLOAD_FIELDS))
     purpose = upload.fields.get("purpose")
     refusal = (

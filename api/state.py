@@ -20,6 +20,7 @@ from brimful.api.group_commit import GroupCommitter
 from brimful.api.rate_limit import RateLimiter
 from brimful.api.submission_receipts import SubmissionReceipts, longest_submission_s
 from brimful.api.task_waiters import TaskWaiters
+from brimful.api.upload_gate import UploadGate
 from brimful.core import metrics
 from brimful.core.api_keys import ApiKeys
 from brimful.core.batch_records import BatchRecords
@@ -104,10 +105,23 @@ class ApiState:
             self.redis, keys.dlq_bucket, settings.dlq_rate_limit_per_s, settings.dlq_rate_limit_burst, "DLQ calls"
         )
         self.tenant_limits = TenantLimitStore(
-            self.redis, keys, TenantLimits(settings.tenant_max_payload_bytes, settings.tenant_max_in_flight)
+            self.redis,
+            keys,
+            TenantLimits(
+                settings.tenant_max_payload_bytes, settings.tenant_max_in_flight, settings.tenant_max_stored_bytes
+            ),
         )
         self.object_store = ObjectStore.from_url(settings.file_store_url)
         self.file_records = FileRecords(self.redis, keys)
+        self.upload_gate = UploadGate(
+            settings.file_uploads_per_tenant,
+            settings.file_max_bytes,
+            RateLimiter(
+                self.redis, keys.upload_bucket, settings.file_upload_rate_per_s, settings.file_upload_burst, "uploads"
+            ),
+            self.file_records,
+            self.tenant_limits,
+        )
         self.batch_records = BatchRecords(self.redis, keys)
         self.webhooks = WebhookRecords(self.redis, keys)
         # Hosts a webhook or callback may reach though they resolve inside the network.

@@ -5,8 +5,8 @@ The body is parsed as it arrives (python-multipart's streaming parser); the ``fi
 bytes go to the store a chunk at a time and the small fields (``purpose``) are kept. Every
 dimension has a bound, each answered with a 4xx naming it: the file's size (413, before a
 byte is read when the request declares it), the parts, a field's size and a part's headers
-(400), and the time between two chunks (408). Whatever stops an upload, the partial object
-is removed.
+(400), the time between two chunks and the time of the whole (408). Whatever stops an
+upload, the partial object is removed; it is written under a temporary name until whole.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ class _Part:
 
 
 async def receive_upload(
-    request: Request, store: ObjectStore, object_name: str, limit: int, idle_timeout_s: float
+    request: Request, store: ObjectStore, object_name: str, limit: int, idle_timeout_s: float, total_timeout_s: float
 ) -> Upload:
     """Read the multipart body: the part named ``file`` into ``object_name``, at most
     ``limit`` bytes; the other parts as short text fields."""
@@ -126,7 +126,7 @@ async def receive_upload(
         max_header_size=8192,
     )
     async with store.writer(object_name) as writer:
-        async for chunk in _chunks(request, idle_timeout_s):
+        async for chunk in _chunks(request, idle_timeout_s, total_timeout_s):
             try:
                 parser.write(chunk)
             except MultipartParseError as error:
@@ -140,17 +140,24 @@ async def receive_upload(
     return upload
 
 
-async def _chunks(request: Request, idle_timeout_s: float) -> AsyncIterator[bytes]:
+async def _chunks(request: Request, idle_timeout_s: float, total_timeout_s: float) -> AsyncIterator[bytes]:
     """The body's chunks; 408 when none comes for ``idle_timeout_s`` (a slow upload of a
-    large file is fine, a stalled one is not), 499 when the client hangs up."""
+    large file is fine, a stalled one is not) or the whole has taken ``total_timeout_s``
+    (one that trickles for ever is not either), 499 when the client hangs up."""
     stream = request.stream().__aiter__()
+    deadline = asyncio.get_running_loop().time() + total_timeout_s
     while True:
+        left = deadline - asyncio.get_running_loop().time()
         try:
-            async with asyncio.timeout(idle_timeout_s):
+            async with asyncio.timeout(min(idle_timeout_s, left)):
                 chunk = await stream.__anext__()
         except StopAsyncIteration:
             return
         except TimeoutError as error:
+            if left <= idle_timeout_s:
+                raise ApiError(
+                    408, "request_timeout", f"the upload took longer than {total_timeout_s:g} s in all"
+                ) from error
             raise ApiError(
                 408, "request_timeout", f"the upload stalled: nothing came for {idle_timeout_s:g} s"
             ) from error

@@ -85,7 +85,20 @@ class FileRecords:
             pipe.hset(self._keys.file(record.file_id), mapping=mapping)
             # Ordered by when it was added, to the microsecond: files made in one second keep their order.
             pipe.zadd(self._keys.tenant_files(record.tenant), {record.file_id: time.time_ns() // 1000})
-            await pipe.execute()
+            created, _ = await pipe.execute()
+        if created:  # a record written again (a job's result files joined after a crash) counts once
+            await self._redis.hincrby(self._keys.stored_bytes, record.tenant, record.size)
+
+    async def stored_bytes(self, tenant: str) -> int:
+        """The bytes of the tenant's files (its uploads and its jobs' results)."""
+        return int(await self._redis.hget(self._keys.stored_bytes, tenant) or 0)
+
+    async def exists(self, file_ids: list[str]) -> list[bool]:
+        """Whether each file has a record, in one round trip."""
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for file_id in file_ids:
+                pipe.exists(self._keys.file(file_id))
+            return [bool(found) for found in await pipe.execute()]
 
     async def get(self, file_id: str, tenant: str) -> FileRecord | None:
         """The tenant's file; None when unknown or another tenant's (so ids cannot be probed)."""
@@ -101,7 +114,9 @@ class FileRecords:
         async with self._redis.pipeline(transaction=False) as pipe:
             pipe.delete(self._keys.file(record.file_id))
             pipe.zrem(self._keys.tenant_files(record.tenant), record.file_id)
-            await pipe.execute()
+            removed, _ = await pipe.execute()
+        if removed:  # this call removed it: its bytes leave the tenant's count once
+            await self._redis.hincrby(self._keys.stored_bytes, record.tenant, -record.size)
 
     async def page(
         self, tenant: str, limit: int, after: str | None = None, purpose: str | None = None, newest_first: bool = True

@@ -12,7 +12,9 @@ in chunks of ``CHUNK_BYTES``, so a file of any size is read or written in bounde
 from __future__ import annotations
 
 import asyncio
+import secrets
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from urllib.parse import parse_qsl, unquote, urlparse
@@ -21,6 +23,19 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 CHUNK_BYTES = 1 << 20
+# An object being written is named ``{name}{WRITING}{random}`` and moved to its name once
+# whole: a writer stopped midway (a crash) leaves a name the sweep knows to remove
+# (``api/storage_sweep.py``), never a partial object under a name a record may point to.
+WRITING = ".writing-"
+
+
+@dataclass(frozen=True)
+class StoredObject:
+    """One object as the store lists it."""
+
+    name: str
+    size: int
+    modified_s: float  # seconds since the epoch
 
 
 class ObjectNotFound(LookupError):
@@ -66,9 +81,19 @@ class ObjectStore:
         except FileNotFoundError:
             pass
 
+    async def listing(self, most: int) -> list[StoredObject]:
+        """Up to ``most`` of the objects under the root, in the store's order."""
+        selector = pafs.FileSelector(self._root, allow_not_found=True)
+        infos = await asyncio.to_thread(self._fs.get_file_info, selector)
+        return [
+            StoredObject(info.base_name, int(info.size or 0), info.mtime.timestamp() if info.mtime else 0.0)
+            for info in infos[:most]
+            if info.type == pafs.FileType.File
+        ]
+
     def writer(self, name: str) -> ObjectWriter:
-        """An object written in chunks (``async with``): it holds what was written once
-        closed without an error, and is removed when the block raises."""
+        """An object written in chunks (``async with``) under a temporary name: moved to
+        ``name`` once closed without an error, removed when the block raises."""
         return ObjectWriter(self, name)
 
     async def chunks(self, name: str, chunk_bytes: int = CHUNK_BYTES) -> AsyncIterator[bytes]:
@@ -109,10 +134,13 @@ class ObjectWriter:
         self._name = name
         self._stream: pa.NativeFile | None = None
         self._buffer = bytearray()
+        self._writing = ""
         self.written = 0
 
     async def __aenter__(self) -> ObjectWriter:
-        path = self._store._path(self._name)
+        self._store._path(self._name)  # a name the store takes, checked before a byte is written
+        self._writing = f"{self._name}{WRITING}{secrets.token_hex(6)}"
+        path = self._store._path(self._writing)
         self._stream = await asyncio.to_thread(self._store._fs.open_output_stream, path)
         return self
 
@@ -132,13 +160,20 @@ class ObjectWriter:
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
     ) -> None:
         assert self._stream is not None
+        done = False
         try:
             if kind is None and self._buffer:
                 await self._drain()
-        finally:
             await asyncio.to_thread(self._stream.close)
-            if kind is not None:
-                await self._store.delete(self._name)
+            if kind is None:
+                source, target = self._store._path(self._writing), self._store._path(self._name)
+                await asyncio.to_thread(self._store._fs.move, source, target)
+                done = True
+        finally:
+            if not done:
+                if not self._stream.closed:
+                    await asyncio.to_thread(self._stream.close)
+                await self._store.delete(self._writing)
 
 
 # What an s3:// URL's query may set, as pyarrow names it.

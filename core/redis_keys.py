@@ -55,7 +55,9 @@ class RedisKeys:
       an endpoint whose circuit a batcher just opened.
     - ``{prefix}:file:{file_id}``: hash with an uploaded or written file's owner, name,
       size and purpose (the bytes are in the object store); ``{prefix}:files:{tenant}``:
-      sorted set of the tenant's file ids by creation time.
+      sorted set of the tenant's file ids by creation time; ``{prefix}:files-bytes``: hash
+      of tenant -> the bytes of its files; ``{prefix}:uploadlimit:{tenant}``: its bucket of
+      uploads (tokens, time).
     - ``{prefix}:batch:{batch_id}``: hash with a batch job's record;
       ``{prefix}:batch:{batch_id}:pending``: hash of its lines running now (line number ->
       their task ids); ``{prefix}:batch:{batch_id}:lease``: which API worker drives it;
@@ -205,6 +207,13 @@ class RedisKeys:
 
     def dead_letter_places(self, task_id: str) -> str:
         return f"{self.prefix}:dlq:task:{task_id}"
+
+    def upload_bucket(self, tenant: str) -> str:
+        return f"{self.prefix}:uploadlimit:{tenant}"
+
+    @property
+    def stored_bytes(self) -> str:
+        return f"{self.prefix}:files-bytes"
 
     def dlq_bucket(self, tenant: str) -> str:
         return f"{self.prefix}:dlqlimit:{tenant}"

@@ -523,6 +523,31 @@ class Settings(BaseSettings):
         "S3-compatible server); S3 credentials from the standard AWS_* variables. Every API worker must reach it.",
     )
     file_max_bytes: int = Field(200 * 1024 * 1024, ge=1, description="Largest file POST /v1/files takes.")
+    file_upload_max_s: float = Field(
+        900.0,
+        gt=0,
+        description="Longest one upload may take from its first byte to its last (408 past it), however steadily "
+        "it trickles: 200 MiB at 250 KB/s.",
+    )
+    file_uploads_per_tenant: int = Field(
+        4, ge=1, description="Uploads one tenant may have under way at once in one API worker (429 past it)."
+    )
+    file_upload_rate_per_s: float = Field(
+        1.0, ge=0, description="Uploads per second each tenant may start, across workers; 0: no limit."
+    )
+    file_upload_burst: int = Field(20, ge=1, description="How many uploads a tenant may start at once, above the rate.")
+    file_sweep_interval_s: float = Field(
+        300.0,
+        gt=0,
+        description="How often one API worker removes stored objects nothing points to (uploads cut by a crash, "
+        "files without a record, parts of ended jobs), once older than file_upload_max_s plus a minute.",
+    )
+    tenant_max_stored_bytes: int = Field(
+        10 * 1024**3,
+        ge=0,
+        description="Default most bytes of files a tenant may keep (its uploads and its batch jobs' results; 413 "
+        "past it); `brimful tenants set` overrides it per tenant. 0: no limit.",
+    )
     batch_max_lines: int = Field(50_000, ge=1, description="Most lines a batch job's input file may hold.")
     batch_max_active_per_tenant: int = Field(
         100,

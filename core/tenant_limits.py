@@ -1,4 +1,5 @@
-"""Per-tenant limits: the largest task payload and the most tasks in flight.
+"""Per-tenant limits: the largest task payload, the most tasks in flight and the most bytes
+of files kept.
 
 Defaults come from settings; an operator overrides them per tenant with
 ``brimful tenants set``, stored in Redis (``RedisKeys.tenant_limits``) so every API
@@ -33,6 +34,7 @@ class TenantLimits:
 
     max_payload_bytes: int
     max_in_flight: int
+    max_stored_bytes: int = 0
 
 
 class TenantLimitStore:
@@ -73,15 +75,18 @@ class TenantLimitStore:
             done.exception()  # heard by whoever waited; never "exception was never retrieved"
 
     async def set(
-        self, tenant: str, max_payload_bytes: int | None = None, max_in_flight: int | None = None
+        self,
+        tenant: str,
+        max_payload_bytes: int | None = None,
+        max_in_flight: int | None = None,
+        max_stored_bytes: int | None = None,
     ) -> TenantLimits:
         """Override some of a tenant's limits (None keeps the current value)."""
         current = self._parse(await self._redis.hget(self._keys.tenant_limits, tenant))
-        if max_payload_bytes is not None:
-            current = replace(current, max_payload_bytes=max_payload_bytes)
-        if max_in_flight is not None:
-            current = replace(current, max_in_flight=max_in_flight)
-        if current.max_payload_bytes < 0 or current.max_in_flight < 0:
+        given = {"max_payload_bytes": max_payload_bytes, "max_in_flight": max_in_flight}
+        given["max_stored_bytes"] = max_stored_bytes
+        current = replace(current, **{name: value for name, value in given.items() if value is not None})
+        if min(asdict(current).values()) < 0:
             raise ValueError("limits are 0 (none) or more")
         await self._redis.hset(self._keys.tenant_limits, tenant, json.dumps(asdict(current)))
         self._cache.pop(tenant, None)
@@ -108,4 +113,5 @@ class TenantLimitStore:
         return TenantLimits(
             max_payload_bytes=int(data.get("max_payload_bytes", self.defaults.max_payload_bytes)),
             max_in_flight=int(data.get("max_in_flight", self.defaults.max_in_flight)),
+            max_stored_bytes=int(data.get("max_stored_bytes", self.defaults.max_stored_bytes)),
         )

@@ -1,7 +1,7 @@
 """``brimful tenants``: see and set per-tenant limits (straight in Redis, like ``keys``).
 
     brimful tenants list
-    brimful tenants set acme [--max-payload-bytes N] [--max-in-flight N]
+    brimful tenants set acme [--max-payload-bytes N] [--max-in-flight N] [--max-stored-bytes N]
     brimful tenants reset acme
 
 API replicas pick a change up within a second. 0 means no limit.
@@ -27,6 +27,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     change.add_argument("tenant")
     change.add_argument("--max-payload-bytes", type=_non_negative, help="largest encoded task inputs; 0: none")
     change.add_argument("--max-in-flight", type=_non_negative, help="most unfinished tasks at once; 0: none")
+    change.add_argument("--max-stored-bytes", type=_non_negative, help="most bytes of files kept; 0: none")
     reset = actions.add_parser("reset", help="drop a tenant's own limits: back to the defaults")
     reset.add_argument("tenant")
     parser.set_defaults(handler=run)
@@ -49,7 +50,9 @@ async def _run(args: argparse.Namespace) -> int:
     store = TenantLimitStore(
         redis,
         RedisKeys(settings.key_prefix),
-        TenantLimits(settings.tenant_max_payload_bytes, settings.tenant_max_in_flight),
+        TenantLimits(
+            settings.tenant_max_payload_bytes, settings.tenant_max_in_flight, settings.tenant_max_stored_bytes
+        ),
     )
     try:
         if args.action == "list":
@@ -61,11 +64,17 @@ async def _run(args: argparse.Namespace) -> int:
                 in_flight = await store.in_flight(tenant)
                 print(f"{tenant:<24} {limits.max_payload_bytes:>18} {limits.max_in_flight:>14} {in_flight:>10}")
         elif args.action == "set":
-            if args.max_payload_bytes is None and args.max_in_flight is None:
-                print("brimful tenants set: name --max-payload-bytes and/or --max-in-flight", file=sys.stderr)
+            if args.max_payload_bytes is None and args.max_in_flight is None and args.max_stored_bytes is None:
+                print(
+                    "brimful tenants set: name --max-payload-bytes, --max-in-flight or --max-stored-bytes",
+                    file=sys.stderr,
+                )
                 return 1
-            limits = await store.set(args.tenant, args.max_payload_bytes, args.max_in_flight)
-            print(f"{args.tenant}: max payload {limits.max_payload_bytes} bytes, max in flight {limits.max_in_flight}")
+            limits = await store.set(args.tenant, args.max_payload_bytes, args.max_in_flight, args.max_stored_bytes)
+            print(
+                f"{args.tenant}: max payload {limits.max_payload_bytes} bytes, max in flight {limits.max_in_flight}, "
+                f"max stored {limits.max_stored_bytes} bytes"
+            )
         elif await store.reset(args.tenant):
             print(f"{args.tenant}: back to the defaults")
         else:
