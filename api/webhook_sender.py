@@ -9,6 +9,13 @@ of the answer within ``webhook_timeout_s``. A 2xx ends it delivered; anything el
 again after the next of ``webhook_retry_delays_s``, until they run out or
 ``webhook_retry_window_s`` has passed since the event: then it is dead, listed for on-call
 to replay. A delivery whose endpoint was deleted is dead at once.
+
+No receiver holds up another's deliveries: each attempt runs on its own (at most
+``MOST_IN_FLIGHT`` in a worker, claimed as places free, never waiting for a group), and
+one endpoint has at most ``MOST_PER_ENDPOINT`` attempts under way in a worker, one tenant
+``MOST_PER_TENANT``; a delivery claimed past those is due again ``DEFER_MS`` later. So a
+tenant whose receivers never answer holds its own places only, each for at most the
+attempt's timeout, and another tenant's delivery is tried as soon as it is due.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import Counter
 
 import httpx
 from redis.exceptions import RedisError
@@ -28,8 +36,12 @@ from brimful.core.webhook_targets import TargetRefused, check_target
 
 log = logging.getLogger("brimful.api")
 
-TICK_S = 0.2  # how often a worker looks for due deliveries
+TICK_S = 0.2  # how often a worker with room looks for due deliveries, when none was due
 CLAIM_MOST = 32  # deliveries one look claims
+MOST_IN_FLIGHT = 128  # attempts under way in one worker
+MOST_PER_TENANT = 32  # of them, one tenant's
+MOST_PER_ENDPOINT = 4  # of them, to one endpoint (or one callback URL)
+DEFER_MS = 250  # a delivery claimed past those bounds is due again this much later
 MAX_ANSWER_BYTES = 64 * 1024  # of a receiver's answer: read, then dropped
 
 
@@ -42,25 +54,66 @@ class WebhookSender:
         self._records = records
         self._allowed = allowed_hosts
         self._lease_ms = int((settings.webhook_timeout_s + 5) * 1000)
+        self._attempts: set[asyncio.Task[None]] = set()
+        self._by_tenant: Counter[str] = Counter()  # attempts under way
+        self._by_target: Counter[str] = Counter()
 
     async def run(self) -> None:
-        """For the life of the process."""
+        """For the life of the process: claim due deliveries while there is room, each
+        attempt on its own."""
         timeout = httpx.Timeout(self._settings.webhook_timeout_s)
         async with httpx.AsyncClient(timeout=timeout, follow_redirects=False, trust_env=False) as http:
-            while True:
-                due: list[str] = []
-                try:
-                    due = await self._records.claim_due(CLAIM_MOST, self._lease_ms)
-                    await asyncio.gather(*(self._attempt(http, delivery_id) for delivery_id in due))
-                except RedisError as error:
-                    log.warning("webhooks: Redis failed; retrying", extra={"error": str(error)})
-                if not due:
-                    await asyncio.sleep(TICK_S)
+            try:
+                while True:
+                    await self._claim_more(http)
+            finally:
+                for attempt in self._attempts:
+                    attempt.cancel()
+
+    async def _claim_more(self, http: httpx.AsyncClient) -> None:
+        room = MOST_IN_FLIGHT - len(self._attempts)
+        if room <= 0:
+            await asyncio.wait(self._attempts, return_when=asyncio.FIRST_COMPLETED)
+            return
+        due: list[str] = []
+        try:
+            due = await self._records.claim_due(min(room, CLAIM_MOST), self._lease_ms)
+        except RedisError as error:
+            log.warning("webhooks: Redis failed; retrying", extra={"error": str(error)})
+        for delivery_id in due:
+            attempt = asyncio.create_task(self._attempt_guarded(http, delivery_id))
+            self._attempts.add(attempt)
+            attempt.add_done_callback(self._attempts.discard)
+        if not due:
+            await asyncio.sleep(TICK_S)
+
+    async def _attempt_guarded(self, http: httpx.AsyncClient, delivery_id: str) -> None:
+        try:
+            await self._attempt(http, delivery_id)
+        except RedisError as error:  # left claimed: due again once its lease ends
+            log.warning("webhooks: Redis failed during an attempt", extra={"error": str(error)})
+        except Exception:
+            log.exception("webhooks: an attempt failed", extra={"delivery_id": delivery_id})
 
     async def _attempt(self, http: httpx.AsyncClient, delivery_id: str) -> None:
         delivery = await self._records.delivery(delivery_id)
         if delivery is None or delivery.state != "pending":
             return
+        target = delivery.url or delivery.endpoint_id
+        if self._by_tenant[delivery.tenant] >= MOST_PER_TENANT or self._by_target[target] >= MOST_PER_ENDPOINT:
+            await self._records.defer(delivery_id, int(time.time() * 1000) + DEFER_MS)
+            return
+        self._by_tenant[delivery.tenant] += 1
+        self._by_target[target] += 1
+        try:
+            await self._send(http, delivery)
+        finally:
+            for counter, key in ((self._by_tenant, delivery.tenant), (self._by_target, target)):
+                counter[key] -= 1
+                if not counter[key]:
+                    del counter[key]
+
+    async def _send(self, http: httpx.AsyncClient, delivery: Delivery) -> None:
         if delivery.endpoint_id == CALLBACK:
             url, secret = delivery.url, await self._records.callback_secret(delivery.tenant)
         else:
@@ -71,10 +124,8 @@ class WebhookSender:
             url, secret = endpoint.url, endpoint.secret
         delivery.attempts += 1
         try:
-            await check_target(url, self._allowed)
-            headers = signed_headers(secret, delivery.delivery_id, int(time.time()), delivery.payload)
             status = await asyncio.wait_for(
-                _post(http, url, delivery.payload, headers), self._settings.webhook_timeout_s
+                self._post_checked(http, url, secret, delivery), self._settings.webhook_timeout_s
             )
         except TargetRefused as error:
             await self._failed(delivery, 0, f"refused target: {error}")
@@ -86,6 +137,13 @@ class WebhookSender:
             await self._end(delivery, "delivered", status, "")
         else:
             await self._failed(delivery, status, f"the receiver answered {status}")
+
+    async def _post_checked(self, http: httpx.AsyncClient, url: str, secret: str, delivery: Delivery) -> int:
+        """The URL checked again (its name resolved now), then the signed POST: both within
+        the attempt's timeout."""
+        await check_target(url, self._allowed)
+        headers = signed_headers(secret, delivery.delivery_id, int(time.time()), delivery.payload)
+        return await _post(http, url, delivery.payload, headers)
 
     async def _failed(self, delivery: Delivery, status: int, error: str) -> None:
         delay = next_delay_s(delivery.attempts, self._settings.webhook_delays_s)

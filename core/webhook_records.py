@@ -41,18 +41,18 @@ LOG_KEEP = 1000  # deliveries listed per tenant
 FINAL_TTL_S = 7 * 24 * 3600  # a delivered or dead delivery's record
 
 # KEYS: the delivery's record, the due set, the tenant's log. ARGV: its id, when it is due
-# (ms), how many the log keeps, then the record's (field, value) pairs. Stores a delivery
-# not made before, due then and listed, in one step; returns 1 if it made it.
+# (ms), then the record's (field, value) pairs. Stores a delivery not made before, due then
+# and listed, in one step; returns the log's length after it (0 if it made none).
 _EMIT_LUA = """
 if redis.call('EXISTS', KEYS[1]) == 1 then
   return 0
 end
-redis.call('HSET', KEYS[1], unpack(ARGV, 4))
+redis.call('HSET', KEYS[1], unpack(ARGV, 3))
 redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
 redis.call('ZADD', KEYS[3], ARGV[2], ARGV[1])
-redis.call('ZREMRANGEBYRANK', KEYS[3], 0, -tonumber(ARGV[3]) - 1)
-return 1
+return redis.call('ZCARD', KEYS[3])
 """
+TRIM_SLACK = 100  # deliveries a tenant's log may pass LOG_KEEP by before its oldest are removed
 
 # KEYS[1]: the due set. ARGV: now (ms), most to claim, the lease's end (ms). Moves up to
 # that many due deliveries to the lease's end and returns their ids.
@@ -242,9 +242,28 @@ class WebhookRecords:
                 self._keys.webhook_due,
                 self._keys.webhook_log(tenant),
             ]
-            if await self._emit(keys=keys, args=[delivery.delivery_id, now_ms, LOG_KEEP, *pairs]):
+            logged = await self._emit(keys=keys, args=[delivery.delivery_id, now_ms, *pairs])
+            if logged:
                 made.append(delivery.delivery_id)
+            if logged > LOG_KEEP + TRIM_SLACK:
+                await self._trim_log(tenant)
         return made
+
+    async def _trim_log(self, tenant: str) -> None:
+        """Keep the tenant's latest LOG_KEEP deliveries: the older ones leave its log, and
+        their records go unless still pending (a pending one ends on its own, then expires)."""
+        log_key = self._keys.webhook_log(tenant)
+        old = [as_text(cast(bytes, i)) for i in await self._redis.zrange(log_key, 0, -LOG_KEEP - 1)]
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for delivery_id in old:
+                pipe.hget(self._keys.webhook_delivery(delivery_id), "state")
+            states = await pipe.execute()
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for delivery_id, state in zip(old, states):
+                if state != b"pending" and state != "pending":
+                    pipe.delete(self._keys.webhook_delivery(delivery_id))
+            pipe.zrem(log_key, *old)
+            await pipe.execute()
 
     async def delivery(self, delivery_id: str, tenant: str | None = None) -> Delivery | None:
         raw = await self._redis.hgetall(self._keys.webhook_delivery(delivery_id))
@@ -291,6 +310,11 @@ class WebhookRecords:
                 pipe.zadd(dead, {delivery.delivery_id: delivery.created_at_ms})
                 pipe.zremrangebyrank(dead, 0, -LOG_KEEP - 1)
             await pipe.execute()
+
+    async def defer(self, delivery_id: str, at_ms: int) -> None:
+        """A delivery claimed but not tried (its endpoint or tenant had its share of
+        attempts under way): due again at ``at_ms``, its attempts unchanged."""
+        await self._redis.zadd(self._keys.webhook_due, {delivery_id: at_ms}, xx=True)
 
     async def replay(self, delivery: Delivery) -> None:
         """Try it again now, its attempts counted afresh (same id: a receiver that had it drops it)."""

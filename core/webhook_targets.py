@@ -12,11 +12,16 @@ before every attempt, so a name that later resolves inward is caught then.
 from __future__ import annotations
 
 import asyncio
+import functools
 import ipaddress
 import socket
+from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
 
 MAX_URL_LENGTH = 2048
+# Names are resolved on threads of their own: a resolver that hangs holds these, never the
+# default executor every object-store call runs on.
+_RESOLVER = ThreadPoolExecutor(max_workers=4, thread_name_prefix="webhook-dns")
 IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
@@ -89,7 +94,9 @@ async def check_target(url: str, allowed_hosts: frozenset[str]) -> None:
     if allowed:
         return
     try:
-        infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        infos = await asyncio.get_running_loop().run_in_executor(
+            _RESOLVER, functools.partial(socket.getaddrinfo, host, port, type=socket.SOCK_STREAM)
+        )
     except OSError as error:
         raise TargetRefused(f"the host {host!r} does not resolve") from error
     for info in infos:

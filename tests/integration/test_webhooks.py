@@ -6,6 +6,8 @@ inside the network refused. On the production-shape stack (auth on, two API work
 
 from __future__ import annotations
 
+import asyncio
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -17,6 +19,9 @@ import pytest
 from aiohttp import web
 from standardwebhooks import Webhook
 
+from brimful.core.redis_client import make_redis
+from brimful.core.redis_keys import RedisKeys
+from brimful.core.webhook_records import LOG_KEEP, TRIM_SLACK, WebhookRecords
 from brimful.stack import EmbeddedStack, free_port
 from tests.helpers.pipeline import expected_outputs
 from tests.helpers.polling import wait_for
@@ -258,3 +263,94 @@ async def test_a_task_with_a_callback_url_is_posted_its_result_signed_with_the_t
         )
         results = bulk.json()["results"]
         assert results[0]["error"]["code"] == "invalid_callback_url" and "task_id" in results[1]
+
+
+async def test_a_tenants_silent_receivers_delay_no_other_tenants_delivery(
+    openai_stack: EmbeddedStack, openai_keys: dict[str, str], api: httpx.AsyncClient, receiver: Receiver
+) -> None:
+    """Another tenant's endpoint never answers and forty deliveries wait on it: this
+    tenant's delivery to a receiver that answers at once still comes within seconds of its
+    task's end (before, attempts went in groups that waited for their slowest)."""
+    release = asyncio.Event()
+    hanging = web.Application()
+
+    async def hang(request: web.Request) -> web.Response:
+        await request.read()
+        await asyncio.wait_for(release.wait(), 60)
+        return web.Response(status=204)
+
+    hanging.router.add_post("/hang", hang)
+    runner = web.AppRunner(hanging)
+    await runner.setup()
+    hang_port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", hang_port).start()
+    async with httpx.AsyncClient(
+        base_url=openai_stack.api_url, headers={"Authorization": f"Bearer {openai_keys['other-admin']}"}, timeout=30
+    ) as other_admin:
+        made = await other_admin.post(
+            "/v1/webhooks/endpoints", json={"url": f"http://127.0.0.1:{hang_port}/hang", "events": ["task.completed"]}
+        )
+        assert made.status_code == 200, made.text
+        try:
+            tag = uuid.uuid4().hex
+            async with httpx.AsyncClient(base_url=openai_stack.api_url, timeout=30) as http:
+                bulk = await http.post(
+                    "/v1/tasks:batch",
+                    json={"tasks": [{"inputs": {"TEXT": f"silent {tag} {n}"}} for n in range(40)]},
+                    headers={"Authorization": f"Bearer {openai_keys['other']}"},
+                )
+                assert bulk.json()["accepted"] == 40, bulk.text
+                await register(api, receiver, "/ok", ["task.completed"])
+                silent_ids = [result["task_id"] for result in bulk.json()["results"]]
+                await wait_for(
+                    lambda: _all_done(http, openai_keys["other"], silent_ids), 60, "the silent tenant's tasks"
+                )
+                mine = await submit(openai_stack, openai_keys["submit"], f"heard at once {tag}")
+                await wait_for(lambda: _all_done(http, openai_keys["submit"], [mine]), 30, "this tenant's task")
+                finished_at = time.monotonic()
+                await wait_for(
+                    until(lambda: any(e["data"]["task_id"] == mine for e in receiver.events("/ok"))),
+                    30,
+                    "this tenant's delivery",
+                    interval_s=0.05,
+                )
+                assert time.monotonic() - finished_at < 5.0
+        finally:
+            await other_admin.delete(f"/v1/webhooks/endpoints/{made.json()['id']}")
+            release.set()
+            await runner.cleanup()
+
+
+async def _all_done(http: httpx.AsyncClient, key: str, task_ids: list[str]) -> bool:
+    for task_id in task_ids:
+        answer = await http.get(f"/v1/tasks/{task_id}", headers={"Authorization": f"Bearer {key}"})
+        if answer.json().get("status") not in ("done", "failed"):
+            return False
+    return True
+
+
+async def test_a_tenants_delivery_records_are_bounded(openai_stack: EmbeddedStack) -> None:
+    """Past LOG_KEEP a tenant's oldest finished deliveries go, payloads and all; pending ones
+    stay until they end. Under a key prefix of its own: no sender tries these."""
+    redis = make_redis(openai_stack.settings)
+    keys = RedisKeys(f"bounded-{uuid.uuid4().hex[:8]}")
+    records = WebhookRecords(redis, keys)
+    try:
+        first = [
+            (await records.emit("t", "task.completed", {"n": n}, f"e{n}", callback_url="http://127.0.0.1:9/"))[0]
+            for n in range(LOG_KEEP)
+        ]
+        for delivery_id in first[10:]:  # all but the ten oldest delivered
+            delivery = await records.delivery(delivery_id)
+            assert delivery is not None
+            delivery.state = "delivered"
+            await records.record_attempt(delivery)
+        for n in range(LOG_KEEP, LOG_KEEP + TRIM_SLACK + 1):
+            await records.emit("t", "task.completed", {"n": n}, f"e{n}", callback_url="http://127.0.0.1:9/")
+        assert await redis.zcard(keys.webhook_log("t")) == LOG_KEEP
+        gone = [await records.delivery(delivery_id) is None for delivery_id in first[10 : TRIM_SLACK + 1]]
+        assert all(gone)  # the oldest delivered ones: records removed
+        still = [await records.delivery(delivery_id) for delivery_id in first[:10]]  # out of the log, still pending
+        assert all(d is not None and d.state == "pending" for d in still)
+    finally:
+        await redis.aclose()
