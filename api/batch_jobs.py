@@ -30,6 +30,7 @@ import secrets
 import socket
 import time
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 import orjson
@@ -116,12 +117,31 @@ class BatchJobs:
                 continue
             self._stepped_at[batch_id] = time.monotonic()
             try:
-                await self._step(batch_id)
+                async with self._lease_kept(batch_id):
+                    await self._step(batch_id)
             except (RedisError, KafkaError, OSError):
                 raise  # the whole tick waits for the next one
             except Exception:  # one job's bug must not stop the others: logged, tried again next tick
                 log.exception("batch job step failed", extra={"batch_id": batch_id})
                 self._cursors.pop(batch_id, None)
+
+    @asynccontextmanager
+    async def _lease_kept(self, batch_id: str) -> AsyncIterator[None]:
+        """The job's lease renewed every third of it while a step runs, however long the step
+        takes (a large file validated or joined), so no other worker takes the job midway."""
+
+        async def renew() -> None:
+            while True:
+                await asyncio.sleep(LEASE_S / 3)
+                if not await self._records.lease(batch_id, self._holder, LEASE_S):
+                    log.warning("batch job lease lost during a step", extra={"batch_id": batch_id})
+
+        keeper = asyncio.create_task(renew())
+        try:
+            yield
+        finally:
+            keeper.cancel()
+            await asyncio.gather(keeper, return_exceptions=True)
 
     async def _learn_tenants(self, active: list[str]) -> None:
         """Each active job's tenant (it never changes: read once); jobs ended are forgotten."""
@@ -178,7 +198,6 @@ class BatchJobs:
         """Count the input's lines; fail the job if it cannot be read or is too long."""
         store, limit = self._state.object_store, self._state.settings.batch_max_lines
         lines = 0
-        renewed = time.monotonic()
         try:
             async for line in store.lines(record.input_file_id, MAX_LINE_BYTES):
                 if line.strip():
@@ -186,9 +205,6 @@ class BatchJobs:
                 if lines > limit:
                     await self._fail(record, "too_many_lines", f"the input file has more than {limit} lines")
                     return
-                if time.monotonic() - renewed > LEASE_S / 3:  # a long file: keep the job
-                    await self._records.lease(record.batch_id, self._holder, LEASE_S)
-                    renewed = time.monotonic()
         except ObjectNotFound:
             await self._fail(record, "invalid_file", f"the input file {record.input_file_id} is gone")
             return

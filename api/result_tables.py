@@ -4,8 +4,9 @@
 One row per line; columns ``id``, ``custom_id``, ``status_code`` (null for a line that
 never ran), ``request_id``, ``body`` (the answer's JSON, as each route's answer has its own
 shape), ``error_code`` and ``error_message``. The file is read and written a
-``ROWS_PER_GROUP`` lines at a time, each group converted in a worker thread, so a large
-file streams out in bounded memory and the event loop never waits on the encoding.
+group at a time (``ROWS_PER_GROUP`` lines, or fewer once they hold ``BYTES_PER_GROUP``),
+each converted in a worker thread, so a large file streams out in bounded memory (about
+three times a group's bytes, plus one line) and the event loop never waits on the encoding.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from brimful.core.object_store import ObjectStore
 
 FORMATS = {"parquet": "application/vnd.apache.parquet", "arrow": "application/vnd.apache.arrow.stream"}
 ROWS_PER_GROUP = 5000
+BYTES_PER_GROUP = 8 * 1024 * 1024
 MAX_LINE_BYTES = 64 * 1024 * 1024
 SCHEMA = pa.schema(
     [
@@ -81,6 +83,7 @@ async def table_chunks(store: ObjectStore, name: str, kind: str) -> AsyncIterato
         else pyarrow.ipc.new_stream(pa.PythonFile(sink, mode="w"), SCHEMA)
     )
     lines: list[bytes] = []
+    held = 0  # bytes of the lines gathered
 
     def write(group: list[bytes]) -> bytes:
         batch = _batch(group)
@@ -93,9 +96,10 @@ async def table_chunks(store: ObjectStore, name: str, kind: str) -> AsyncIterato
     async for line in store.lines(name, MAX_LINE_BYTES):
         if line.strip():
             lines.append(line)
-        if len(lines) >= ROWS_PER_GROUP:
+            held += len(line)
+        if len(lines) >= ROWS_PER_GROUP or held >= BYTES_PER_GROUP:
             yield await asyncio.to_thread(write, lines)
-            lines = []
+            lines, held = [], 0
     if lines:
         yield await asyncio.to_thread(write, lines)
     await asyncio.to_thread(writer.close)
