@@ -3,11 +3,18 @@ document: no request may get a 5xx, and every response must match the document."
 
 from __future__ import annotations
 
+import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+from urllib.parse import quote
 
+import httpx
+import hypothesis
+import hypothesis.strategies as st
 import pytest
 
 from brimful.commands.up import EMBEDDED_MODELS
@@ -71,3 +78,78 @@ def test_fuzzing_finds_no_server_error_and_no_departure_from_the_document(secure
         timeout=600,
     )
     assert run.returncode == 0, run.stdout[-6000:]
+
+
+# Why the run above missed ``?limit=²`` and ``1e400``: its negative cases for an integer
+# parameter are strings of arbitrary characters, which reach a Unicode digit that
+# ``str.isdigit`` takes and ``int`` refuses about never in 25 examples; and it draws JSON
+# from Python values, so a number past any float (``1e400``) is never written. The test
+# below aims at that class on purpose: every query, path and top-level body parameter of
+# every JSON route in the document, given numbers in every script, numbers past every
+# bound, non-finite spellings, control and format characters, and JSON tokens Python
+# reads as infinity.
+HOSTILE_TEXT = st.one_of(
+    st.text(alphabet=st.characters(categories=("Nd", "No", "Nl")), min_size=1, max_size=6),
+    st.sampled_from(
+        ["²", "١٠", "𝟗", "1²", "⁵", "nan", "inf", "-inf", "1e400", "-0", "9" * 40, "0x10", " 5", "+5", "1_000",
+         "\x00", "\u202e", "%00", "-1", "1.5", "", "٣h", "²h", "1e400h"]
+    ),
+    st.text(max_size=12),
+)  # fmt: skip
+HOSTILE_JSON = st.one_of(
+    HOSTILE_TEXT.map(lambda text: json.dumps(text)),
+    st.sampled_from(
+        ["1e400", "-1e400", "1e-400", "123456789012345678901234567890", "-1", "true", "null", "[]", "{}", "1.5",
+         '"\\ud800"', "[1e400]", '{"a": 1e400}']
+    ),
+)  # fmt: skip
+
+
+def _operations(document: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """(method, path, where, name) for each parameter and JSON body field of the document."""
+    found = []
+    for path, operations in document["paths"].items():
+        for method, operation in operations.items():
+            for parameter in operation.get("parameters", []):
+                if parameter["in"] in ("query", "path"):
+                    found.append((method.upper(), path, parameter["in"], parameter["name"]))
+            schema = operation.get("requestBody", {}).get("content", {}).get("application/json", {}).get("schema", {})
+            if "$ref" in schema:
+                schema = document["components"]["schemas"][schema["$ref"].rsplit("/", 1)[-1]]
+            for name in schema.get("properties", {}):
+                found.append((method.upper(), path, "body", name))
+    return found
+
+
+def test_hostile_values_in_every_parameter_get_no_server_error(secured_stack: EmbeddedStack) -> None:
+    env = settings_env(secured_stack.settings)
+    key = subprocess.run(
+        [sys.executable, "-m", "brimful.cli", "keys", "create", "--tenant", "hostile", "--scopes", "submit,read,admin"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    with httpx.Client(base_url=secured_stack.api_url, headers={"Authorization": f"Bearer {key}"}, timeout=30) as http:
+        operations = _operations(http.get("/openapi.json").json())
+        assert len(operations) > 40  # every route's parameters, not a few
+
+        @hypothesis.settings(max_examples=500, deadline=None, database=None, derandomize=True)
+        @hypothesis.given(operation=st.sampled_from(operations), text=HOSTILE_TEXT, token=HOSTILE_JSON)
+        def no_server_error(operation: tuple[str, str, str, str], text: str, token: str) -> None:
+            method, path, where, name = operation
+            params: dict[str, str] = {}
+            content: bytes | None = None
+            if where == "path":
+                path = path.replace("{" + name + "}", quote(text, safe="") or "x")
+            elif where == "query":
+                params[name] = text
+            else:
+                content = b'{"%s": %s}' % (name.encode(), token.encode())
+            path = re.sub(r"\{[^}]+\}", "x", path)  # other path parameters: a plain unknown id
+            answer = http.request(
+                method, path, params=params, content=content, headers={"Content-Type": "application/json"}
+            )
+            assert answer.status_code < 500, (operation, text, token, answer.status_code, answer.text[:300])
+
+        no_server_error()
