@@ -4,8 +4,8 @@ An upload or a write cut by a crash leaves an object under its temporary name
 (``core/object_store.WRITING``); a crash between an object's move to its name and its
 record leaves a file with no record; a job that ended by a path that never deleted its
 result parts leaves them. Every ``SWEEP_S`` one API worker (the one that takes the round's
-lease in Redis) lists up to ``MAX_LISTED`` objects and removes those older than the longest
-upload (``file_upload_max_s``) plus a minute that are one of these: written objects never
+lease in Redis) lists up to ``MAX_LISTED`` objects and removes those older than twice the
+longest upload (``file_upload_max_s``) that are one of these: written objects never
 finished, files without a record, parts of a job that has ended or is gone.
 """
 
@@ -54,7 +54,7 @@ class StorageSweep:
 
     async def sweep(self) -> int:
         """Remove the objects nothing points to; how many."""
-        old_before = time.time() - self._state.settings.file_upload_max_s - 60
+        old_before = time.time() - 2 * self._state.settings.file_upload_max_s
         objects = [
             found for found in await self._state.object_store.listing(MAX_LISTED) if found.modified_s < old_before
         ]

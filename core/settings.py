@@ -540,7 +540,7 @@ class Settings(BaseSettings):
         300.0,
         gt=0,
         description="How often one API worker removes stored objects nothing points to (uploads cut by a crash, "
-        "files without a record, parts of ended jobs), once older than file_upload_max_s plus a minute.",
+        "files without a record, parts of ended jobs), once older than twice file_upload_max_s.",
     )
     tenant_max_stored_bytes: int = Field(
         10 * 1024**3,

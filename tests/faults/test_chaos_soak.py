@@ -4,10 +4,17 @@ Redis syncing its log every second (as compose runs it); with BRIMFUL_SOAK_ROTAT
 requests topics rotating; with BRIMFUL_SOAK_BROKER=memory, the broker keeping its records
 in memory as ``make up``'s does (and then never restarted: that would empty it). Traffic mixes identical inputs,
 failing rows, cancels, Idempotency-Key retries, low-priority bulk, deadlines and DLQ
-replays, while a seeded schedule injects a fault every 20 s or less: an API worker killed,
-batchers killed and added (rebalances), an endpoint hung (its model answers nothing for a
-few seconds) or killed, Redis killed (losing its last second) or paused, the broker
-restarted, idle sockets flooding the API.
+replays and Arrow bulk, while a seeded schedule injects a fault every 20 s or less: an API
+worker killed, batchers killed and added (rebalances), an endpoint hung (its model answers
+nothing for a few seconds) or killed, Redis killed (losing its last second), paused, or at
+its memory limit, the records of tasks whose batch is at the model deleted, the broker
+restarted, idle sockets flooding the API, uploads trickling a byte at a time.
+
+Webhook endpoints listen for every tenant (each receiver checks its signatures and that
+every event is its own tenant's), and one tenant's other endpoints hang, answer 410 and 429.
+Small batch jobs come every few seconds: run plainly, cancelled, past a window of a few
+seconds, or with their input deleted mid-run; each must end, its counts agreeing with its
+output and error files. At the end the store must hold nothing left behind.
 
 A batch job (OpenAI's Batch API over ``/v1/tasks``: both models, identical inputs, failing
 rows, a bad line) runs through the faults; at the end every one of its lines is answered
@@ -38,9 +45,13 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import aiohttp.web
 import orjson
+import pyarrow as pa
+import pyarrow.ipc
 import pytest
 from redis.asyncio import Redis
+from standardwebhooks import Webhook
 
 from brimful.api.submission_receipts import released_within_s
 from brimful.commands.up import REFERENCE_MODELS
@@ -51,6 +62,7 @@ from brimful.model_server.reference_model import hang_file_at
 from brimful.stack import EmbeddedStack, free_port
 from tests.helpers.pipeline import expected_outputs, read_dead_letters
 from tests.helpers.polling import wait_for
+from tests.helpers.slow_uploads import trickle
 from tests.helpers.stacks import add_second_batchers, api_workers, rows_seen_by_model, s3_broker_env, stack_settings
 
 SOAK_S = float(os.environ.get("BRIMFUL_SOAK_S", "150"))
@@ -76,6 +88,9 @@ FAULTS = (
     "redis-pause",
     "broker",
     "idle-flood",
+    "records-at-model",
+    "redis-full",
+    "upload-trickle",
 )
 if BROKER == "memory":
     FAULTS = tuple(fault for fault in FAULTS if fault != "broker")
@@ -86,6 +101,9 @@ MODELS = REFERENCE_MODELS.split(",")
 HANG_FILE = "model-hang-{grpc_port}"  # in the stack's workdir: the "endpoint-hang" fault's switch
 SHARED_TEXTS = [f"shared input {n}" for n in range(12)]  # identical inputs, every tenant, both models
 FINAL = ("done", "failed", "cancelled", "expired")
+UPLOAD_MAX_S = 10.0
+SMALL_JOB_EVERY_S = 8.0  # a small batch job: plain, cancelled, expiring, or its input deleted
+SMALL_JOB_LINES = 20
 
 pytestmark = pytest.mark.timeout(SOAK_S + 900)
 
@@ -112,6 +130,11 @@ def soak_stack(tmp_path_factory: pytest.TempPathFactory, request: pytest.Fixture
         redis_timeout_s=1.0,
         topic_rotation_s=ROTATION_S,
         batch_job_window=BATCH_JOB_WINDOW,  # the job moves a few lines a step: it runs through faults
+        file_upload_max_s=UPLOAD_MAX_S,  # a trickling upload is cut within the soak
+        file_sweep_interval_s=5.0,  # and what it leaves is swept before the ledger looks
+        webhook_allowed_hosts="127.0.0.1",  # the soak's receivers
+        webhook_retry_delays_s="0.5,1,2,4",
+        webhook_timeout_s=2.0,
     )
     settings = base.model_copy(update={"triton_url": f"{base.triton_url},127.0.0.1:{free_port()}"})
     stack = EmbeddedStack(
@@ -165,6 +188,8 @@ class Ledger:
     redis_kills: list[float] = field(default_factory=list)
     replays: int = 0
     flaky_fixed: bool = False  # the fault behind !flaky rows is off: on-call replays their letters
+    records_lost_at_model: int = 0  # records of running tasks deleted ("records-at-model")
+    uploads_cut: collections.Counter[str] = field(default_factory=collections.Counter)  # trickles: first answer line
 
 
 class Tenant:
@@ -216,6 +241,9 @@ class Traffic:
         client = self.tenants[tenant]
         roll = self.rng.random()
         model = MODELS[1] if self.rng.random() < 0.25 else MODELS[0]
+        if roll < 0.03:  # bulk as an Arrow stream: a column a row's TEXT
+            await self._arrow_bulk(tenant, client, model)
+            return
         if roll < 0.06:  # low-priority bulk
             texts = [f"{tenant} bulk {uuid.uuid4().hex[:10]}" for _ in range(10)]
             status, body = await client.call(
@@ -258,6 +286,24 @@ class Traffic:
         status, body = await client.call(self.ledger, "POST", "/v1/tasks", json=document)
         if status == 202:
             self._accepted(tenant, body["task_id"], text, model, document.get("deadline_ms", 0))
+
+    async def _arrow_bulk(self, tenant: str, client: Tenant, model: str) -> None:
+        texts = [self._text(tenant) for _ in range(5)]
+        sink = pa.BufferOutputStream()
+        table = pa.table({"TEXT": texts})
+        with pyarrow.ipc.new_stream(sink, table.schema) as writer:
+            writer.write_table(table)
+        status, body = await client.call(
+            self.ledger,
+            "POST",
+            f"/v1/tasks:batch?model={model}",
+            data=sink.getvalue().to_pybytes(),
+            headers={"Content-Type": "application/vnd.apache.arrow.stream"},
+        )
+        if status == 200:
+            for text, result in zip(texts, body["results"]):
+                if "task_id" in result:
+                    self._accepted(tenant, result["task_id"], text, model)
 
     async def run(self, stop: asyncio.Event) -> None:
         pending: set[asyncio.Task[None]] = set()
@@ -322,10 +368,11 @@ async def watch(
 class Faults:
     """The seeded schedule's faults, each with the repair a supervisor or on-call makes."""
 
-    def __init__(self, stack: EmbeddedStack, ledger: Ledger, rng: random.Random) -> None:
+    def __init__(self, stack: EmbeddedStack, ledger: Ledger, rng: random.Random, upload_key: str) -> None:
         self.stack = stack
         self.ledger = ledger
         self.rng = rng
+        self.upload_key = upload_key  # the tenant whose uploads trickle ("upload-trickle")
         self.extra: str | None = None  # a batcher added by "batcher-add", stopped at the next one
 
     async def inject(self, fault: str) -> None:
@@ -376,6 +423,27 @@ class Faults:
             await asyncio.sleep(rng.uniform(0.5, 2.0))
             await asyncio.to_thread(stack.restart, "broker")
             await asyncio.to_thread(stack.wait_for_batchers)
+        elif fault == "records-at-model":
+            await self._lose_records_at_the_model(hosts)
+        elif fault == "redis-full":
+            redis = Redis.from_url(stack.settings.redis_url)
+            try:
+                used = int((await redis.info("memory"))["used_memory"])
+                await redis.config_set("maxmemory-policy", "noeviction")
+                await redis.config_set("maxmemory", str(used + 256 * 1024))
+                await asyncio.sleep(rng.uniform(2.0, 4.0))
+            finally:
+                await redis.config_set("maxmemory", "0")
+                await redis.aclose()
+        elif fault == "upload-trickle":
+            stop = asyncio.Event()
+            port = stack.settings.api_port
+            trickles = [asyncio.create_task(trickle(port, self.upload_key, stop)) for _ in range(6)]
+            await asyncio.sleep(rng.uniform(4.0, UPLOAD_MAX_S + 2))  # some are cut at their total time
+            stop.set()
+            for answer in await asyncio.gather(*trickles, return_exceptions=True):
+                head = answer.split(b"\r\n", 1)[0].decode() if isinstance(answer, bytes) else "no answer"
+                self.ledger.uploads_cut[head or "no answer"] += 1
         elif fault == "idle-flood":
             idle = []
             for _ in range(4 * stack.settings.api_max_connections):
@@ -389,6 +457,31 @@ class Faults:
             await asyncio.sleep(rng.uniform(3.0, 6.0))
             for sock in idle:
                 sock.close()
+
+    async def _lose_records_at_the_model(self, hosts: list[str]) -> None:
+        """Every endpoint hangs a moment, so batches wait at the model; the records of the
+        tasks running then are deleted, as a Redis restarted without its data would lose
+        them; the endpoints answer again."""
+        stack = self.stack
+        hangs = [hang_file_at(stack.workdir / HANG_FILE, stack.model_host_ports[host][0]) for host in hosts]
+        redis = Redis.from_url(stack.settings.redis_url)
+        keys = RedisKeys(stack.settings.key_prefix)
+        try:
+            for hang in hangs:
+                hang.touch()
+            await asyncio.sleep(1.0)
+            recent = list(self.ledger.tasks)[-600:]
+            async with redis.pipeline(transaction=False) as pipe:
+                for task_id in recent:
+                    pipe.hget(keys.task(task_id), "status")
+                statuses = await pipe.execute()
+            running = [task_id for task_id, status in zip(recent, statuses) if status == b"running"][:40]
+            if running:
+                self.ledger.records_lost_at_model += await redis.delete(*(keys.task(t) for t in running))
+        finally:
+            for hang in hangs:
+                hang.unlink(missing_ok=True)
+            await redis.aclose()
 
     async def heal(self) -> None:
         """Quiescence: every process of the shape running, the extra batcher gone."""
@@ -423,12 +516,20 @@ async def test_every_accepted_task_ends_right_in_the_production_shape_under_chao
     rng = random.Random(SEED)
     ledger = Ledger()
     traffic = Traffic(clients, ledger, random.Random(SEED + 1))
-    faults = Faults(stack, ledger, random.Random(SEED + 2))
+    faults = Faults(stack, ledger, random.Random(SEED + 2), clients[TENANTS[2]].headers["Authorization"].split()[1])
     fault_file = stack.workdir / "model-fault"
     fault_file.touch()  # !flaky rows fail for the first half, and pass when replayed after
+    receivers = Receivers()
+    await receivers.start()
+    await receivers.register(clients, ledger)
     job = await BatchJob.start(clients[TENANTS[0]], ledger)
+    small_jobs = SmallJobs(clients[TENANTS[1]], ledger)
     stop = asyncio.Event()
-    running = [asyncio.create_task(traffic.run(stop)), asyncio.create_task(watch(clients, ledger, operator, rng, stop))]
+    running = [
+        asyncio.create_task(traffic.run(stop)),
+        asyncio.create_task(watch(clients, ledger, operator, rng, stop)),
+        asyncio.create_task(small_jobs.run(stop)),
+    ]
     schedule: list[tuple[float, str]] = []
     started = time.monotonic()
     cycle: list[str] = []
@@ -463,9 +564,16 @@ async def test_every_accepted_task_ends_right_in_the_production_shape_under_chao
             ledger.replays += body["replayed"]
 
     job_figures, job_problems = await job.check(clients[TENANTS[0]], ledger)
+    small_figures, small_problems = await small_jobs.check()
     figures, problems = await check_ledger(stack, clients, operator, ledger)
-    figures.update(job_figures)
-    problems += job_problems
+    hook_figures, hook_problems = receivers.check(ledger)
+    await receivers.stop()
+    left_behind = await storage_left_behind(stack)
+    figures.update({**job_figures, **small_figures, **hook_figures})
+    figures["records deleted while their batch was at the model"] = ledger.records_lost_at_model
+    figures["trickling uploads: answers"] = dict(ledger.uploads_cut)
+    figures["objects left behind in the store"] = len(left_behind)
+    problems += job_problems + small_problems + hook_problems + left_behind
     deleted = generations_deleted(stack)
     figures = {
         "seconds": round(elapsed),
@@ -564,6 +672,233 @@ class BatchJob:
                 problems.append(f"batch line {line['custom_id']} is answered twice")
             by_id[line["custom_id"]] = line
         return by_id
+
+
+JOB_KINDS = ("plain", "cancelled", "expiring", "input deleted")
+
+
+@dataclass
+class SmallJob:
+    batch_id: str
+    kind: str
+    lines: dict[str, str]  # custom_id -> text
+
+
+class SmallJobs:
+    """Small batch jobs made through the soak, one every ``SMALL_JOB_EVERY_S``, each of a
+    kind in turn: run plainly, cancelled a moment in, given a window of a few seconds, or
+    its input file deleted a moment in. At the end each has ended, and its counts agree
+    with its output and error files."""
+
+    def __init__(self, tenant: Tenant, ledger: Ledger) -> None:
+        self.tenant = tenant
+        self.ledger = ledger
+        self.jobs: list[SmallJob] = []
+
+    async def run(self, stop: asyncio.Event) -> None:
+        turn = 0
+        while not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=SMALL_JOB_EVERY_S)
+            except TimeoutError:
+                await self._one(JOB_KINDS[turn % len(JOB_KINDS)], turn)
+                turn += 1
+
+    async def _one(self, kind: str, turn: int) -> None:
+        lines = {
+            f"s{turn}-{n}": (f"!fail small {turn} {n}" if n == 3 else f"small job {n % 7}")
+            for n in range(SMALL_JOB_LINES)
+        }
+        body = b"".join(
+            orjson.dumps({"custom_id": cid, "method": "POST", "url": "/v1/tasks", "body": {"inputs": {"TEXT": text}}})
+            + b"\n"
+            for cid, text in lines.items()
+        )
+        form = aiohttp.FormData()
+        form.add_field("purpose", "batch")
+        form.add_field("file", body, filename=f"small-{turn}.jsonl")
+        status, uploaded = await self.tenant.call(self.ledger, "POST", "/v1/files", data=form)
+        if status != 200:
+            return  # refused for now (a fault): the next turn makes another
+        window = "4s" if kind == "expiring" else "24h"
+        status, batch = await self.tenant.call(
+            self.ledger,
+            "POST",
+            "/v1/batches",
+            json={"input_file_id": uploaded["id"], "endpoint": "/v1/tasks", "completion_window": window},
+        )
+        if status != 200:
+            return
+        self.jobs.append(SmallJob(batch["id"], kind, lines))
+        await asyncio.sleep(1.0)
+        if kind == "cancelled":
+            await self.tenant.call(self.ledger, "POST", f"/v1/batches/{batch['id']}/cancel")
+        elif kind == "input deleted":
+            await self.tenant.call(self.ledger, "DELETE", f"/v1/files/{uploaded['id']}")
+
+    async def check(self) -> tuple[dict[str, object], list[str]]:
+        problems: list[str] = []
+        ends: collections.Counter[str] = collections.Counter()
+        for job in self.jobs:
+            batch: dict[str, Any] = {}
+
+            async def ended(job: SmallJob = job, batch: dict[str, Any] = batch) -> bool:
+                status, answer = await self.tenant.call(self.ledger, "GET", f"/v1/batches/{job.batch_id}")
+                if status == 200:
+                    batch.update(answer)
+                return batch.get("status") in ("completed", "failed", "expired", "cancelled")
+
+            try:
+                await wait_for(ended, 120, f"small job {job.batch_id} to end", interval_s=1.0)
+            except AssertionError:
+                problems.append(f"small job {job.batch_id} ({job.kind}) never ended: {batch.get('status')}")
+                continue
+            ends[f"{job.kind}: {batch['status']}"] += 1
+            problems += await self._agree(job, batch)
+        return {"small batch jobs (kind: end)": dict(sorted(ends.items()))}, problems
+
+    async def _agree(self, job: SmallJob, batch: dict[str, Any]) -> list[str]:
+        """Its counts against its files: every output line right, each line once, the
+        completed count the output's lines, every line counted."""
+        allowed = {"plain": ("completed",), "cancelled": ("cancelled", "completed"),
+                   "expiring": ("expired", "completed"), "input deleted": ("failed", "completed")}[job.kind]  # fmt: skip
+        problems = (
+            [] if batch["status"] in allowed else [f"small job {job.batch_id} ({job.kind}) ended {batch['status']}"]
+        )
+        counts = batch["request_counts"]
+        output = await _lines(self.tenant, batch.get("output_file_id"))
+        errors = await _lines(self.tenant, batch.get("error_file_id"))
+        named = [line["custom_id"] for line in output + errors]
+        if len(named) != len(set(named)):
+            problems.append(f"small job {job.batch_id}: a line answered twice")
+        for line in output:
+            text = job.lines.get(line["custom_id"], "")
+            if text.startswith("!fail") or line["response"]["body"].get("outputs") != expected_outputs(text):
+                problems.append(f"small job {job.batch_id}: a wrong result for {line['custom_id']}")
+        if counts["completed"] != len(output) or counts["completed"] + counts["failed"] != counts["total"]:
+            problems.append(f"small job {job.batch_id}: counts {counts} against {len(output)} / {len(errors)} lines")
+        if job.kind != "input deleted" and len(named) != SMALL_JOB_LINES:
+            problems.append(f"small job {job.batch_id}: {len(named)} of {SMALL_JOB_LINES} lines in its files")
+        return problems
+
+
+async def _lines(tenant: Tenant, file_id: str | None) -> list[dict[str, Any]]:
+    if not file_id:
+        return []
+    async with tenant.session.get(f"/v1/files/{file_id}/content") as response:
+        content = await response.read() if response.status == 200 else b""
+    return [orjson.loads(raw) for raw in content.splitlines() if raw.strip()]
+
+
+class Receivers:
+    """Webhook receivers on loopback: each tenant's own, which answers at once and checks the
+    signature with its secret; and one tenant's others, which hang, answer 410 (gone) and
+    429 (with Retry-After). Every event a tenant's receiver gets must be about its tasks."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.secrets: dict[str, str] = {}  # tenant -> its /ok endpoint's secret
+        self.got: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)  # tenant -> events
+        self.calls: collections.Counter[str] = collections.Counter()  # path -> calls
+        self.unverified = 0
+        self._release = asyncio.Event()
+        self._runner: aiohttp.web.AppRunner | None = None
+
+    async def start(self) -> None:
+        app = aiohttp.web.Application()
+        app.router.add_post("/{path:.*}", self._handle)
+        self._runner = aiohttp.web.AppRunner(app)
+        await self._runner.setup()
+        await aiohttp.web.TCPSite(self._runner, "127.0.0.1", self.port).start()
+
+    async def stop(self) -> None:
+        self._release.set()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def _handle(self, request: aiohttp.web.Request) -> aiohttp.web.Response:
+        path = request.match_info["path"]
+        body = await request.read()
+        self.calls[path.split("/")[0]] += 1
+        if path == "hang":
+            try:
+                await asyncio.wait_for(self._release.wait(), 30)
+            except TimeoutError:
+                pass
+            return aiohttp.web.Response(status=204)
+        if path == "gone":
+            return aiohttp.web.Response(status=410)
+        if path == "busy":
+            return aiohttp.web.Response(status=429, headers={"Retry-After": "1"})
+        tenant = path.split("/", 1)[1]
+        headers = {name.lower(): value for name, value in request.headers.items()}
+        try:
+            event = Webhook(self.secrets[tenant]).verify(body, headers)
+        except Exception:
+            self.unverified += 1
+            return aiohttp.web.Response(status=400)
+        self.got[tenant].append(event)
+        return aiohttp.web.Response(status=204)
+
+    async def register(self, tenants: dict[str, Tenant], ledger: Ledger) -> None:
+        for name, client in tenants.items():
+            url = f"http://127.0.0.1:{self.port}/ok/{name}"
+            status, made = await client.call(
+                ledger, "POST", "/v1/webhooks/endpoints", json={"url": url, "events": ["task.completed", "task.failed"]}
+            )
+            assert status == 200, made
+            self.secrets[name] = made["secret"]
+        first = tenants[TENANTS[0]]
+        for path in ("hang", "gone", "busy"):
+            url = f"http://127.0.0.1:{self.port}/{path}"
+            status, made = await first.call(
+                ledger, "POST", "/v1/webhooks/endpoints", json={"url": url, "events": ["task.completed"]}
+            )
+            assert status == 200, made
+
+    def check(self, ledger: Ledger) -> tuple[dict[str, object], list[str]]:
+        problems = [f"{self.unverified} webhook deliveries failed their signature check"] if self.unverified else []
+        for tenant, events in self.got.items():
+            for event in events:
+                task = ledger.tasks.get(event["data"].get("task_id", ""))
+                if task is not None and task.tenant != tenant:
+                    problems.append(f"{tenant}'s receiver got {task.tenant}'s task {event['data']['task_id']}")
+        delivered = {tenant: len(events) for tenant, events in sorted(self.got.items())}
+        return {
+            "webhook deliveries received (own receivers)": delivered,
+            "webhook calls by path": dict(self.calls),
+        }, problems
+
+
+async def storage_left_behind(stack: EmbeddedStack) -> list[str]:
+    """Once the sweep has had its time: objects that nothing points to (an upload never
+    finished, a file without a record, parts of an ended job)."""
+    folder = Path(stack.settings.file_store_url)
+    redis = Redis.from_url(stack.settings.redis_url)
+    keys = RedisKeys(stack.settings.key_prefix)
+    left: list[str] = []
+
+    async def clean() -> bool:
+        left.clear()
+        for path in await asyncio.to_thread(lambda: sorted(folder.iterdir())):
+            name = path.name
+            if ".writing-" in name:
+                left.append(f"an upload never finished: {name}")
+            elif name.startswith("file-") and not await redis.exists(keys.file(name)):
+                left.append(f"a file without a record: {name}")
+            elif name.startswith("batch_"):
+                status = await redis.hget(keys.batch(name.split(".", 1)[0]), "status")
+                if status is None or status.decode() in ("completed", "failed", "expired", "cancelled"):
+                    left.append(f"a part of an ended job: {name}")
+        return not left
+
+    try:
+        await wait_for(clean, 2 * UPLOAD_MAX_S + 30, "the store to hold nothing left behind", interval_s=2.0)
+    except AssertionError:
+        pass  # reported
+    finally:
+        await redis.aclose()
+    return left
 
 
 def print_evidence(stack: EmbeddedStack, problems: list[str]) -> None:

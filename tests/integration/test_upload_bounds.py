@@ -21,6 +21,7 @@ from brimful.core.redis_keys import RedisKeys
 from brimful.core.tenant_limits import TenantLimits, TenantLimitStore
 from brimful.stack import EmbeddedStack
 from tests.helpers.polling import wait_for
+from tests.helpers.slow_uploads import trickle
 from tests.helpers.stacks import stack_settings, start_stack
 
 UPLOAD_MAX_S = 3.0
@@ -64,39 +65,12 @@ async def tenant(upload_stack: EmbeddedStack, request: pytest.FixtureRequest) ->
         yield client
 
 
-def _head(key: str, body_bytes: int) -> bytes:
-    return (
-        b"POST /v1/files HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer %s\r\n"
-        b"Content-Type: multipart/form-data; boundary=b0\r\nContent-Length: %d\r\n\r\n"
-        b'--b0\r\nContent-Disposition: form-data; name="file"; filename="slow.jsonl"\r\n\r\n'
-    ) % (key.encode(), body_bytes)
-
-
-async def _trickle(port: int, key: str, stop: asyncio.Event) -> bytes:
-    """An upload that sends a byte every half second until ``stop`` or the server answers;
-    what the server answered (b"" if nothing)."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    try:
-        writer.write(_head(key, 10_000_000))
-        while not stop.is_set() and not reader.at_eof():
-            writer.write(b"x")
-            try:
-                return await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 0.5)
-            except TimeoutError:
-                continue
-            except (asyncio.IncompleteReadError, ConnectionError):
-                return b""
-        return b""
-    finally:
-        writer.close()
-
-
 async def test_an_upload_that_trickles_for_ever_is_cut_at_its_total_time(
     upload_stack: EmbeddedStack, tenant: httpx.AsyncClient
 ) -> None:
     key = tenant.headers["Authorization"].split()[1]
     started = time.monotonic()
-    answer = await asyncio.wait_for(_trickle(upload_stack.settings.api_port, key, asyncio.Event()), UPLOAD_MAX_S + 10)
+    answer = await asyncio.wait_for(trickle(upload_stack.settings.api_port, key, asyncio.Event()), UPLOAD_MAX_S + 10)
     assert answer.startswith(b"HTTP/1.1 408"), answer
     assert time.monotonic() - started < UPLOAD_MAX_S + 3
 
@@ -106,7 +80,7 @@ async def test_one_tenants_trickling_uploads_lock_no_other_tenant_out(
 ) -> None:
     key = tenant.headers["Authorization"].split()[1]
     stop = asyncio.Event()
-    trickles = [asyncio.create_task(_trickle(upload_stack.settings.api_port, key, stop)) for _ in range(8)]
+    trickles = [asyncio.create_task(trickle(upload_stack.settings.api_port, key, stop)) for _ in range(8)]
     try:
         # Past its places (two a worker), the tenant's next uploads are refused at once.
         await wait_for(
@@ -152,7 +126,7 @@ async def test_objects_nothing_points_to_are_swept_and_files_with_records_stay(
     kept = await tenant.post("/v1/files", files={"file": ("k.jsonl", io.BytesIO(b"{}\n"))}, data={"purpose": "batch"})
     kept_id = kept.json()["id"]
     orphans = ["file-" + "ab" * 12, "file-" + "cd" * 12 + ".writing-0123456789ab", "batch_" + "ef" * 12 + ".output.0"]
-    long_ago = time.time() - UPLOAD_MAX_S - 600
+    long_ago = time.time() - 2 * UPLOAD_MAX_S - 600
     for name in orphans:
         (folder / name).write_bytes(b"left behind")
         os.utime(folder / name, (long_ago, long_ago))
@@ -169,7 +143,7 @@ async def test_an_upload_cut_by_a_crash_leaves_no_file_under_a_final_name(
     before = _names(folder)
     key = tenant.headers["Authorization"].split()[1]
     stop = asyncio.Event()
-    trickle = asyncio.create_task(_trickle(upload_stack.settings.api_port, key, stop))
+    cut = asyncio.create_task(trickle(upload_stack.settings.api_port, key, stop))
 
     def writing() -> bool:
         return any(".writing-" in name for name in _names(folder))
@@ -177,7 +151,7 @@ async def test_an_upload_cut_by_a_crash_leaves_no_file_under_a_final_name(
     await wait_for(writing, 10, "the upload to be written")
     upload_stack.restart("api")  # every worker: the upload is cut mid-way
     stop.set()
-    await asyncio.gather(trickle, return_exceptions=True)
+    await asyncio.gather(cut, return_exceptions=True)
     new = _names(folder) - before
     assert all(".writing-" in name for name in new), new  # nothing under a file's name
 
