@@ -56,12 +56,13 @@ class _Table:
         start = at + _uint32(self.data, at)
         count = _uint32(self.data, start)
         if count > (len(self.data) - start) // size:
-            raise StreamRefused("an Arrow message's metadata is cut short")
+            raise ValueError("an Arrow message's metadata is cut short")
         return [struct.unpack_from("<qq", self.data, start + 4 + i * size) for i in range(count)]
 
 
 def check_stream(body: bytes, max_bytes: int, max_rows: int) -> None:
-    """StreamRefused unless every message of the stream keeps within the bounds above."""
+    """StreamRefused unless every message of the stream keeps within the bounds above;
+    ValueError (or pyarrow's ArrowInvalid) when its metadata cannot be read."""
     inflated = 0
     try:
         reader = pyarrow.ipc.MessageReader.open_stream(pa.py_buffer(body))
@@ -69,8 +70,8 @@ def check_stream(body: bytes, max_bytes: int, max_rows: int) -> None:
             inflated += _message_bytes(message, max_rows)
             if inflated > max_bytes:
                 raise StreamRefused(f"the stream holds more than {max_bytes} bytes once decompressed")
-    except (struct.error, IndexError) as error:
-        raise StreamRefused("an Arrow message's metadata is not well formed") from error
+    except (struct.error, IndexError) as error:  # a 400: the stream cannot be read at all
+        raise ValueError("an Arrow message's metadata is not well formed") from error
 
 
 def _message_bytes(message: pyarrow.ipc.Message, max_rows: int) -> int:

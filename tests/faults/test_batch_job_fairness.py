@@ -5,13 +5,19 @@ past its completion window, ends ``expired``; the busy tenant's next job is refu
 from __future__ import annotations
 
 import io
+import time
 from collections.abc import AsyncIterator, Iterator
 
 import httpx
 import orjson
 import pytest
 
+from brimful.api.batch_jobs import BatchJobs
+from brimful.api.state import ApiState
 from brimful.core.api_keys import ApiKeys, Scope
+from brimful.core.batch_records import BatchRecord, new_batch_id
+from brimful.core.batch_status import BatchStatus
+from brimful.core.file_records import new_file_id
 from brimful.core.redis_client import make_redis
 from brimful.core.redis_keys import RedisKeys
 from brimful.stack import EmbeddedStack
@@ -102,3 +108,56 @@ async def test_a_tenant_with_a_hundred_jobs_stalls_no_other_tenants_job(
         assert sorted(orjson.loads(line)["custom_id"] for line in errors) == ["l-0", "l-1", "l-2"]
     finally:
         jobs_stack.start_batcher("batcher-0")
+
+
+async def test_a_job_refused_for_now_never_reads_its_input_again(jobs_stack: EmbeddedStack) -> None:
+    """A job whose tenant is at its in-flight limit is refused (429) again and again; it
+    keeps its place in its input, so the input is opened twice in all (counted, then run),
+    not once a refusal. The stack's API workers are stopped: this process's driver, over
+    the stack's real Redis, broker and batcher, is the only one."""
+    jobs_stack.processes["api"].stop()
+    settings = jobs_stack.settings.model_copy(update={"auth_enabled": False})
+    state = ApiState(settings)
+    await state.start()
+    try:
+        await state.wait_until_serving(30)
+        await state.tenant_limits.set("refused-tenant", max_in_flight=1)  # below the job's window of 2
+        opened = 0
+        real_lines = state.object_store.lines
+
+        def counted(name: str, max_line_bytes: int) -> AsyncIterator[bytes]:
+            nonlocal opened
+            opened += 1
+            return real_lines(name, max_line_bytes)
+
+        state.object_store.lines = counted  # type: ignore[method-assign]
+        lines = [
+            orjson.dumps(
+                {"custom_id": f"r-{n}", "method": "POST", "url": "/v1/tasks", "body": {"inputs": {"TEXT": f"r {n}"}}}
+            )
+            for n in range(40)
+        ]
+        file_id = new_file_id()
+        async with state.object_store.writer(file_id) as writer:
+            await writer.write(b"\n".join(lines) + b"\n")
+        now = int(time.time())
+        record = BatchRecord(
+            new_batch_id(), "refused-tenant", "/v1/tasks", file_id, "24h", BatchStatus.VALIDATING, now, now + 86400
+        )
+        await state.batch_records.add(record)
+        jobs = BatchJobs(state, state.batch_records)
+        pauses = 0
+
+        async def completed() -> bool:
+            nonlocal pauses
+            await jobs.tick()
+            pauses += jobs._paused.get(record.batch_id, 0.0) > time.monotonic()  # refused (429), waiting
+            found = await state.batch_records.get(record.batch_id)
+            return found is not None and found.status is BatchStatus.COMPLETED
+
+        await wait_for(completed, 120, "the job to complete through its refusals", interval_s=0.2)
+        assert pauses >= 5
+        assert opened == 2
+    finally:
+        await state.stop()
+        jobs_stack.start_api()

@@ -44,15 +44,19 @@ def secured_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Embedded
     running.stop()
 
 
-def test_fuzzing_finds_no_server_error_and_no_departure_from_the_document(secured_stack: EmbeddedStack) -> None:
-    env = settings_env(secured_stack.settings)
-    key = subprocess.run(
-        [sys.executable, "-m", "brimful.cli", "keys", "create", "--tenant", "fuzz", "--scopes", "submit,read,admin"],
-        env=env,
+def cli_key(stack: EmbeddedStack, tenant: str) -> str:
+    """A key with every tenant scope, made as an operator makes one: ``brimful keys create``."""
+    return subprocess.run(
+        [sys.executable, "-m", "brimful.cli", "keys", "create", "--tenant", tenant, "--scopes", "submit,read,admin"],
+        env=settings_env(stack.settings),
         capture_output=True,
         text=True,
         check=True,
     ).stdout.strip()
+
+
+def test_fuzzing_finds_no_server_error_and_no_departure_from_the_document(secured_stack: EmbeddedStack) -> None:
+    key = cli_key(secured_stack, "fuzz")
     schemathesis = Path(sys.executable).parent / "st"
     run = subprocess.run(
         [
@@ -122,14 +126,7 @@ def _operations(document: dict[str, Any]) -> list[tuple[str, str, str, str]]:
 
 
 def test_hostile_values_in_every_parameter_get_no_server_error(secured_stack: EmbeddedStack) -> None:
-    env = settings_env(secured_stack.settings)
-    key = subprocess.run(
-        [sys.executable, "-m", "brimful.cli", "keys", "create", "--tenant", "hostile", "--scopes", "submit,read,admin"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
+    key = cli_key(secured_stack, "hostile")
     with httpx.Client(base_url=secured_stack.api_url, headers={"Authorization": f"Bearer {key}"}, timeout=30) as http:
         operations = _operations(http.get("/openapi.json").json())
         assert len(operations) > 40  # every route's parameters, not a few
