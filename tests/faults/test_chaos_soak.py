@@ -184,11 +184,15 @@ class Ledger:
     cross_reads: list[str] = field(default_factory=list)  # a tenant read another's task or letter
     cross_probes: int = 0
     seen_done: dict[str, Any] = field(default_factory=dict)  # first done answer of each task watched
+    # The last final answer the watch read of each task: a result once read is kept
+    # BRIMFUL_RESULT_TTL_AFTER_READ_S, so a read at the end may find it gone (404).
+    seen_final: dict[str, dict[str, Any]] = field(default_factory=dict)
     changed: list[tuple[str, float]] = field(default_factory=list)  # (task id, when) a done answer changed
     redis_kills: list[float] = field(default_factory=list)
     replays: int = 0
     flaky_fixed: bool = False  # the fault behind !flaky rows is off: on-call replays their letters
     records_lost_at_model: int = 0  # records of running tasks deleted ("records-at-model")
+    read_then_gone: int = 0  # tasks the watch read final, gone at the end: their retention after a read passed
     uploads_cut: collections.Counter[str] = field(default_factory=collections.Counter)  # trickles: first answer line
 
 
@@ -329,6 +333,8 @@ async def watch(
         mine = [(task_id, task) for task_id, task in list(ledger.tasks.items())]
         for task_id, task in rng.sample(mine, min(40, len(mine))):
             status, body = await tenants[task.tenant].call(ledger, "GET", f"/v1/tasks/{task_id}")
+            if status == 200 and body["status"] in FINAL:
+                ledger.seen_final[task_id] = body
             if status != 200 or body["status"] != "done":
                 if task_id in ledger.seen_done and status == 200:
                     ledger.changed.append((task_id, time.monotonic()))
@@ -573,6 +579,7 @@ async def test_every_accepted_task_ends_right_in_the_production_shape_under_chao
     figures["records deleted while their batch was at the model"] = ledger.records_lost_at_model
     figures["trickling uploads: answers"] = dict(ledger.uploads_cut)
     figures["objects left behind in the store"] = len(left_behind)
+    figures["final answers read, then gone once their retention after a read passed"] = ledger.read_then_gone
     problems += job_problems + small_problems + hook_problems + left_behind
     deleted = generations_deleted(stack)
     figures = {
@@ -932,6 +939,9 @@ async def final_answers(clients: dict[str, Tenant], ledger: Ledger, timeout_s: f
     while left and time.monotonic() < deadline:
         for task_id in list(left):
             status, body = await clients[ledger.tasks[task_id].tenant].call(ledger, "GET", f"/v1/tasks/{task_id}")
+            if status == 404 and task_id in ledger.seen_final:  # read final before, kept a while after
+                body, status = ledger.seen_final[task_id], 200
+                ledger.read_then_gone += 1
             if status == 200:
                 answers[task_id] = body
                 if body["status"] in FINAL:
