@@ -134,7 +134,7 @@ def openai_operations(catalogue: ModelCatalogue | None, settings: Settings) -> d
         },
         (FILES_PATH, "post"): {
             "requestBody": {"required": True, "content": {"multipart/form-data": {"schema": upload}}},
-            "responses": responses({200: ("The file.", FILE)}, (400, 401, 403, 408, 413, 415, 503)),
+            "responses": responses({200: ("The file.", FILE)}, (400, 401, 403, 408, 413, 415, 429, 503)),
         },
         (FILES_PATH, "get"): {
             "parameters": [
