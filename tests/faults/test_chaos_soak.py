@@ -105,7 +105,8 @@ UPLOAD_MAX_S = 10.0
 SMALL_JOB_EVERY_S = 8.0  # a small batch job: plain, cancelled, expiring, or its input deleted
 SMALL_JOB_LINES = 20
 
-pytestmark = pytest.mark.timeout(SOAK_S + 900)
+# The checks at the end read every task again: about 13 minutes after a 30-minute run.
+pytestmark = pytest.mark.timeout(SOAK_S + 1800)
 
 
 @pytest.fixture(scope="module")
