@@ -14,7 +14,11 @@ otherwise keep every byte of it until the deadline.
 The body's own deadline is the handler's (``api.request_body.read_body``), which can
 answer it in JSON; a connection answered before its body was all read ends as a refused
 one does (what still comes is dropped for a moment, then the connection is dropped), so
-the rest cannot trickle in unbounded and the client still reads its answer.
+the rest cannot trickle in unbounded and the client still reads its answer. A small rest
+(a declared length up to ``DRAIN_MAX_BYTES``) is read and dropped instead, for at most
+``LINGER_S``, and the connection kept: a client that answered early (a 400 for its query,
+a 404 for its path) sends its next request on the same connection, and would meet a
+connection the server had ended as the request left.
 
 ``api_max_connections`` bounds one worker's requests under way (long-polls included) and
 its open connections. Connections that send nothing cannot lock clients out: a connection
@@ -47,6 +51,8 @@ MAX_HEAD_BYTES = 64 * 1024
 # After refusing a request, how long the connection keeps reading (and dropping) what the
 # client still sends, so that closing does not reset it before it reads the answer.
 LINGER_S = 2.0
+# The most of a body answered early that is still read (and dropped) to keep the connection.
+DRAIN_MAX_BYTES = 64 * 1024
 # Answered whatever the load: the probes.
 PROBE_PATHS = frozenset({b"/healthz", b"/readyz"})
 # The methods of the direct lane's two routes (api/direct_lane.py).
@@ -100,6 +106,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         self._in_body = False
         self._head_bytes = 0  # received since the last head ended, outside bodies
         self._refused = False
+        self._draining: asyncio.TimerHandle | None = None  # dropping the rest of an answered body
         self._idle_since = 0.0  # when it last had no request under way (loop time)
         self.direct_lane = _direct_lane(self.app)
 
@@ -132,6 +139,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        self._stop_draining()
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -233,6 +241,10 @@ class BoundedHttpProtocol(HttpToolsProtocol):
     def on_message_complete(self) -> None:
         self._in_body = False
         super().on_message_complete()
+        if self._draining is not None:  # the rest of an answered body came: the connection goes on
+            self._stop_draining()
+            if self._deadline is None:  # idle from here: the next head's clock (uvicorn's
+                self._arm()  # keep-alive timer ended when the body's bytes came)
 
     def on_response_complete(self) -> None:
         # An answer sent before the body was all read (a refusal, a timeout): the rest of
@@ -246,8 +258,29 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         unread = not self.pipeline and self.cycle is not None and self.cycle.more_body
         self._idle_since = self.loop.time()
         super().on_response_complete()
-        if unread and not self.transport.is_closing():
+        if not unread or self.transport.is_closing():
+            return
+        if self._declared_length() <= DRAIN_MAX_BYTES:
+            self._draining = self.loop.call_later(LINGER_S, self._drain_too_slow)
+        else:
             self._end_after_answer()
+
+    def _declared_length(self) -> float:
+        """The answered request's Content-Length; a chunked body counts as unbounded."""
+        for name, value in self.headers:
+            if name == b"content-length" and value.strip().isdigit():
+                return int(value)
+        return float("inf")
+
+    def _drain_too_slow(self) -> None:
+        self._draining = None
+        if not self.transport.is_closing():
+            self._end_after_answer()
+
+    def _stop_draining(self) -> None:
+        if self._draining is not None:
+            self._draining.cancel()
+            self._draining = None
 
     def _arm(self) -> None:
         self._deadline = self.loop.call_later(self.read_timeout_s, self._too_slow)

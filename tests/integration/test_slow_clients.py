@@ -286,3 +286,26 @@ def test_a_client_still_sending_its_body_after_a_413_reads_the_413(api_port: int
     status, body = answer_of(answer)
     assert status == 413, answer[:300]
     assert body["error"]["code"] == "body_too_large"  # type: ignore[index]
+
+
+def test_a_request_answered_before_its_small_body_came_keeps_its_connection(api_port: int) -> None:
+    # A 400 for the query comes before the body is read; the client sends its body, then
+    # its next request on the same connection, as an HTTP client library does.
+    body = json.dumps({"inputs": {"TEXT": "answered early"}}).encode()
+    head = HEAD.replace(b"/v1/tasks", b"/v1/tasks?wait=%C2%B2")
+    with connect(api_port) as client:
+        client.sendall(head + f"Content-Length: {len(body)}\r\n\r\n".encode())
+        status, answer = answer_of(read_response(client))
+        assert status == 400, answer
+        client.sendall(body)
+        client.sendall(HEAD + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        next_answer = read_response(client)
+    assert next_answer.startswith(b"HTTP/1.1 202"), next_answer
+
+
+def test_a_request_answered_before_a_body_that_never_comes_is_closed(api_port: int) -> None:
+    head = HEAD.replace(b"/v1/tasks", b"/v1/tasks?wait=%C2%B2")
+    with connect(api_port) as client:
+        client.sendall(head + b"Content-Length: 100\r\n\r\n" + b'{"inputs"')
+        status, answer = answer_of(read_until_closed(client))  # fails if it stays open
+    assert status == 400, answer
