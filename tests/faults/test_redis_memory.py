@@ -58,11 +58,17 @@ async def test_accepted_tasks_are_held_through_redis_at_its_limit_and_none_fails
 
             await wait_for(refused_cleanly, 15, "the API to refuse new work, Redis near its limit")
 
-            async def some_held() -> bool:
-                answers = [await client.get(task_id) for task_id in task_ids]
-                return any(answer["status"] == "running" for answer in answers)
+            await redis.config_resetstat()  # from here on, only the batcher writes
 
-            await wait_for(some_held, 30, "a batch held, its results not storable")
+            async def batcher_refused() -> bool:
+                refused = (await redis.info("errorstats")).get("errorstat_OOM", {}).get("count", 0)
+                return int(refused) > 0
+
+            # Its writes refused (marking tasks running, or storing results): its batches
+            # are held, and none of their tasks failed for it.
+            await wait_for(batcher_refused, 30, "Redis to refuse the batcher's writes")
+            answers = [await client.get(task_id) for task_id in task_ids]
+            assert "failed" not in [answer["status"] for answer in answers]
             await redis.config_set("maxmemory", "0")  # memory is back
 
             async def all_final() -> bool:
@@ -73,6 +79,7 @@ async def test_accepted_tasks_are_held_through_redis_at_its_limit_and_none_fails
             answers = [await client.get(task_id) for task_id in task_ids]
             assert [answer["status"] for answer in answers] == ["done"] * len(texts)
             assert [answer["outputs"] for answer in answers] == [expected_outputs(text) for text in texts]
+            await wait_for(lambda: _admits(memory_stack), 15, "the API to admit work again, memory back")
     finally:
         await redis.config_set("maxmemory", "0")
         await redis.aclose()
@@ -84,6 +91,7 @@ async def test_a_result_once_read_is_kept_a_shorter_while_with_its_idempotency_k
     keys = RedisKeys(memory_stack.settings.key_prefix)
     redis = Redis.from_url(memory_stack.settings.redis_url)
     try:
+        await wait_for(lambda: _admits(memory_stack), 15, "the API to admit work (Redis has room)")
         async with TaskClient(memory_stack.api_url) as client:
             tag = uuid.uuid4().hex
             status, body = await client.request(
@@ -104,6 +112,12 @@ async def test_a_result_once_read_is_kept_a_shorter_while_with_its_idempotency_k
             assert idempotency_key and 0 < await redis.ttl(idempotency_key) <= READ_TTL_S
     finally:
         await redis.aclose()
+
+
+async def _admits(stack: EmbeddedStack) -> bool:
+    async with httpx.AsyncClient(base_url=stack.api_url, timeout=10) as http:
+        answer = await http.post("/v1/tasks", json={"inputs": {"TEXT": f"admitted {uuid.uuid4().hex}"}})
+    return answer.status_code == 202
 
 
 async def _final(redis: Redis, keys: RedisKeys, task_id: str) -> bool:
