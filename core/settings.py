@@ -78,7 +78,10 @@ class Settings(BaseSettings):
     )
     consumer_group: str = Field("brimful-batchers", description="Consumer group shared by all batchers.")
     kafka_session_timeout_ms: int = Field(
-        3000, ge=1000, description="Group session timeout. Short, so a dead batcher's partitions move quickly."
+        6000,
+        ge=1000,
+        description="Group session timeout: how soon a dead batcher's partitions move. Apache Kafka refuses a "
+        "group member below its group.min.session.timeout.ms (6000 by default); the embedded Tansu takes 3000.",
     )
     kafka_heartbeat_interval_ms: int = Field(500, ge=100, description="Consumer heartbeat interval.")
     kafka_request_timeout_ms: int = Field(

@@ -19,6 +19,7 @@ from brimful.model_server.minilm_model import minilm_installed
 from brimful.model_server.model_host import fixed_name
 from brimful.model_server.reference_model import MODEL_NAME
 from brimful.stack import EmbeddedStack, StackError, Supervisor
+from brimful.stack.stack_settings import TANSU_SESSION_TIMEOUT_MS
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -45,10 +46,13 @@ def embedded_settings(settings: Settings, with_minilm: bool) -> Settings:
     """The settings with the embedded stack's models, where neither BRIMFUL_MODELS nor
     another BRIMFUL_MODEL_NAME was given, and its requests topics rotating every
     ``MEASURED_PERIOD_S`` where BRIMFUL_TOPIC_ROTATION_S was not given: the embedded
-    broker keeps every record, and its fetches slow as they pile up (docs/performance.md)."""
+    broker keeps every record, and its fetches slow as they pile up (docs/performance.md).
+    Its group session is Tansu's short one unless BRIMFUL_KAFKA_SESSION_TIMEOUT_MS was given."""
     changes: dict[str, object] = {}
     if "topic_rotation_s" not in settings.model_fields_set:
         changes["topic_rotation_s"] = MEASURED_PERIOD_S
+    if "kafka_session_timeout_ms" not in settings.model_fields_set:
+        changes["kafka_session_timeout_ms"] = TANSU_SESSION_TIMEOUT_MS
     if "models" not in settings.model_fields_set and settings.model_name == MODEL_NAME:
         changes["models"] = embedded_models(with_minilm)
     return changed_settings(settings, **changes)

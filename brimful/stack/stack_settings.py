@@ -10,6 +10,8 @@ from pydantic import SecretStr
 from brimful.core.settings import Settings
 from brimful.stack.processes import free_port
 
+TANSU_SESSION_TIMEOUT_MS = 3000
+
 
 def settings_env(settings: Settings) -> dict[str, str]:
     """The environment that gives a child process exactly these settings."""
@@ -34,6 +36,9 @@ def settings_on_free_ports(**overrides: object) -> Settings:
         "api_port": free_port(),
         "batcher_metrics_port": free_port(),
         "auth_enabled": False,
+        # Tansu holds a group join for half the session: a short one keeps rebalances quick.
+        # A stack on Apache Kafka raises it to the broker's least (EmbeddedStack.start_kafka).
+        "kafka_session_timeout_ms": TANSU_SESSION_TIMEOUT_MS,
     }
     values.update(overrides)
     return Settings(**values)  # type: ignore[arg-type]
