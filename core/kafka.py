@@ -106,6 +106,24 @@ async def ensure_topics(settings: Settings, attempts: int = 30) -> None:
             await admin.close()
 
 
+async def topic_partitions(settings: Settings, topic: str) -> list[int]:
+    """The partitions of ``topic`` as the broker describes it (none when it does not
+    exist). A consumer's ``partitions_for_topic`` knows only topics its own metadata has
+    asked about: on Apache Kafka a fresh, unsubscribed consumer knows none."""
+    admin = AIOKafkaAdminClient(**connection_options(settings), request_timeout_ms=settings.kafka_request_timeout_ms)
+    await admin.start()
+    try:
+        described = await admin.describe_topics([topic])
+    finally:
+        await admin.close()
+    return sorted(
+        int(partition["partition"])
+        for entry in described
+        if entry["topic"] == topic and not entry["error_code"]
+        for partition in entry["partitions"]
+    )
+
+
 async def stream_topic(
     settings: Settings,
     topic: str,
@@ -131,10 +149,11 @@ async def stream_topic(
         request_timeout_ms=settings.kafka_request_timeout_ms,
     )
     pacer = FetchPacer(consumer, base_wait_ms, settings.kafka_fetch_lagging_max_wait_ms, "topic-reader")
+    partitions = await topic_partitions(settings, topic)
     await consumer.start()
     try:
         first_partition, first_offset = start if start is not None else (0, 0)
-        for partition in sorted(consumer.partitions_for_topic(topic) or {0}):
+        for partition in partitions:
             if partition < first_partition:
                 continue
             tp = TopicPartition(topic, partition)

@@ -9,6 +9,7 @@ import time
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
+from brimful.core.kafka import topic_partitions
 from brimful.schemas import TaskRequest
 from brimful.stack import EmbeddedStack
 from tests.helpers.live_policy import tune_live
@@ -152,8 +153,9 @@ async def test_committed_offsets_only_move_forward_to_finished_work(stack: Embed
     try:
         partitions = [
             TopicPartition(settings.requests_topic, p)
-            for p in sorted(consumer.partitions_for_topic(settings.requests_topic) or ())
+            for p in await topic_partitions(settings, settings.requests_topic)
         ]
+        assert partitions
         consumer.assign(partitions)
         # The log end is the high watermark a fetch reports (Tansu answers ListOffsets
         # "latest" wrongly, so seek_to_end and end_offsets cannot be trusted).
