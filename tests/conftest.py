@@ -1,4 +1,6 @@
-"""Shared fixtures: one real embedded stack (Tansu, Redis, Triton, API, batcher) per session."""
+"""Shared fixtures: the real stacks the integration tests share: ``stack`` on Apache Kafka
+(the broker production runs, one KRaft node), ``openai_stack`` on Tansu (the broker ``make
+up`` embeds), each with Redis, Triton, the API and batchers."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from brimful.core.api_keys import ApiKeys, Scope
 from brimful.core.redis_client import make_redis
 from brimful.core.redis_keys import RedisKeys
 from brimful.stack import EmbeddedStack
+from brimful.stack.kafka_jars import DEFAULT_KAFKA_VERSION
 from tests.helpers.live_policy import applied, tune
 from tests.helpers.polling import wait_for
 from tests.helpers.stacks import stack_settings, start_stack
@@ -30,6 +33,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedStack]:
             trace_dir=str(workdir / "traces"), models=EMBEDDED_MODELS, uncacheable_models="brimful_reference_16"
         ),
         model_host_args=("--fault-file", str(workdir / "model-fault"), "--seen-log", str(workdir / "model-seen.log")),
+        kafka_version=DEFAULT_KAFKA_VERSION,
     )
     yield running
     running.stop()
