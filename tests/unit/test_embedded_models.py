@@ -52,5 +52,5 @@ def test_a_change_the_embedded_stack_makes_is_checked_as_a_start_would_check_it(
     # its data where none was given (EmbeddedStack.start reads model_fields_set).
     given = Settings(models="brimful_reference")
     changed = embedded_settings(given, with_minilm=False)
-    assert changed.model_fields_set == given.model_fields_set | {"topic_rotation_s"}
+    assert changed.model_fields_set == given.model_fields_set | {"topic_rotation_s", "kafka_session_timeout_ms"}
     assert "file_store_url" not in changed.model_fields_set
