@@ -6,10 +6,13 @@
 #   make check      ruff (lint and format) and mypy
 #   make bench      the throughput benchmark (bench/throughput.py) into bench/results/
 #   make bench-scale  API workers x batchers x partitions x endpoints (bench/scale.py)
-#   make soak       the chaos soak for SOAK_S seconds (default 600) into docs/reliability.md
+#   make soak       the chaos soak for SOAK_S seconds (default 600) into SOAK_REPORT;
+#                   SOAK_BROKER=kafka runs it on three Apache Kafka nodes (default s3: Tansu)
 .PHONY: up test test-unit check bench bench-scale soak bootstrap schemas
 
 SOAK_S ?= 600
+SOAK_BROKER ?= $(or $(BRIMFUL_SOAK_BROKER),s3)
+SOAK_REPORT ?= docs/reliability.md
 
 bootstrap:
 	@scripts/bootstrap
@@ -27,7 +30,8 @@ check: bootstrap
 	@scripts/check
 
 soak: bootstrap
-	BRIMFUL_SOAK_S=$(SOAK_S) BRIMFUL_SOAK_REPORT=docs/reliability.md .venv/bin/python -m pytest -q -s tests/faults/test_chaos_soak.py
+	BRIMFUL_SOAK_S=$(SOAK_S) BRIMFUL_SOAK_BROKER=$(SOAK_BROKER) BRIMFUL_SOAK_REPORT=$(SOAK_REPORT) \
+		.venv/bin/python -m pytest -q -s tests/faults/test_chaos_soak.py
 
 bench: bootstrap
 	.venv/bin/python bench/throughput.py $(BENCH_ARGS)

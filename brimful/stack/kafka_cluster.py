@@ -17,14 +17,18 @@ import concurrent.futures
 import os
 import subprocess
 import uuid
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypeVar
 
 from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import KafkaError
 
 from brimful.stack.kafka_jars import DEFAULT_KAFKA_VERSION, broker_classpath
 from brimful.stack.processes import ManagedProcess, StackError, free_port, port_open, wait_until
+
+T = TypeVar("T")
 
 # The broker's default group.min.session.timeout.ms: a member asking for less is refused
 # (InvalidSessionTimeoutError), as it is by any Kafka run with its defaults.
@@ -118,6 +122,15 @@ class KafkaCluster:
             lambda: _answers(first.port, len(running)), self.startup_timeout_s, "kafka cluster", first.process
         )
 
+    def active_controller(self) -> int:
+        """The id of the node whose controller leads the quorum now, as metadata says."""
+        running = [node for node in self.members if node.process is not None and node.process.running()]
+        for node in running:
+            controller = _in_thread(_controller_of(node.port))
+            if controller is not None:
+                return controller
+        raise StackError("no running kafka node names an active controller")
+
     def restart(self) -> None:
         """Stop every node, start them all again, and wait for the cluster: what they
         stored is kept."""
@@ -189,10 +202,25 @@ class KafkaCluster:
 
 def _answers(port: int, brokers: int) -> bool:
     """Whether the broker on ``port`` answers metadata naming at least ``brokers`` brokers."""
-    if not port_open(port):
-        return False
-    with concurrent.futures.ThreadPoolExecutor(1) as thread:  # callers may be inside an event loop
-        return thread.submit(asyncio.run, _metadata_brokers(port)).result() >= brokers
+    return port_open(port) and _in_thread(_metadata_brokers(port)) >= brokers
+
+
+def _in_thread(work: Coroutine[Any, Any, T]) -> T:
+    """Run ``work`` to its end on an event loop of its own: callers may be inside one."""
+    with concurrent.futures.ThreadPoolExecutor(1) as thread:
+        return thread.submit(asyncio.run, work).result()
+
+
+async def _controller_of(port: int) -> int | None:
+    client = AIOKafkaClient(bootstrap_servers=f"127.0.0.1:{port}", request_timeout_ms=3000)
+    try:
+        await client.bootstrap()
+        cluster = await client.fetch_all_metadata()
+        return None if cluster.controller is None else int(cluster.controller.nodeId)
+    except KafkaError:
+        return None
+    finally:
+        await client.close()
 
 
 async def _metadata_brokers(port: int) -> int:

@@ -2,7 +2,9 @@
 on 4 partitions, 2 model endpoints, auth on with 3 tenants, the broker on S3 storage and
 Redis syncing its log every second (as compose runs it); with BRIMFUL_SOAK_ROTATION_S, the
 requests topics rotating; with BRIMFUL_SOAK_BROKER=memory, the broker keeping its records
-in memory as ``make up``'s does (and then never restarted: that would empty it). Traffic mixes identical inputs,
+in memory as ``make up``'s does (and then never restarted: that would empty it); with
+BRIMFUL_SOAK_BROKER=kafka, Apache Kafka as production runs it (three KRaft nodes, replication
+3, ``min.insync.replicas`` 2), a node killed (leaders among them) or the active controller. Traffic mixes identical inputs,
 failing rows, cancels, Idempotency-Key retries, low-priority bulk, deadlines and DLQ
 replays and Arrow bulk, while a seeded schedule injects a fault every 20 s or less: an API
 worker killed, batchers killed and added (rebalances), an endpoint hung (its model answers
@@ -60,6 +62,7 @@ from brimful.core.redis_keys import RedisKeys
 from brimful.core.settings import default_of
 from brimful.model_server.reference_model import hang_file_at
 from brimful.stack import EmbeddedStack, free_port
+from brimful.stack.kafka_jars import DEFAULT_KAFKA_VERSION
 from tests.helpers.pipeline import expected_outputs, read_dead_letters
 from tests.helpers.polling import wait_for
 from tests.helpers.slow_uploads import trickle
@@ -70,7 +73,8 @@ SOAK_S = float(os.environ.get("BRIMFUL_SOAK_S", "150"))
 # the faults (docs/reliability.md, "Topic rotation under the soak", says what that found;
 # `make up` rotates every 10 s).
 ROTATION_S = float(os.environ.get("BRIMFUL_SOAK_ROTATION_S", "0"))
-# "s3" (durable: the broker is restarted among the faults) or "memory" (``make up``'s broker).
+# "s3" (durable: the broker is restarted among the faults), "memory" (``make up``'s broker)
+# or "kafka" (three Apache Kafka nodes: one killed, or the active controller, among the faults).
 BROKER = os.environ.get("BRIMFUL_SOAK_BROKER", "s3")
 SEED = int(os.environ.get("BRIMFUL_SOAK_SEED", "7"))
 REPORT = os.environ.get("BRIMFUL_SOAK_REPORT", "")
@@ -94,8 +98,15 @@ FAULTS = (
 )
 if BROKER == "memory":
     FAULTS = tuple(fault for fault in FAULTS if fault != "broker")
+elif BROKER == "kafka":
+    FAULTS = (*FAULTS, "controller")
 elif BROKER != "s3":
-    raise ValueError(f"BRIMFUL_SOAK_BROKER is s3 or memory, not {BROKER!r}")
+    raise ValueError(f"BRIMFUL_SOAK_BROKER is s3, memory or kafka, not {BROKER!r}")
+BROKER_SHAPES = {
+    "s3": "the broker on S3 storage",
+    "memory": "the broker in memory, never restarted",
+    "kafka": f"Apache Kafka {DEFAULT_KAFKA_VERSION} on three KRaft nodes, replication 3",
+}
 TENANTS = ("acme", "globex", "initech")
 MODELS = REFERENCE_MODELS.split(",")
 HANG_FILE = "model-hang-{grpc_port}"  # in the stack's workdir: the "endpoint-hang" fault's switch
@@ -113,6 +124,7 @@ pytestmark = pytest.mark.timeout(SOAK_S + 1800)
 def soak_stack(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[EmbeddedStack]:
     workdir = tmp_path_factory.mktemp("soak-stack")
     on_s3 = BROKER == "s3"
+    on_kafka = BROKER == "kafka"
     base = stack_settings(
         auth_enabled=True,
         api_workers=2,
@@ -130,6 +142,7 @@ def soak_stack(tmp_path_factory: pytest.TempPathFactory, request: pytest.Fixture
         retry_backoff_ms=50.0,
         redis_timeout_s=1.0,
         topic_rotation_s=ROTATION_S,
+        topic_replication=3 if on_kafka else 1,
         batch_job_window=BATCH_JOB_WINDOW,  # the job moves a few lines a step: it runs through faults
         file_upload_max_s=UPLOAD_MAX_S,  # a trickling upload is cut within the soak
         file_sweep_interval_s=5.0,  # and what it leaves is swept before the ledger looks
@@ -155,6 +168,8 @@ def soak_stack(tmp_path_factory: pytest.TempPathFactory, request: pytest.Fixture
         redis_fsync="everysec",
         broker_storage="s3://tansu/" if on_s3 else "memory://tansu/",
         broker_env=s3_broker_env(request.getfixturevalue("s3_server")) if on_s3 else {},
+        kafka_version=DEFAULT_KAFKA_VERSION if on_kafka else None,
+        kafka_nodes=3,
     )
     try:
         stack.start()
@@ -425,6 +440,10 @@ class Faults:
                 await redis.execute_command("CLIENT", "PAUSE", int(rng.uniform(2.0, 4.0) * 1000), "ALL")
             finally:
                 await redis.aclose()
+        elif fault == "broker" and stack.kafka is not None:
+            await self._kill_kafka_node(rng.choice(stack.kafka.members).node_id, rng)
+        elif fault == "controller" and stack.kafka is not None:
+            await self._kill_kafka_node(await asyncio.to_thread(stack.kafka.active_controller), rng)
         elif fault == "broker":
             stack.processes["broker"].kill()
             await asyncio.sleep(rng.uniform(0.5, 2.0))
@@ -464,6 +483,16 @@ class Faults:
             await asyncio.sleep(rng.uniform(3.0, 6.0))
             for sock in idle:
                 sock.close()
+
+    async def _kill_kafka_node(self, node_id: int, rng: random.Random) -> None:
+        """One Kafka node killed, and started again a moment later: its partitions' leaders
+        move to the other two, and their replicas catch up once it is back."""
+        kafka = self.stack.kafka
+        assert kafka is not None
+        kafka.kill_node(node_id)
+        await asyncio.sleep(rng.uniform(0.5, 4.0))
+        await asyncio.to_thread(kafka.start_node, node_id)
+        await asyncio.to_thread(kafka.wait_ready)
 
     async def _lose_records_at_the_model(self, hosts: list[str]) -> None:
         """Every endpoint hangs a moment, so batches wait at the model; the records of the
@@ -1087,7 +1116,7 @@ def write_report(path: Path, figures: dict[str, object], schedule: list[tuple[fl
         "# Reliability: the chaos soak\n\n"
         "`make soak` (tests/faults/test_chaos_soak.py with BRIMFUL_SOAK_S and BRIMFUL_SOAK_REPORT) runs Brimful in the\n"
         "production shape (2 API workers, 2 batchers for each of 2 models on 4 partitions, 2 model endpoints, auth on\n"
-        f"with 3 tenants, the broker {'on S3 storage' if BROKER == 's3' else 'in memory, never restarted'}, "
+        f"with 3 tenants, {BROKER_SHAPES[BROKER]}, "
         "Redis syncing its log every second, "
         f"{f'the requests topics rotating every {ROTATION_S:g} s' if ROTATION_S else 'one requests topic a model'}"
         ") under a mixed load, while a\n"
@@ -1095,9 +1124,10 @@ def write_report(path: Path, figures: dict[str, object], schedule: list[tuple[fl
         "At quiescence a ledger checks every task that got a 202 and every line of the job (see the module's\n"
         "docstring). `make test` runs the same soak for 150 s. A run rewrites these figures.\n\n"
         f"Last run ({time.strftime('%Y-%m-%d')}, {figures['seconds']} s, seed {figures['seed']}; "
-        f"`make soak SOAK_S={SOAK_S:g}`{'' if SEED == 7 else f' with BRIMFUL_SOAK_SEED={SEED}'}"
-        f"{f' with BRIMFUL_SOAK_ROTATION_S={ROTATION_S:g}' if ROTATION_S else ''}"
-        f"{' with BRIMFUL_SOAK_BROKER=memory' if BROKER == 'memory' else ''}):\n\n"
+        f"`make soak SOAK_S={SOAK_S:g}{'' if BROKER == 's3' else f' SOAK_BROKER={BROKER}'}"
+        f"{'' if str(path) == 'docs/reliability.md' else f' SOAK_REPORT={path}'}`"
+        f"{'' if SEED == 7 else f' with BRIMFUL_SOAK_SEED={SEED}'}"
+        f"{f' with BRIMFUL_SOAK_ROTATION_S={ROTATION_S:g}' if ROTATION_S else ''}):\n\n"
         f"| figure | value |\n|---|---|\n{rows}\n\n"
         f"Faults: {', '.join(f'{kind} {count}' for kind, count in sorted(kinds.items()))}.\n{kept}"
     )

@@ -55,12 +55,6 @@ async def _node_leading(stack: EmbeddedStack, partition: int) -> int:
     return int(leader)
 
 
-async def _active_controller(stack: EmbeddedStack) -> int:
-    controller = (await _metadata(stack)).controller
-    assert controller is not None, "the metadata names no controller"
-    return int(controller.nodeId)
-
-
 async def _metadata(stack: EmbeddedStack) -> ClusterMetadata:
     client = AIOKafkaClient(bootstrap_servers=stack.settings.kafka_bootstrap)
     await client.bootstrap()
@@ -142,7 +136,8 @@ async def test_tasks_accepted_through_a_partition_leaders_kill_all_end_done(kafk
 
 
 async def test_tasks_accepted_through_the_active_controllers_kill_all_end_done(kafka_stack: EmbeddedStack) -> None:
-    controller = await _active_controller(kafka_stack)
+    assert kafka_stack.kafka is not None
+    controller = await asyncio.to_thread(kafka_stack.kafka.active_controller)
     flood = await _kill_under_load(kafka_stack, controller)
     assert len(flood.accepted) >= 200
 
