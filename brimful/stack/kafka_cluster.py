@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import concurrent.futures
+import json
 import os
 import subprocess
 import uuid
@@ -123,13 +124,22 @@ class KafkaCluster:
         )
 
     def active_controller(self) -> int:
-        """The id of the node whose controller leads the quorum now, as metadata says."""
-        running = [node for node in self.members if node.process is not None and node.process.running()]
-        for node in running:
-            controller = _in_thread(_controller_of(node.port))
-            if controller is not None:
-                return controller
-        raise StackError("no running kafka node names an active controller")
+        """The id of the node whose controller leads the quorum now. Metadata cannot say
+        (in KRaft it names some broker as "controller"); each voter keeps the leader it
+        knows, with its epoch, in its ``quorum-state`` file: the highest epoch's is current."""
+        known: list[tuple[int, int]] = []  # (epoch, leader)
+        for node in self.members:
+            if node.process is None or not node.process.running():
+                continue
+            try:
+                state = json.loads((node.data_dir / "data" / "__cluster_metadata-0" / "quorum-state").read_text())
+            except (OSError, ValueError):
+                continue
+            if int(state.get("leaderId", -1)) >= 0:
+                known.append((int(state["leaderEpoch"]), int(state["leaderId"])))
+        if not known:
+            raise StackError("no running kafka node knows a quorum leader")
+        return max(known)[1]
 
     def restart(self) -> None:
         """Stop every node, start them all again, and wait for the cluster: what they
@@ -209,18 +219,6 @@ def _in_thread(work: Coroutine[Any, Any, T]) -> T:
     """Run ``work`` to its end on an event loop of its own: callers may be inside one."""
     with concurrent.futures.ThreadPoolExecutor(1) as thread:
         return thread.submit(asyncio.run, work).result()
-
-
-async def _controller_of(port: int) -> int | None:
-    client = AIOKafkaClient(bootstrap_servers=f"127.0.0.1:{port}", request_timeout_ms=3000)
-    try:
-        await client.bootstrap()
-        cluster = await client.fetch_all_metadata()
-        return None if cluster.controller is None else int(cluster.controller.nodeId)
-    except KafkaError:
-        return None
-    finally:
-        await client.close()
 
 
 async def _metadata_brokers(port: int) -> int:
