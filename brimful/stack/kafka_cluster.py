@@ -18,18 +18,14 @@ import json
 import os
 import subprocess
 import uuid
-from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
 
 from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import KafkaError
 
 from brimful.stack.kafka_jars import DEFAULT_KAFKA_VERSION, broker_classpath
 from brimful.stack.processes import ManagedProcess, StackError, free_port, port_open, wait_until
-
-T = TypeVar("T")
 
 # The broker's default group.min.session.timeout.ms: a member asking for less is refused
 # (InvalidSessionTimeoutError), as it is by any Kafka run with its defaults.
@@ -117,7 +113,7 @@ class KafkaCluster:
 
     def wait_ready(self) -> float:
         """Until a node answers metadata naming every running broker."""
-        running = [node for node in self.members if node.process is not None and node.process.running()]
+        running = self._running()
         first = running[0] if running else self.members[0]
         return wait_until(
             lambda: _answers(first.port, len(running)), self.startup_timeout_s, "kafka cluster", first.process
@@ -128,9 +124,7 @@ class KafkaCluster:
         (in KRaft it names some broker as "controller"); each voter keeps the leader it
         knows, with its epoch, in its ``quorum-state`` file: the highest epoch's is current."""
         known: list[tuple[int, int]] = []  # (epoch, leader)
-        for node in self.members:
-            if node.process is None or not node.process.running():
-                continue
+        for node in self._running():
             try:
                 state = json.loads((node.data_dir / "data" / "__cluster_metadata-0" / "quorum-state").read_text())
             except (OSError, ValueError):
@@ -155,6 +149,9 @@ class KafkaCluster:
         processes = [node.process for node in self.members if node.process is not None]
         with concurrent.futures.ThreadPoolExecutor(max(1, len(processes))) as threads:
             list(threads.map(ManagedProcess.stop, processes))
+
+    def _running(self) -> list[KafkaNode]:
+        return [node for node in self.members if node.process is not None and node.process.running()]
 
     def _java(self, classpath: str) -> list[str]:
         return [
@@ -212,13 +209,10 @@ class KafkaCluster:
 
 def _answers(port: int, brokers: int) -> bool:
     """Whether the broker on ``port`` answers metadata naming at least ``brokers`` brokers."""
-    return port_open(port) and _in_thread(_metadata_brokers(port)) >= brokers
-
-
-def _in_thread(work: Coroutine[Any, Any, T]) -> T:
-    """Run ``work`` to its end on an event loop of its own: callers may be inside one."""
-    with concurrent.futures.ThreadPoolExecutor(1) as thread:
-        return thread.submit(asyncio.run, work).result()
+    if not port_open(port):
+        return False
+    with concurrent.futures.ThreadPoolExecutor(1) as thread:  # callers may be inside an event loop
+        return thread.submit(asyncio.run, _metadata_brokers(port)).result() >= brokers
 
 
 async def _metadata_brokers(port: int) -> int:
