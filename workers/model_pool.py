@@ -210,7 +210,7 @@ class ModelPool:
         every slot of its endpoint: the slot is freed here and the endpoint counted full for
         a moment, so the batch keeps filling instead of waiting outside the accumulator.
         Cancelled, the slot is given back; Redis failing, it raises with the slot still held
-        here, unleased (``secure`` tries again, as for any slot)."""
+        here, unleased (``SlotLeasing`` lets its batch go; the call's ``secure`` tries again)."""
         if self._leases is None or slot.leased:
             return True
         try:
@@ -228,15 +228,14 @@ class ModelPool:
 
     async def secure(self, slot: Slot, rows: int) -> Slot:
         """The slot, leased across batchers; if other batchers hold every slot of its
-        endpoint, another one (waiting if need be). Should it raise or be cancelled after
-        moving to another slot, that one is given back here; the caller's is freed already."""
-        original = slot
+        endpoint, another one (waiting if need be). Should it raise or be cancelled, it
+        holds no slot: the one it was given and any it moved to are given back here (a
+        slot the caller never saw, as ``switch``'s, would otherwise stay taken for good)."""
         try:
             while not await self.try_lease(slot):  # refused: freed here, so wait for another
                 slot = await self.acquire(rows)
         except BaseException:
-            if slot is not original:
-                self.abandon(slot)
+            self.abandon(slot)  # freeing twice frees once
             raise
         return slot
 

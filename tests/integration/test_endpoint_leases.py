@@ -79,6 +79,28 @@ async def test_a_lease_that_fails_after_moving_endpoints_gives_both_places_back(
         await pool.close()
 
 
+async def test_a_switch_whose_new_lease_fails_in_redis_leaves_no_slot_taken(redis: Redis) -> None:
+    # A call failed transiently and its batch moves to another slot while Redis fails. The
+    # new slot was never handed to the batch, so only the pool can give it back; kept, the
+    # endpoint's every slot leaks after a few such moves and the batcher never calls again.
+    keys = RedisKeys(f"lease-test-{uuid.uuid4().hex[:8]}")
+    pool = make_pool(redis, keys)
+    slot = pool.reserve(rows=3)
+    assert slot is not None
+    for url in URLS:
+        await redis.set(keys.endpoint_slots(url), "not a sorted set")
+    try:
+        with pytest.raises(ResponseError):
+            await pool.switch(slot, rows=3)
+        assert in_flight(pool) == dict.fromkeys(URLS, 0)
+        with pytest.raises(ResponseError):
+            await pool.secure(await pool.acquire(rows=3), rows=3)  # the call's first lease
+        assert in_flight(pool) == dict.fromkeys(URLS, 0)
+    finally:
+        await redis.delete(*(keys.endpoint_slots(url) for url in URLS))
+        await pool.close()
+
+
 @dataclass
 class TwoSlots:
     """Two slots reserved on one endpoint of capacity 2, its leases under keys of their own."""
