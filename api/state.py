@@ -61,9 +61,7 @@ class ApiState:
         self.models = [ModelMetadata.from_settings(settings, name) for name in settings.served_models]
         self.catalogue: ModelCatalogue | None = None  # the models served, once all their metadata is read
         self.status_board = StatusBoard(self.redis, keys)
-        self.dead_letters = DeadLetterAdmin(
-            settings, self.redis, self.producer, self.store, read_max=settings.dlq_read_max_letters
-        )
+        self.dead_letters = self._dead_letter_admin()
         self.topics = {name: settings.requests_topic_for(name) for name in settings.served_models}  # model -> its topic
         # model -> its topic's generations: where topics rotate, each send picks the current one
         self.generations = {name: settings.topic_generations_for(name) for name in settings.served_models}
@@ -259,6 +257,12 @@ class ApiState:
             self.catalogue = ModelCatalogue.of([s for s in signatures if s is not None])
         self._note_started()
 
+    def _dead_letter_admin(self) -> DeadLetterAdmin:
+        """The DLQ's admin on the producer held now (made again while the broker is awaited)."""
+        return DeadLetterAdmin(
+            self.settings, self.redis, self.producer, self.store, read_max=self.settings.dlq_read_max_letters
+        )
+
     async def _start_producer(self) -> None:
         delay = 0.2
         while not self.producer_started:
@@ -271,7 +275,7 @@ class ApiState:
                 log.info("waiting for the broker", extra={"error": str(error)})
                 await self.producer.stop()
                 self.producer = make_producer(self.settings)
-                self.dead_letters = DeadLetterAdmin(self.settings, self.redis, self.producer, self.store)
+                self.dead_letters = self._dead_letter_admin()
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
 
