@@ -39,7 +39,7 @@ def task_record(state: ApiState, submission: Submission, task_id: str, tenant: s
     for name, tensor in submission.inputs.items():
         message.inputs[name].CopyFrom(tensor)
     record = message.SerializeToString()
-    limit = state.settings.kafka_max_message_bytes - RECORD_OVERHEAD_BYTES
+    limit = state.record_limit - RECORD_OVERHEAD_BYTES
     if len(record) > limit:
         raise too_large_for_broker(len(record), limit)
     return record

@@ -25,7 +25,7 @@ from brimful.core import metrics
 from brimful.core.api_keys import ApiKeys
 from brimful.core.batch_records import BatchRecords
 from brimful.core.file_records import FileRecords
-from brimful.core.kafka import ensure_topics, make_producer
+from brimful.core.kafka import ensure_topics, make_producer, record_limit
 from brimful.core.model_catalogue import ModelCatalogue, UnknownModelError
 from brimful.core.model_metadata import ModelMetadata, wait_for_signature
 from brimful.core.object_store import ObjectStore
@@ -57,6 +57,8 @@ class ApiState:
         self._keys = keys
         self.producer: AIOKafkaProducer = make_producer(settings)
         self.producer_started = False
+        # The largest record the requests topics take: the setting until the broker says less.
+        self.record_limit = settings.kafka_max_message_bytes
         # Each served model as the first endpoint has it: its signature, and whether it is ready.
         self.models = [ModelMetadata.from_settings(settings, name) for name in settings.served_models]
         self.catalogue: ModelCatalogue | None = None  # the models served, once all their metadata is read
@@ -257,6 +259,9 @@ class ApiState:
             self.catalogue = ModelCatalogue.of([s for s in signatures if s is not None])
         self._note_started()
 
+    def _requests_topics_now(self) -> list[str]:
+        return [topic for generations in self.generations.values() for topic in generations.upcoming(time.time())]
+
     def _dead_letter_admin(self) -> DeadLetterAdmin:
         """The DLQ's admin on the producer held now (made again while the broker is awaited)."""
         return DeadLetterAdmin(
@@ -268,6 +273,7 @@ class ApiState:
         while not self.producer_started:
             try:
                 await ensure_topics(self.settings, attempts=1)
+                self.record_limit = await record_limit(self.settings, self._requests_topics_now())
                 await self.producer.start()
                 self.producer_started = True
                 self._note_started()

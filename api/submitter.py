@@ -139,7 +139,7 @@ class Submitter:
         check_backlog(state, submission.model)
         submitted_at = now_ms()
         record = task_record(state, submission, task_id, tenant, submitted_at)
-        limit = state.settings.kafka_max_message_bytes - RECORD_OVERHEAD_BYTES
+        limit = state.record_limit - RECORD_OVERHEAD_BYTES
         try:
             # Redis first, with the submissions that arrive alongside: a fast batcher must
             # never find the task missing.

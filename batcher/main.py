@@ -25,7 +25,7 @@ from brimful.core.channel_follower import follow_channel
 from brimful.core.dead_letter_index import DeadLetterIndex
 from brimful.core.fetch_pacer import FetchPacer
 from brimful.core.heap import freeze_startup_heap
-from brimful.core.kafka import connection_options, ensure_topics, make_consumer, make_producer
+from brimful.core.kafka import connection_options, ensure_topics, make_consumer, make_producer, record_limit
 from brimful.core.logs import configure_logging
 from brimful.core.metrics_exposition import exposition_with_labels
 from brimful.core.model_metadata import wait_for_signature
@@ -125,7 +125,7 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
         dead_letters = DeadLetterWriter(
             producer,
             settings.dlq_topic,
-            settings.kafka_max_message_bytes,
+            await record_limit(settings, [settings.dlq_topic]),
             DeadLetterIndex(redis, keys, settings.task_wait_ttl_s),
         )
         retry = BatchRetryPolicy(

@@ -11,6 +11,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 from aiokafka.helpers import create_ssl_context
 
@@ -104,6 +105,29 @@ async def ensure_topics(settings: Settings, attempts: int = 30) -> None:
             await asyncio.sleep(min(1.0, 0.1 * attempt))
         finally:
             await admin.close()
+
+
+async def record_limit(settings: Settings, topics: Sequence[str]) -> int:
+    """The largest record every one of ``topics`` takes: the least of their
+    ``max.message.bytes`` (which follows the broker's ``message.max.bytes`` unless a topic
+    sets its own) and ``kafka_max_message_bytes``. A record the broker refuses as too large
+    costs more than its own 413: the idempotent producer's later sends to that partition
+    fail out of sequence. The setting alone where the broker does not say (KafkaError)."""
+    limit = settings.kafka_max_message_bytes
+    admin = AIOKafkaAdminClient(**connection_options(settings), request_timeout_ms=settings.kafka_request_timeout_ms)
+    try:
+        await admin.start()
+        resources = [ConfigResource(ConfigResourceType.TOPIC, topic, {"max.message.bytes": None}) for topic in topics]
+        for response in await admin.describe_configs(resources):
+            for _code, _message, _type, _name, entries in response.resources:
+                for entry in entries:
+                    if entry[0] == "max.message.bytes" and entry[1] is not None:
+                        limit = min(limit, int(entry[1]))
+    except KafkaError as error:
+        log.warning("could not read the topics' record limit; using the setting", extra={"error": str(error)})
+    finally:
+        await admin.close()
+    return limit
 
 
 async def topic_partitions(settings: Settings, topic: str) -> list[int]:

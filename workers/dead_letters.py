@@ -6,6 +6,8 @@ import asyncio
 from collections.abc import Sequence
 
 from aiokafka import AIOKafkaProducer
+from aiokafka.errors import MessageSizeTooLargeError
+from aiokafka.structs import RecordMetadata
 
 from brimful.core import metrics
 from brimful.core.dead_letter_index import DeadLetterIndex
@@ -56,6 +58,16 @@ def fit_to_broker(letter: DeadLetter, max_bytes: int) -> DeadLetter:
     budget = max_bytes - _RECORD_OVERHEAD_BYTES
     if letter.ByteSize() <= budget:
         return letter
+    trimmed = without_inputs(letter, f"exceeded the broker's limit of {max_bytes} bytes")
+    if trimmed.ByteSize() > budget:  # a huge batch or attempt list: keep only what fits for sure
+        del trimmed.attempts[:-3]
+        del trimmed.batch_task_ids[:]
+    return trimmed
+
+
+def without_inputs(letter: DeadLetter, why: str) -> DeadLetter:
+    """A copy of the letter without the request's inputs (and the raw record), saying what
+    was dropped and ``why``; its attempts are cut to the last three."""
     trimmed = DeadLetter()
     trimmed.CopyFrom(letter)
     dropped = trimmed.request.ByteSize() + len(trimmed.raw_request)
@@ -63,11 +75,8 @@ def fit_to_broker(letter: DeadLetter, max_bytes: int) -> DeadLetter:
     trimmed.raw_request = b""
     trimmed.error_message = (
         f"{letter.error_message[:1000]} [the request's inputs ({dropped} bytes) were dropped: the dead letter "
-        f"exceeded the broker's limit of {max_bytes} bytes, so it cannot be replayed]"
+        f"{why}, so it cannot be replayed]"
     )
-    if trimmed.ByteSize() > budget:  # a huge batch or attempt list: keep only what fits for sure
-        del trimmed.attempts[:-3]
-        del trimmed.batch_task_ids[:]
     return trimmed
 
 
@@ -83,17 +92,23 @@ class DeadLetterWriter:
         self._max_message_bytes = max_message_bytes
         self._index = index
 
+    async def _send(self, letter: DeadLetter) -> asyncio.Future[RecordMetadata]:
+        return await self._producer.send(
+            self._topic, value=letter.SerializeToString(), key=letter.request.task_id.encode()
+        )
+
     async def write(self, letters: Sequence[DeadLetter]) -> None:
-        """Return once every letter is acknowledged by the broker; raise otherwise."""
-        sends = [
-            await self._producer.send(
-                self._topic,
-                value=fit_to_broker(letter, self._max_message_bytes).SerializeToString(),
-                key=letter.request.task_id.encode(),
-            )
-            for letter in letters
-        ]
-        landed = await asyncio.gather(*sends)
+        """Return once every letter is acknowledged by the broker; raise otherwise. A letter
+        the broker itself refuses as too large (its message.max.bytes below the setting) is
+        written again without its inputs."""
+        sends = [await self._send(fit_to_broker(letter, self._max_message_bytes)) for letter in letters]
+        landed: list[RecordMetadata] = []
+        for letter, sent in zip(letters, await asyncio.gather(*sends, return_exceptions=True), strict=True):
+            if isinstance(sent, MessageSizeTooLargeError):
+                sent = await (await self._send(without_inputs(letter, "was refused by the broker as too large")))
+            elif isinstance(sent, BaseException):
+                raise sent
+            landed.append(sent)
         if self._index is not None:
             # Written again with the letter if this fails (the batch is retried): an
             # unindexed letter is still found by a bounded scan.
