@@ -34,7 +34,7 @@ from brimful.core.redis_keys import RedisKeys
 from brimful.core.settings import Settings, changed_settings
 from brimful.model_server.embedding_model import MODEL_NAME as EMBEDDING_MODEL
 from brimful.model_server.minilm_model import MODEL_NAME as MINILM_MODEL
-from brimful.stack.kafka_cluster import KAFKA_MIN_SESSION_TIMEOUT_MS, KafkaCluster
+from brimful.stack.kafka_cluster import KAFKA_MIN_SESSION_TIMEOUT_MS, KafkaCluster, KafkaTls
 from brimful.stack.processes import (
     ManagedProcess,
     StackError,
@@ -86,6 +86,8 @@ class EmbeddedStack:
     broker_env: dict[str, str] = field(default_factory=dict)
     kafka_version: str | None = None  # Apache Kafka at this version instead of Tansu
     kafka_nodes: int = 1
+    kafka_tls: KafkaTls | None = None  # mutual TLS for Kafka's clients (the settings must name it too)
+    kafka_broker_config: dict[str, object] = field(default_factory=dict)  # Kafka broker properties
     kafka: KafkaCluster | None = None
     processes: dict[str, ManagedProcess] = field(default_factory=dict)
     # model host name ("triton", "triton-1", ...) -> (grpc, http, metrics) ports
@@ -183,6 +185,8 @@ class EmbeddedStack:
             nodes=self.kafka_nodes,
             first_port=_port_of(self.settings.kafka_bootstrap.split(",")[0]),
             startup_timeout_s=self.startup_timeout_s,
+            tls=self.kafka_tls,
+            broker_config=self.kafka_broker_config,
         )
         self.kafka.start()
         self.settings = changed_settings(
@@ -358,12 +362,41 @@ class EmbeddedStack:
         }
         starters[name]()
 
+    def process_names(self) -> list[str]:
+        """Every component by the name ``group_leaders`` takes: the managed processes, and
+        ``broker`` for Apache Kafka's nodes."""
+        return [*self.processes, *(["broker"] if self.kafka is not None else [])]
+
+    def group_leaders(self, name: str) -> list[int]:
+        """The processes leading the process groups of component ``name`` (each with its
+        children in its group): one, or each running Kafka node for ``broker``."""
+        if name == "broker" and self.kafka is not None:
+            return [node.process.pid for node in self.kafka.running() if node.process and node.process.pid]
+        pid = self.processes[name].pid
+        return [pid] if pid is not None else []
+
+    def component_running(self, name: str) -> bool:
+        """Whether component ``name`` runs whole (for ``broker`` on Kafka: every node)."""
+        if name == "broker" and self.kafka is not None:
+            return len(self.kafka.running()) == len(self.kafka.members)
+        return self.processes[name].running()
+
+    def exit_status(self, name: str) -> str:
+        """How component ``name`` ended, for a log line."""
+        if name == "broker" and self.kafka is not None:
+            return f"{len(self.kafka.members) - len(self.kafka.running())} kafka node(s) down"
+        return f"status {self.processes[name].returncode}"
+
     def empty_broker(self) -> None:
         """Restart the in-memory broker with nothing stored, and the API and batchers
         around it; Redis and the model hosts keep running. For benchmarks: Tansu's memory
         engine keeps every record and its fetches slow as it fills (one-record batches:
         about 2.5 ms more per 1,000 stored), so a latency figure taken after earlier runs
-        would measure the broker's history. Raises StackError on persistent storage."""
+        would measure the broker's history. Apache Kafka's fetches read from an index and
+        do not slow so (bench/results/sustained-kafka/): it is left as it is. Raises
+        StackError on Tansu's persistent storage."""
+        if self.kafka is not None:
+            return
         if not self.broker_storage.startswith("memory://"):
             raise StackError("only the in-memory broker can be emptied by a restart")
         clients = [name for name in self.processes if name == "api" or name.startswith("batcher")]

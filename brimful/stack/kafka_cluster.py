@@ -7,6 +7,11 @@ fault tests, which kill and restart nodes (``kill_node``, ``start_node``). Each 
 storage is formatted once, with the cluster's id, before its first start; a restart keeps
 what it stored. Heap is bounded (``heap_mb``) and the collector serial: the machines
 running the tests have two cores.
+
+Clients connect to each node's ``port`` (the CLIENT listener: plain TCP, or mutual TLS with
+``tls``, as production configures it); the nodes replicate, and the cluster's readiness is
+read, over a plain INTERNAL listener of their own. ``broker_config`` adds or overrides
+broker properties (``message.max.bytes``, say).
 """
 
 from __future__ import annotations
@@ -39,12 +44,38 @@ log4j.logger.kafka.server.KafkaRaftServer=INFO
 """
 
 
+@dataclass(frozen=True)
+class KafkaTls:
+    """Mutual TLS on the CLIENT listener, from PEM files: the node's certificate and its
+    unencrypted PKCS#8 key, and the CA that clients' certificates must chain to."""
+
+    ca: Path
+    certificate: Path
+    key: Path
+
+    def properties(self) -> dict[str, object]:
+        # The JVM reads an unencrypted key only given inline (a PEM keystore file must
+        # hold an encrypted one); "\\n" is a newline to Java's properties reader.
+        def inline(path: Path) -> str:
+            return path.read_text(encoding="ascii").strip().replace("\n", "\\n")
+
+        return {
+            "listener.name.client.ssl.client.auth": "required",
+            "listener.name.client.ssl.keystore.type": "PEM",
+            "listener.name.client.ssl.keystore.certificate.chain": inline(self.certificate),
+            "listener.name.client.ssl.keystore.key": inline(self.key),
+            "listener.name.client.ssl.truststore.type": "PEM",
+            "listener.name.client.ssl.truststore.certificates": inline(self.ca),
+        }
+
+
 @dataclass
 class KafkaNode:
-    """One KRaft node: its id, its broker and controller ports, its storage."""
+    """One KRaft node: its id, its client, internal and controller ports, its storage."""
 
     node_id: int
     port: int
+    internal_port: int
     controller_port: int
     data_dir: Path
     process: ManagedProcess | None = None
@@ -61,6 +92,8 @@ class KafkaCluster:
     first_port: int | None = None
     heap_mb: int = 384
     startup_timeout_s: float = 60.0
+    tls: KafkaTls | None = None
+    broker_config: dict[str, object] = field(default_factory=dict)
     members: list[KafkaNode] = field(default_factory=list)
     _cluster_id: str = field(default_factory=lambda: base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="))
 
@@ -75,7 +108,7 @@ class KafkaCluster:
         classpath = broker_classpath(self.version)
         ports = [self.first_port or free_port()] + [free_port() for _ in range(self.nodes - 1)]
         self.members = [
-            KafkaNode(number + 1, port, free_port(), self.workdir / f"node-{number + 1}")
+            KafkaNode(number + 1, port, free_port(), free_port(), self.workdir / f"node-{number + 1}")
             for number, port in enumerate(ports)
         ]
         (self.workdir / "log4j.properties").write_text(_LOG_CONFIG, encoding="utf-8")
@@ -103,7 +136,9 @@ class KafkaCluster:
         )
         node.process.start()
         if wait:
-            wait_until(lambda: _answers(node.port, 1), self.startup_timeout_s, f"kafka node {node_id}", node.process)
+            wait_until(
+                lambda: _answers(node.internal_port, 1), self.startup_timeout_s, f"kafka node {node_id}", node.process
+            )
 
     def kill_node(self, node_id: int) -> None:
         """SIGKILL node ``node_id``: a crash, with no controlled shutdown."""
@@ -113,10 +148,10 @@ class KafkaCluster:
 
     def wait_ready(self) -> float:
         """Until a node answers metadata naming every running broker."""
-        running = self._running()
+        running = self.running()
         first = running[0] if running else self.members[0]
         return wait_until(
-            lambda: _answers(first.port, len(running)), self.startup_timeout_s, "kafka cluster", first.process
+            lambda: _answers(first.internal_port, len(running)), self.startup_timeout_s, "kafka cluster", first.process
         )
 
     def active_controller(self) -> int:
@@ -124,7 +159,7 @@ class KafkaCluster:
         (in KRaft it names some broker as "controller"); each voter keeps the leader it
         knows, with its epoch, in its ``quorum-state`` file: the highest epoch's is current."""
         known: list[tuple[int, int]] = []  # (epoch, leader)
-        for node in self._running():
+        for node in self.running():
             try:
                 state = json.loads((node.data_dir / "data" / "__cluster_metadata-0" / "quorum-state").read_text())
             except (OSError, ValueError):
@@ -150,7 +185,8 @@ class KafkaCluster:
         with concurrent.futures.ThreadPoolExecutor(max(1, len(processes))) as threads:
             list(threads.map(ManagedProcess.stop, processes))
 
-    def _running(self) -> list[KafkaNode]:
+    def running(self) -> list[KafkaNode]:
+        """The nodes whose process runs now."""
         return [node for node in self.members if node.process is not None and node.process.running()]
 
     def _java(self, classpath: str) -> list[str]:
@@ -168,15 +204,17 @@ class KafkaCluster:
     def _configure(self, node: KafkaNode) -> None:
         replicas = min(3, self.nodes)
         voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in self.members)
+        listeners = {"CLIENT": node.port, "INTERNAL": node.internal_port, "CONTROLLER": node.controller_port}
         properties = {
             "process.roles": "broker,controller",
             "node.id": node.node_id,
             "controller.quorum.voters": voters,
-            "listeners": f"PLAINTEXT://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:{node.controller_port}",
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{node.port}",
+            "listeners": ",".join(f"{name}://127.0.0.1:{port}" for name, port in listeners.items()),
+            "advertised.listeners": f"CLIENT://127.0.0.1:{node.port},INTERNAL://127.0.0.1:{node.internal_port}",
             "controller.listener.names": "CONTROLLER",
-            "inter.broker.listener.name": "PLAINTEXT",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "inter.broker.listener.name": "INTERNAL",
+            "listener.security.protocol.map": f"CLIENT:{'SSL' if self.tls else 'PLAINTEXT'},"
+            "INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT",
             "log.dirs": node.data_dir / "data",
             "default.replication.factor": replicas,
             "min.insync.replicas": max(1, replicas - 1),
@@ -189,6 +227,8 @@ class KafkaCluster:
             # 3 s rather than the default 9: the fault tests kill nodes.
             "broker.heartbeat.interval.ms": 500,
             "broker.session.timeout.ms": 3000,
+            **(self.tls.properties() if self.tls else {}),
+            **self.broker_config,
         }
         node.data_dir.mkdir(parents=True, exist_ok=True)
         text = "".join(f"{name}={value}\n" for name, value in properties.items())

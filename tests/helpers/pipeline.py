@@ -9,7 +9,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from brimful.core.kafka import stream_topic
+from brimful.core.kafka import connection_options, stream_topic
 from brimful.core.settings import Settings
 from brimful.schemas import DeadLetter
 from brimful.stack import EmbeddedStack
@@ -45,7 +45,7 @@ async def read_dead_letters(stack: EmbeddedStack) -> list[DeadLetter]:
 async def committed_offset(settings: Settings, partition: int) -> int:
     """The batchers' committed offset on one partition of the requests topic (-1 if none)."""
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=settings.kafka_bootstrap, group_id=settings.consumer_group, enable_auto_commit=False
+        **connection_options(settings), group_id=settings.consumer_group, enable_auto_commit=False
     )
     await consumer.start()
     try:
