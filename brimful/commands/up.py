@@ -19,6 +19,7 @@ from brimful.model_server.minilm_model import minilm_installed
 from brimful.model_server.model_host import fixed_name
 from brimful.model_server.reference_model import MODEL_NAME
 from brimful.stack import EmbeddedStack, StackError, Supervisor
+from brimful.stack.kafka_jars import DEFAULT_KAFKA_VERSION, KAFKA_VERSIONS
 from brimful.stack.stack_settings import TANSU_SESSION_TIMEOUT_MS
 
 
@@ -27,6 +28,13 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--workdir", default=".brimful", help="where logs and scratch data go (default: .brimful)")
     parser.add_argument("--echo-logs", action="store_true", help="print API and batcher logs here instead of to files")
     parser.add_argument("--auth", action="store_true", help="require API keys (made with `brimful keys create`)")
+    parser.add_argument(
+        "--kafka",
+        nargs="?",
+        const=DEFAULT_KAFKA_VERSION,
+        choices=KAFKA_VERSIONS,
+        help=f"Apache Kafka (one KRaft node; needs Java 17 and Maven) instead of Tansu; default {DEFAULT_KAFKA_VERSION}",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -42,16 +50,17 @@ def embedded_models(with_minilm: bool) -> str:
     return f"{EMBEDDED_MODELS},{MINILM_MODEL}" if with_minilm else EMBEDDED_MODELS
 
 
-def embedded_settings(settings: Settings, with_minilm: bool) -> Settings:
+def embedded_settings(settings: Settings, with_minilm: bool, on_kafka: bool = False) -> Settings:
     """The settings with the embedded stack's models, where neither BRIMFUL_MODELS nor
-    another BRIMFUL_MODEL_NAME was given, and its requests topics rotating every
-    ``MEASURED_PERIOD_S`` where BRIMFUL_TOPIC_ROTATION_S was not given: the embedded
-    broker keeps every record, and its fetches slow as they pile up (docs/performance.md).
-    Its group session is Tansu's short one unless BRIMFUL_KAFKA_SESSION_TIMEOUT_MS was given."""
+    another BRIMFUL_MODEL_NAME was given. On Tansu (not ``on_kafka``), also its requests
+    topics rotating every ``MEASURED_PERIOD_S`` where BRIMFUL_TOPIC_ROTATION_S was not
+    given (Tansu keeps every record, and its fetches slow as they pile up; Kafka's
+    retention bounds a topic), and Tansu's short group session unless
+    BRIMFUL_KAFKA_SESSION_TIMEOUT_MS was given."""
     changes: dict[str, object] = {}
-    if "topic_rotation_s" not in settings.model_fields_set:
+    if "topic_rotation_s" not in settings.model_fields_set and not on_kafka:
         changes["topic_rotation_s"] = MEASURED_PERIOD_S
-    if "kafka_session_timeout_ms" not in settings.model_fields_set:
+    if "kafka_session_timeout_ms" not in settings.model_fields_set and not on_kafka:
         changes["kafka_session_timeout_ms"] = TANSU_SESSION_TIMEOUT_MS
     if "models" not in settings.model_fields_set and settings.model_name == MODEL_NAME:
         changes["models"] = embedded_models(with_minilm)
@@ -59,7 +68,7 @@ def embedded_settings(settings: Settings, with_minilm: bool) -> Settings:
 
 
 def run(args: argparse.Namespace) -> int:
-    settings = embedded_settings(get_settings(), minilm_installed())
+    settings = embedded_settings(get_settings(), minilm_installed(), on_kafka=args.kafka is not None)
     if not args.auth:
         settings = changed_settings(settings, auth_enabled=False)
         print(
@@ -67,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
             "For a local machine only; pass --auth to require keys.",
             file=sys.stderr,
         )
-    stack = EmbeddedStack(settings, Path(args.workdir), echo_service_logs=args.echo_logs)
+    stack = EmbeddedStack(settings, Path(args.workdir), echo_service_logs=args.echo_logs, kafka_version=args.kafka)
     stop = threading.Event()
 
     def request_stop(signum: int, frame: FrameType | None) -> None:
@@ -77,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, request_stop)
     started = time.monotonic()
     print(
-        f"brimful: starting broker, redis, triton, a batcher per model ({', '.join(settings.served_models)}) "
+        f"brimful: starting {'Apache Kafka ' + args.kafka if args.kafka else 'the Tansu broker'}, redis, triton, a batcher per model ({', '.join(settings.served_models)}) "
         "and api ...",
         file=sys.stderr,
     )

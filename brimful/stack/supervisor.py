@@ -54,16 +54,16 @@ class Supervisor:
         self._clock = clock
         self._say = say
         self._due: dict[str, float] = {}  # dead child -> when it may start again
-        for name in stack.processes:
+        for name in stack.process_names():
             self._backoff.started(name, clock())
 
     def check(self) -> None:
         now = self._clock()
-        for name, process in self._stack.processes.items():
-            if name not in self._due and not process.running():
+        for name in self._stack.process_names():
+            if name not in self._due and not self._stack.component_running(name):
                 wait = self._backoff.delay(name, now)
                 self._due[name] = now + wait
-                self._say(f"{name} exited (status {process.returncode}); starting it again in {wait:.1f} s")
+                self._say(f"{name} exited ({self._stack.exit_status(name)}); starting it again in {wait:.1f} s")
         for name, at in list(self._due.items()):
             if now < at:
                 continue

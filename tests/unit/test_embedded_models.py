@@ -33,6 +33,12 @@ def test_the_embedded_stack_rotates_its_topics_unless_told_otherwise() -> None:
     assert embedded_settings(Settings(topic_rotation_s=20), with_minilm=False).topic_rotation_s == 20
 
 
+def test_on_kafka_the_embedded_stack_keeps_one_topic_and_the_brokers_session_defaults() -> None:
+    on_kafka = embedded_settings(Settings(), with_minilm=False, on_kafka=True)
+    assert on_kafka.topic_rotation_s == 0 and on_kafka.kafka_session_timeout_ms == Settings().kafka_session_timeout_ms
+    assert on_kafka.served_models == EMBEDDED_MODELS.split(",")
+
+
 def test_the_model_host_serves_minilm_beside_the_reference_model(tmp_path: Path) -> None:
     stack = EmbeddedStack(Settings(models=embedded_models(True)), tmp_path)
     assert stack.reference_sizes() == [16]  # the other models are flags, not sizes

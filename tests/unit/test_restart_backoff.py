@@ -47,6 +47,15 @@ class _Stack:
         self.failures = failures
         self.restarted: list[str] = []
 
+    def process_names(self) -> list[str]:
+        return list(self.processes)
+
+    def component_running(self, name: str) -> bool:
+        return self.processes[name].running()
+
+    def exit_status(self, name: str) -> str:
+        return f"status {self.processes[name].returncode}"
+
     def restart(self, name: str) -> None:
         if self.failures:
             self.failures -= 1
