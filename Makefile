@@ -1,11 +1,13 @@
 # Two commands do all the set-up on a fresh machine:
-#   make up    install what is missing, then run the embedded stack (Ctrl-C stops it)
+#   make up    install what is missing, then run the embedded stack (Ctrl-C stops it);
+#              UP_ARGS=--kafka runs it on one Apache Kafka node instead of Tansu
 #   make test  install what is missing, then run the whole test suite
 # and, once set up:
 #   make test-unit  the unit tests alone: pure logic, no server, under a minute
 #   make check      ruff (lint and format) and mypy
 #   make bench      the throughput benchmark (bench/throughput.py) into bench/results/
 #   make bench-scale  API workers x batchers x partitions x endpoints (bench/scale.py)
+#                   (BENCH_ARGS passes flags: --broker kafka, or --brokers tansu,kafka for scale)
 #   make soak       the chaos soak for SOAK_S seconds (default 600) into SOAK_REPORT;
 #                   SOAK_BROKER=kafka runs it on three Apache Kafka nodes (default s3: Tansu)
 .PHONY: up test test-unit check bench bench-scale soak bootstrap schemas
@@ -18,7 +20,7 @@ bootstrap:
 	@scripts/bootstrap
 
 up: bootstrap
-	.venv/bin/brimful up
+	.venv/bin/brimful up $(UP_ARGS)
 
 test: bootstrap
 	.venv/bin/python -m pytest $(PYTEST_ARGS)

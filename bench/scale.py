@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/scale.py [--configs 1x1x1x1,2x1x1x1,1x2x2x1,2x2x2x2] [--seconds 10]
         [--clients 256] [--load-processes 1] [--open-rate 0] [--rotation-s 0] [--group-gap-ms 0]
-        [--lane direct|fast|fastapi]
+        [--lane direct|fast|fastapi] [--brokers tansu,kafka]
 
 A configuration ``WxBxPxE`` is W API workers, B batchers (of the one model) sharing a
 requests topic of P partitions, and E model endpoints (each a Triton server with one
@@ -19,7 +19,11 @@ A closed loop sustains at most clients / latency: 256 clients at 80 ms cap it ne
 a second, so a large machine needs more clients, and ``--load-processes`` to send them
 (one Python process tops out at a few thousand requests a second).
 
-The report gives each configuration's rate against the first one's: with the first
+With ``--brokers tansu,kafka`` each configuration runs on the embedded Tansu, then on one
+Apache Kafka node (``bench/broker_choice.py``), one after the other in the same run, and
+the report sets Kafka's figures against Tansu's for each.
+
+The report gives each configuration's rate against the first one's (on the same broker): with the first
 ``1x1x1x1``, the efficiency of an added API worker or batcher is that ratio over the
 workers (or batchers) added. Each configuration's figures go to ``scale.json`` as soon as
 they are measured and ``scale.md`` is rebuilt after each; a configuration that fails is
@@ -29,6 +33,7 @@ recorded with its error and the next one still runs. ``--render`` rebuilds the r
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -37,6 +42,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.broker_choice import BROKERS, broker_label
 from bench.load_settings import load_settings
 from bench.process_usage import usage
 from bench.saved_report import SavedReport, add_report_arguments, command_line, errors_footer, machine_description, why
@@ -82,14 +88,27 @@ def role_of(process: str) -> str:
     return process
 
 
-def start(shape: Shape, scratch: Path, model_host_python: str = sys.executable, **overrides: object) -> EmbeddedStack:
-    """A stack of ``shape``, every batcher in the group; ``overrides``: settings, e.g.
-    ``topic_rotation_s`` (the broker then keeps recent records only)."""
+def start(
+    shape: Shape,
+    scratch: Path,
+    model_host_python: str = sys.executable,
+    broker: str = "tansu",
+    **overrides: object,
+) -> EmbeddedStack:
+    """A stack of ``shape`` on ``broker`` (``BROKERS``), every batcher in the group;
+    ``overrides``: settings, e.g. ``topic_rotation_s`` (the broker then keeps recent
+    records only)."""
     model = MODELS["gpu-like"]
     settings = load_settings(model, api_workers=shape.api_workers, topic_partitions=shape.partitions, **overrides)
     extra = [f"127.0.0.1:{free_port()}" for _ in range(shape.endpoints - 1)]
     settings = changed_settings(settings, triton_url=",".join([settings.triton_url, *extra]))
-    stack = EmbeddedStack(settings, scratch, model_host_args=model.host_args, model_host_python=model_host_python)
+    stack = EmbeddedStack(
+        settings,
+        scratch,
+        model_host_args=model.host_args,
+        model_host_python=model_host_python,
+        kafka_version=BROKERS[broker],
+    )
     stack.start()
     try:
         for _ in range(shape.batchers - 1):
@@ -115,7 +134,7 @@ def cpu_s(stack: EmbeddedStack, name: str) -> float:
 
 def role_cpu_s(stack: EmbeddedStack, role: str) -> float:
     """CPU seconds the stack's processes of ``role`` (``ROLES``) have spent so far."""
-    return sum(cpu_s(stack, name) for name in stack.processes if role_of(name) == role)
+    return sum(cpu_s(stack, name) for name in stack.process_names() if role_of(name) == role)
 
 
 @dataclass(frozen=True)
@@ -132,6 +151,7 @@ class RunOptions:
     rotation_s: float = 0.0
     group_gap_ms: float = 0.0
     lane: str = "direct"
+    broker: str = "tansu"
 
 
 # The API's lanes for the two task routes, by the settings that choose them.
@@ -150,9 +170,9 @@ def measure(shape: Shape, seconds: float, options: RunOptions) -> dict[str, Any]
             "submit_group_gap_ms": options.group_gap_ms,
             **LANES[options.lane],
         }
-        stack = start(shape, Path(scratch), options.model_host_python, **overrides)
+        stack = start(shape, Path(scratch), options.model_host_python, options.broker, **overrides)
         try:
-            names = list(stack.processes)
+            names = stack.process_names()
             before = {name: cpu_s(stack, name) for name in names}
             counted = stats(stack)
             closed = loadgen(stack, "brimful", seconds, clients=options.clients, processes=options.processes)
@@ -177,6 +197,7 @@ def measure(shape: Shape, seconds: float, options: RunOptions) -> dict[str, Any]
             stack.stop()
     return {
         "config": str(shape),
+        "broker": options.broker,
         "rows_per_s": closed["achieved_rows_per_s"],
         "closed_p99_ms": closed["p99_ms"],
         "rows_per_call": rows / calls if calls else 0.0,
@@ -206,9 +227,15 @@ def seconds_over(timeline: list[dict[str, float]], p99_ms: float) -> int:
     return sum(1 for second in timeline if second["p99_ms"] > p99_ms)
 
 
+def broker_of(run: dict[str, Any]) -> str:
+    return str(run.get("broker", "tansu"))  # runs saved before brokers were a choice ran on Tansu
+
+
 def render(results: dict[str, Any]) -> str:
     runs = [run for run in results["runs"] if "error" not in run]
-    base = runs[0] if runs else None
+    firsts: dict[str, dict[str, Any]] = {}  # each broker's first configuration
+    for run in runs:
+        firsts.setdefault(broker_of(run), run)
     lines = [
         "# Scaling: API workers x batchers x partitions x endpoints (GPU-like model)",
         "",
@@ -234,21 +261,21 @@ def render(results: dict[str, Any]) -> str:
             else ""
         ),
         "",
-        "| config | rows/s | x first | per added | rows a call | open offered | open answered | open p50 ms "
+        "| broker | config | rows/s | x first | per added | rows a call | open offered | open answered | open p50 ms "
         "| open p99 ms | worst second p99 ms | seconds over 500 ms | open broker us | open group | "
         + " | ".join(f"{role} us" for role in ROLES)
         + " |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|" + "---|" * len(ROLES),
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|" + "---|" * len(ROLES),
     ]
     for run in runs:
-        assert base is not None
+        base = firsts[broker_of(run)]
         ratio = run["rows_per_s"] / base["rows_per_s"] if base["rows_per_s"] else 0.0
         first, this = Shape.parse(base["config"]), Shape.parse(run["config"])
         added = (this.api_workers - first.api_workers) + (this.batchers - first.batchers)
         per_added = f"{(ratio - 1) / added:.2f}" if added > 0 else "-"
         cpu = run["cpu_us_per_task"]
         lines.append(
-            f"| {run['config']} | {run['rows_per_s']:.0f} | {ratio:.2f} | {per_added} "
+            f"| {broker_of(run)} | {run['config']} | {run['rows_per_s']:.0f} | {ratio:.2f} | {per_added} "
             f"| {run.get('rows_per_call', 0.0):.1f} | {run['open_offered']:.0f} "
             f"| {run['open_rows_per_s']:.0f} | {run['open_p50_ms']:.1f} "
             f"| {run['open_p99_ms']:.1f} | {worst_of(run)} | {over_of(run, SLOW_SECOND_MS)} "
@@ -257,8 +284,42 @@ def render(results: dict[str, Any]) -> str:
             + " | ".join(f"{cpu.get(role, 0.0):.0f}" for role in ROLES)
             + " |"
         )
-    lines += errors_footer(results["runs"], lambda run: run["config"])
+    lines += broker_comparison(runs)
+    lines += errors_footer(results["runs"], lambda run: f"{broker_of(run)} {run['config']}")
     return "\n".join(lines) + "\n"
+
+
+def broker_comparison(runs: list[dict[str, Any]]) -> list[str]:
+    """Kafka's figures over Tansu's, for each configuration measured on both in the run."""
+    on = {(broker_of(run), run["config"]): run for run in runs}
+    pairs = [(on[("tansu", c)], on[("kafka", c)]) for b, c in on if b == "kafka" and ("tansu", c) in on]
+    if not pairs:
+        return []
+    lines = [
+        "",
+        f"Apache Kafka against Tansu, each figure Kafka's over Tansu's ({broker_label('kafka')} against "
+        f"{broker_label('tansu')}; below 1 is less on Kafka):",
+        "",
+        "| config | rows/s | closed p99 | open p99 | worst second p99 | broker us (closed) | open broker us "
+        "| all processes us |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for tansu, kafka in pairs:
+        worst = [worst_second(run.get("open_by_second") or []).get("p99_ms", 0.0) for run in (tansu, kafka)]
+        total = [sum(run["cpu_us_per_task"].values()) for run in (tansu, kafka)]
+        lines.append(
+            f"| {kafka['config']} | {over(kafka['rows_per_s'], tansu['rows_per_s'])} "
+            f"| {over(kafka['closed_p99_ms'], tansu['closed_p99_ms'])} "
+            f"| {over(kafka['open_p99_ms'], tansu['open_p99_ms'])} | {over(worst[1], worst[0])} "
+            f"| {over(kafka['cpu_us_per_task']['broker'], tansu['cpu_us_per_task']['broker'])} "
+            f"| {over(kafka.get('open_broker_us', 0.0), tansu.get('open_broker_us', 0.0))} "
+            f"| {over(total[1], total[0])} |"
+        )
+    return lines
+
+
+def over(value: float, base: float) -> str:
+    return f"{value / base:.2f}" if base else "-"
 
 
 def worst_of(run: dict[str, Any]) -> str:
@@ -299,6 +360,9 @@ def main() -> int:
         default=sys.executable,
         help="the model hosts' interpreter, where this one cannot host PyTriton (numpy 2)",
     )
+    parser.add_argument(
+        "--brokers", default="tansu", help="comma-separated, of tansu and kafka: each configuration runs on each"
+    )
     add_report_arguments(parser, "scale")
     args = parser.parse_args()
     report = SavedReport(args.out_dir, "scale", render)
@@ -306,11 +370,15 @@ def main() -> int:
         report.render_again()
         return 0
     shapes = [Shape.parse(part) for part in args.configs.split(",")]
+    brokers = [part.strip() for part in args.brokers.split(",")]
+    if unknown := [broker for broker in brokers if broker not in BROKERS]:
+        parser.error(f"--brokers takes {' and '.join(BROKERS)}, not {', '.join(unknown)}")
     defaults = {"configs": DEFAULT_CONFIGS, "seconds": 10.0, "clients": CLIENTS, "load_processes": 1, "open_rate": 0.0}
     defaults["model_host_python"] = sys.executable
     defaults["rotation_s"] = 0.0
     defaults["group_gap_ms"] = 0.0
     defaults["lane"] = "direct"
+    defaults["brokers"] = "tansu"
     command = command_line("bench/scale.py", args, defaults)
     options = RunOptions(
         args.clients,
@@ -334,13 +402,14 @@ def main() -> int:
         "runs": [],
     }
     for shape in shapes:
-        print(f"{shape}:", flush=True)
-        try:
-            run = measure(shape, args.seconds, options)
-        except Exception as error:  # recorded; the next configuration still runs
-            run = {"config": str(shape), "error": why(error)}
-        results["runs"].append(run)
-        report.save(results)
+        for broker in brokers:
+            print(f"{shape} on {broker}:", flush=True)
+            try:
+                run = measure(shape, args.seconds, dataclasses.replace(options, broker=broker))
+            except Exception as error:  # recorded; the next configuration still runs
+                run = {"config": str(shape), "broker": broker, "error": why(error)}
+            results["runs"].append(run)
+            report.save(results)
     print(report.md_path.read_text())
     return 0
 

@@ -1,6 +1,7 @@
 """Sustained load on the embedded stack: does a minute late in a long run look like the first?
 
     .venv/bin/python bench/sustained.py [--minutes 10] [--share 0.8] [--model gpu-like]
+        [--rotation-s 10] [--broker tansu|kafka]
 
 Starts the embedded stack as ``make bench`` runs it (two API workers, one batcher, the
 model with one instance and a second slot), finds the rate Brimful sustains with a closed
@@ -13,6 +14,8 @@ grows over a run shows where. The report compares the last minute with the first
 
 Each minute goes to ``sustained.json`` as soon as it is measured and ``sustained.md`` is
 rebuilt after each; a run cut short keeps its minutes. ``--render`` rebuilds the report.
+``--broker kafka`` runs it on one Apache Kafka node instead of the embedded Tansu; with
+``--rotation-s 0`` there, it shows whether Kafka needs topic rotation (Tansu does).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.broker_choice import BROKERS, add_broker_argument, broker_label
 from bench.load_settings import load_settings
 from bench.process_usage import resident_mb
 from bench.saved_report import SavedReport, add_report_arguments, command_line, machine_description, why
@@ -36,7 +40,13 @@ from brimful.core.topic_generations import MEASURED_PERIOD_S
 from brimful.stack import EmbeddedStack
 
 # Topics rotate every 10 s: one topic collapses within minutes (bench/results/sustained-one-topic/).
-DEFAULTS: dict[str, Any] = {"minutes": 10, "share": 0.8, "model": "gpu-like", "rotation_s": MEASURED_PERIOD_S}
+DEFAULTS: dict[str, Any] = {
+    "minutes": 10,
+    "share": 0.8,
+    "model": "gpu-like",
+    "rotation_s": MEASURED_PERIOD_S,
+    "broker": "tansu",
+}
 # Whose CPU a task each minute records (bench/scale.py's roles).
 ROLES = ("api", "batcher", "broker", "redis", "model")
 
@@ -85,10 +95,11 @@ def render(results: dict[str, Any]) -> str:
     lines = [
         "# Sustained open-loop load on the embedded stack",
         "",
-        f"Command: `{results['command']}`. Machine: {results['machine']}. Model: {results['model']}. The closed "
+        f"Command: `{results['command']}`. Machine: {results['machine']}. Broker: "
+        f"{broker_label(results.get('broker', 'tansu'))}. Model: {results['model']}. The closed "
         f"loop ({CLIENTS} clients, 10 s) sustained {results.get('saturation', 0):.0f} rows/s; then "
-        f"{results['offered']:.0f}/s offered ({results['share']:.0%} of it), open-loop Poisson on an emptied "
-        f"broker (producer linger {results.get('linger_ms', 0)} ms, {rotation(results)}), "
+        f"{results['offered']:.0f}/s offered ({results['share']:.0%} of it), open-loop Poisson "
+        f"({'on the same broker' if results.get('broker') == 'kafka' else 'on an emptied broker'}, producer linger {results.get('linger_ms', 0)} ms, {rotation(results)}), "
         "one load-generator process a minute; ms from the scheduled arrival. Errors: requests not answered "
         "done (a 202 still queued when the client's inline wait ended, or a refusal); lost: no answer 20 s "
         "after the minute (the load generator's count, not tasks Brimful lost). Broker: its resident memory "
@@ -133,6 +144,7 @@ def main() -> int:
     parser.add_argument(
         "--rotation-s", type=float, default=DEFAULTS["rotation_s"], help="topic generation period (0: one topic)"
     )
+    add_broker_argument(parser)
     add_report_arguments(parser, "sustained")
     args = parser.parse_args()
     report = SavedReport(args.out_dir, "sustained", render)
@@ -144,6 +156,7 @@ def main() -> int:
         "command": command,
         "machine": machine_description(),
         "model": args.model,
+        "broker": args.broker,
         "share": args.share,
         "offered": 0.0,
         "minutes": [],
@@ -153,7 +166,9 @@ def main() -> int:
     results["linger_ms"] = settings.kafka_linger_ms  # BRIMFUL_KAFKA_LINGER_MS: bigger, fewer broker batches
     results["rotation_s"] = settings.topic_rotation_s  # the broker keeps recent records only
     with tempfile.TemporaryDirectory(prefix="brimful-sustained-") as scratch:
-        stack = EmbeddedStack(settings, Path(scratch), model_host_args=model.host_args)
+        stack = EmbeddedStack(
+            settings, Path(scratch), model_host_args=model.host_args, kafka_version=BROKERS[args.broker]
+        )
         stack.start()
         try:
             results["saturation"] = loadgen(stack, "brimful", 10.0, clients=CLIENTS)["achieved_rows_per_s"]

