@@ -135,8 +135,8 @@ class Settings(BaseSettings):
     kafka_max_message_bytes: int = Field(
         1_048_588,
         ge=4096,
-        description="Largest record the broker accepts (Apache Kafka's message.max.bytes, whose default this is; "
-        "keep at or below it). "
+        description="Largest record the broker accepts (Apache Kafka's message.max.bytes, whose default this is). "
+        "Where the broker names a lower max.message.bytes for the requests or DLQ topic, read at start, that wins. "
         "A task whose record would be larger is refused with 413; a dead letter that would be larger is written "
         "without the request's inputs, saying so.",
     )
