@@ -245,7 +245,7 @@ def render(results: dict[str, Any]) -> str:
         f" (load-generating processes: {results.get('load_processes', 1)}); x first: that against the first "
         "configuration; per added: (x first - 1) over the API workers and batchers added; rows a call: real rows "
         f"a model call carried in the closed loop. Open loop: Poisson at {open_loop_rate(results)} on an empty "
-        "broker (offered and answered rows/s in the table), ms from the scheduled arrival; worst second: the "
+        "broker (Tansu restarted empty; Kafka keeps what it stored; offered and answered rows/s in the table), ms from the scheduled arrival; worst second: the "
         "highest p99 of the requests that arrived in one second, and the seconds whose p99 passed 500 ms. "
         "Open broker us: the broker's CPU a task the open loop completed; open group: the tasks an API group "
         "commit carried in it. CPU: us a completed task in the closed loop, summed over the role's processes."
