@@ -186,6 +186,7 @@ class Task:
     model: str
     cancelled: bool = False  # its DELETE answered 200
     cancelled_at: float = 0.0
+    cancel_in_doubt: bool = False  # its DELETE got no answer or a 503: Redis may have applied it
     deadline_ms: int = 0  # submitted with deadline_ms: it may end expired
 
 
@@ -289,6 +290,8 @@ class Traffic:
                 if status == 200:
                     self.ledger.tasks[body["task_id"]].cancelled = True
                     self.ledger.tasks[body["task_id"]].cancelled_at = time.monotonic()
+                elif status in (0, 503):  # a write Redis took after the API gave up on it
+                    self.ledger.tasks[body["task_id"]].cancel_in_doubt = True
             return
         if roll < 0.30:  # with an Idempotency-Key, and retried as a client that lost the answer would
             headers = {"Idempotency-Key": f"soak-{uuid.uuid4().hex}"}
@@ -1034,7 +1037,7 @@ async def check_ledger(
                     problems.append(f"cancelled (200), then computed: {task_id}")
         elif status == "failed" and letters[task_id] < 1:
             problems.append(f"failed without a dead letter: {task_id}")
-        elif status == "cancelled" and not task.cancelled:
+        elif status == "cancelled" and not task.cancelled and not task.cancel_in_doubt:
             problems.append(f"cancelled, though nobody asked: {task_id}")
         elif status == "expired" and not task.deadline_ms:
             problems.append(f"expired without a deadline: {task_id}")
