@@ -67,7 +67,7 @@ def fit_to_broker(letter: DeadLetter, max_bytes: int) -> DeadLetter:
 
 def without_inputs(letter: DeadLetter, why: str) -> DeadLetter:
     """A copy of the letter without the request's inputs (and the raw record), saying what
-    was dropped and ``why``; its attempts are cut to the last three."""
+    was dropped and ``why``."""
     trimmed = DeadLetter()
     trimmed.CopyFrom(letter)
     dropped = trimmed.request.ByteSize() + len(trimmed.raw_request)

@@ -370,22 +370,24 @@ class EmbeddedStack:
     def group_leaders(self, name: str) -> list[int]:
         """The processes leading the process groups of component ``name`` (each with its
         children in its group): one, or each running Kafka node for ``broker``."""
-        if name == "broker" and self.kafka is not None:
-            return [node.process.pid for node in self.kafka.running() if node.process and node.process.pid]
-        pid = self.processes[name].pid
-        return [pid] if pid is not None else []
+        return [process.pid for process in self._parts(name) if process.running() and process.pid is not None]
 
     def component_running(self, name: str) -> bool:
         """Whether component ``name`` runs whole (for ``broker`` on Kafka: every node)."""
-        if name == "broker" and self.kafka is not None:
-            return len(self.kafka.running()) == len(self.kafka.members)
-        return self.processes[name].running()
+        return all(process.running() for process in self._parts(name))
 
     def exit_status(self, name: str) -> str:
         """How component ``name`` ended, for a log line."""
+        ended = [p for p in self._parts(name) if not p.running()]
+        return ", ".join(
+            f"status {p.returncode}" if p.name == name else f"{p.name} status {p.returncode}" for p in ended
+        )
+
+    def _parts(self, name: str) -> list[ManagedProcess]:
+        """The processes of component ``name``: its own, or each Kafka node's for ``broker``."""
         if name == "broker" and self.kafka is not None:
-            return f"{len(self.kafka.members) - len(self.kafka.running())} kafka node(s) down"
-        return f"status {self.processes[name].returncode}"
+            return [node.process for node in self.kafka.members if node.process is not None]
+        return [self.processes[name]]
 
     def empty_broker(self) -> None:
         """Restart the in-memory broker with nothing stored, and the API and batchers
