@@ -66,6 +66,7 @@ from brimful.stack.kafka_jars import DEFAULT_KAFKA_VERSION
 from tests.helpers.pipeline import expected_outputs, read_dead_letters
 from tests.helpers.polling import wait_for
 from tests.helpers.slow_uploads import trickle
+from tests.helpers.soak_evidence import SoakEvidence
 from tests.helpers.stacks import add_second_batchers, api_workers, rows_seen_by_model, s3_broker_env, stack_settings
 
 SOAK_S = float(os.environ.get("BRIMFUL_SOAK_S", "150"))
@@ -563,7 +564,9 @@ async def test_every_accepted_task_ends_right_in_the_production_shape_under_chao
     await receivers.register(clients, ledger)
     job = await BatchJob.start(clients[TENANTS[0]], ledger)
     small_jobs = SmallJobs(clients[TENANTS[1]], ledger)
-    stop = asyncio.Event()
+    stop, checked = asyncio.Event(), asyncio.Event()
+    minutes = Path(REPORT).with_suffix(".minutes.md") if REPORT else stack.workdir / "soak.minutes.md"
+    evidence = asyncio.create_task(SoakEvidence(stack, MODELS, minutes).run(checked))  # through the checks too
     running = [
         asyncio.create_task(traffic.run(stop)),
         asyncio.create_task(watch(clients, ledger, operator, rng, stop)),
@@ -605,6 +608,8 @@ async def test_every_accepted_task_ends_right_in_the_production_shape_under_chao
     job_figures, job_problems = await job.check(clients[TENANTS[0]], ledger)
     small_figures, small_problems = await small_jobs.check()
     figures, problems = await check_ledger(stack, clients, operator, ledger)
+    checked.set()
+    await evidence
     hook_figures, hook_problems = receivers.check(ledger)
     await receivers.stop()
     left_behind = await storage_left_behind(stack)
