@@ -40,7 +40,7 @@ from redis.exceptions import RedisError
 from brimful.api.auth import Principal
 from brimful.api.batch_lines import BatchLine, LineError, error_line, parse_line
 from brimful.api.batch_results import BatchResults, StepLines
-from brimful.api.embedding_routes import EmbeddingShape
+from brimful.api.embedding_answer import EmbeddingShape
 from brimful.api.errors import ApiError
 from brimful.api.idempotency import claim_idempotency_key
 from brimful.api.state import ApiState

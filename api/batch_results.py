@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from brimful.api.batch_lines import error_line, output_line
-from brimful.api.embedding_routes import EmbeddingShape, embeddings_answer
+from brimful.api.embedding_answer import EmbeddingShape, embeddings_answer
 from brimful.api.errors import ApiError
 from brimful.api.state import ApiState
 from brimful.core.batch_records import BatchRecord

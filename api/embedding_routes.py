@@ -12,29 +12,19 @@ the rows finish. A failed row fails the call (502), naming the input and why.
 from __future__ import annotations
 
 import asyncio
-import base64
-import logging
 import time
-from collections.abc import Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass
-from typing import Any
 
-import numpy as np
 from fastapi import APIRouter, Depends, Request
 
 from brimful.api.auth import Principal, requires
-from brimful.api.embedding_request import EmbeddingRequest, parse_embedding_request
-from brimful.api.errors import ApiError
+from brimful.api.embedding_answer import EmbeddingShape, embeddings_answer
+from brimful.api.embedding_request import parse_embedding_request
 from brimful.api.json_answer import JsonAnswer
 from brimful.api.request_body import parse_json, read_body
 from brimful.api.state import api_state
 from brimful.api.submitter import Submitter, check_admission, new_task_id
 from brimful.core.api_keys import Scope
-from brimful.core.task_record import TaskRecord
-from brimful.core.task_status import TaskStatus
-
-log = logging.getLogger("brimful.api")
 
 router = APIRouter(tags=["openai"])
 
@@ -73,54 +63,3 @@ async def create_embeddings(request: Request, principal: Principal = Depends(req
     for task_id in task_ids:
         state.read_results.note(task_id)
     return JsonAnswer(answer)
-
-
-@dataclass(frozen=True)
-class EmbeddingShape:
-    """What an embeddings answer needs besides the tasks' records (kept with a batch job's line)."""
-
-    model: str
-    output: str  # the model's EMBEDDING output
-    encoding_format: str
-    prompt_tokens: int
-
-    @classmethod
-    def of(cls, ask: EmbeddingRequest) -> EmbeddingShape:
-        return cls(ask.model.name, ask.output.name, ask.encoding_format, ask.prompt_tokens)
-
-
-def embeddings_answer(
-    ask: EmbeddingShape, task_ids: Sequence[str], records: Sequence[TaskRecord | None]
-) -> dict[str, Any]:
-    """OpenAI's list of embeddings, or the error of the first input that did not end done."""
-    unfinished = sum(1 for record in records if record is None or not record.status.is_final)
-    if unfinished:
-        raise ApiError(
-            504,
-            "timeout",
-            f"{unfinished} of {len(records)} inputs were not embedded in time; they keep running, "
-            "and the same call again is answered from their results",
-        )
-    data = []
-    for index, (task_id, record) in enumerate(zip(task_ids, records)):
-        assert record is not None
-        if record.status is not TaskStatus.DONE or not record.outputs:
-            reason = (record.error or {}).get("message", record.status.value)
-            log.warning("embedding input failed", extra={"task_id": task_id, "status": record.status.value})
-            raise ApiError(
-                502, "inference_failed", f"input[{index}] was not embedded ({record.status.value}): {reason}"
-            )
-        vector = record.outputs[ask.output]
-        embedding: Any = (
-            base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode("ascii")
-            if ask.encoding_format == "base64"
-            else vector
-        )
-        data.append({"object": "embedding", "index": index, "embedding": embedding})
-    tokens = ask.prompt_tokens
-    return {
-        "object": "list",
-        "data": data,
-        "model": ask.model,
-        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
-    }
