@@ -10,27 +10,22 @@ from fastapi import FastAPI
 from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp
 
-from brimful.api import (
-    batch_routes,
-    batching_routes,
-    dlq_routes,
-    embedding_routes,
-    file_routes,
-    health_routes,
-    model_routes,
-    openapi,
-    task_routes,
-    webhook_routes,
-)
-from brimful.api.batch_jobs import BatchJobs
-from brimful.api.browser_guard import BrowserGuard
-from brimful.api.direct_lane import DirectLane
-from brimful.api.errors import HANDLERS
-from brimful.api.fast_lane import FastLane
-from brimful.api.response_metrics import ResponseCounter
+from brimful.api.admin import dlq_routes, operator_routes
+from brimful.api.http import health_routes
+from brimful.api.http.browser_guard import BrowserGuard
+from brimful.api.http.direct_lane import DirectLane
+from brimful.api.http.errors import HANDLERS
+from brimful.api.http.fast_lane import FastLane
+from brimful.api.http.response_metrics import ResponseCounter
+from brimful.api.jobs import job_routes
+from brimful.api.jobs.job_driver import BatchJobs
+from brimful.api.openai import embedding_routes, file_routes, model_routes
+from brimful.api.openai.storage_sweep import StorageSweep
+from brimful.api.openapi import document
 from brimful.api.state import ApiState
-from brimful.api.storage_sweep import StorageSweep
-from brimful.api.webhook_sender import WebhookSender
+from brimful.api.tasks import task_routes
+from brimful.api.webhooks import webhook_routes
+from brimful.api.webhooks.webhook_sender import WebhookSender
 from brimful.core.heap import freeze_startup_heap
 from brimful.core.logs import configure_logging
 from brimful.core.settings import Settings, get_settings
@@ -71,14 +66,14 @@ def create_app(settings: Settings) -> ASGIApp:
         # OpenTelemetry hooks would only add per-request cost.
         telemetry={"tracing": False, "metrics": False, "logs": False, "operation_spans": False},
     )
-    openapi.install(app, settings, lambda: getattr(getattr(app.state, "brimful", None), "catalogue", None))
+    document.install(app, settings, lambda: getattr(getattr(app.state, "brimful", None), "catalogue", None))
     for routes in (
         task_routes,
         model_routes,
         embedding_routes,
         file_routes,
-        batch_routes,
-        batching_routes,
+        job_routes,
+        operator_routes,
         dlq_routes,
         health_routes,
         webhook_routes,
@@ -103,7 +98,7 @@ def create_app(settings: Settings) -> ASGIApp:
 
 class ServedApp(ResponseCounter):
     """What uvicorn serves: the ASGI app, every answer counted, and the ``direct_lane``
-    that the HTTP protocol (``api/http_protocol.py``) answers the two task routes with."""
+    that the HTTP protocol (``api/http/http_protocol.py``) answers the two task routes with."""
 
     def __init__(self, app: ASGIApp, direct_lane: DirectLane | None) -> None:
         super().__init__(app)

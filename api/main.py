@@ -54,5 +54,5 @@ def serve(app: object, workers: int | None) -> None:
         # Bounds on what clients hold: a deadline for a request's head (uvicorn has none),
         # and a cap on open connections (api_max_connections), both in the protocol, which
         # answers them in JSON (uvicorn's limit_concurrency answers in plain text).
-        http="brimful.api.http_protocol:BoundedHttpProtocol",
+        http="brimful.api.http.http_protocol:BoundedHttpProtocol",
     )

@@ -40,13 +40,13 @@ from bench.scale import LANES, Shape
 ROOT = Path(__file__).resolve().parent.parent
 ROOMS = ("api", "batcher", "workers", "model_server", "core", "schemas")  # pyproject's package-dir
 COMPILED = (
-    "api/auth.py",
-    "api/browser_guard.py",
-    "api/group_commit.py",
-    "api/request_body.py",
-    "api/submission.py",
-    "api/submitter.py",
-    "api/task_waiters.py",
+    "api/http/auth.py",
+    "api/http/browser_guard.py",
+    "api/tasks/group_commit.py",
+    "api/http/request_body.py",
+    "api/tasks/submission.py",
+    "api/tasks/submitter.py",
+    "api/tasks/task_waiters.py",
     "core/tensor_codec.py",
 )
 SETUP = """\
@@ -84,7 +84,7 @@ def build(tree: Path, log: Path) -> None:
         )
     # The stack's processes must import the build, not the sources: check one module.
     probe = subprocess.run(
-        [sys.executable, "-c", "import brimful.api.submitter as m; print(m.__file__)"],
+        [sys.executable, "-c", "import brimful.api.tasks.submitter as m; print(m.__file__)"],
         cwd=tree,
         capture_output=True,
         text=True,

@@ -7,7 +7,7 @@ POST with a constant 202, bare and behind a FastAPI route, as many workers as th
 then, alternately, each on a stack of its own (GPU-like model, ``bench/scale.py``'s
 shape): a closed loop of 256 clients with the two task routes on
 
-- ``direct``: answered inside the HTTP protocol (``api/direct_lane.py``, the default);
+- ``direct``: answered inside the HTTP protocol (``api/http/direct_lane.py``, the default);
 - ``fast``: through ASGI, past FastAPI's routing (``api_direct_lane`` off);
 - ``fastapi``: FastAPI's own routes (``api_fast_lane`` off too).
 

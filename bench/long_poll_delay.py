@@ -15,7 +15,7 @@ Starts the embedded stack on free ports, then measures three ways:
 3. End to end through the model: ``POST /v1/tasks?wait=10``; delay = answer received -
    the task's ``updated_at_ms`` (the time the worker stored it; millisecond resolution).
 
-The waiter is woken by Redis pub/sub (``api/task_waiters.py``); there is no polling loop.
+The waiter is woken by Redis pub/sub (``api/tasks/task_waiters.py``); there is no polling loop.
 """
 
 from __future__ import annotations

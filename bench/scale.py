@@ -156,7 +156,7 @@ class RunOptions:
 
 # The API's lanes for the two task routes, by the settings that choose them.
 LANES: dict[str, dict[str, object]] = {
-    "direct": {},  # inside the HTTP protocol (api/direct_lane.py), the default
+    "direct": {},  # inside the HTTP protocol (api/http/direct_lane.py), the default
     "fast": {"api_direct_lane": False},  # through ASGI, past FastAPI's routing
     "fastapi": {"api_direct_lane": False, "api_fast_lane": False},  # FastAPI's own routes
 }

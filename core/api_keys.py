@@ -3,7 +3,7 @@
 A key is shown once, when created; Redis keeps only its SHA-256 (``RedisKeys.api_keys``,
 a hash of digest -> JSON record), so a leaked database leaks no usable key. A revocation
 is announced on ``RedisKeys.revoked_keys_channel``, so API processes that keep keys they
-looked up (``brimful.api.api_key_cache``) forget it at once.
+looked up (``brimful.api.http.api_key_cache``) forget it at once.
 """
 
 from __future__ import annotations

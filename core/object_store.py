@@ -25,7 +25,7 @@ import pyarrow.fs as pafs
 CHUNK_BYTES = 1 << 20
 # An object being written is named ``{name}{WRITING}{random}`` and moved to its name once
 # whole: a writer stopped midway (a crash) leaves a name the sweep knows to remove
-# (``api/storage_sweep.py``), never a partial object under a name a record may point to.
+# (``api/openai/storage_sweep.py``), never a partial object under a name a record may point to.
 WRITING = ".writing-"
 
 

@@ -8,14 +8,14 @@ tenant's quota until the waiting TTL trims it (days).
 
 So admission also puts each task it records in one sorted set (``RedisKeys.unconfirmed``),
 scored by when it was recorded, and the API takes it out again once the broker has
-answered (in bulk, about a second later: ``api/submission_receipts.py``). An entry older
+answered (in bulk, about a second later: ``api/tasks/submission_receipts.py``). An entry older
 than the longest a submission can take belongs to a submission that stopped without a
 word. Whether its record reached the broker cannot be told from here, so the sweep does
 the one thing that is right either way: it takes the task out of its tenant's in-flight
 set. A task that did reach the broker still runs (its final move would have taken it out
 anyway); one that did not stays ``queued``, unknown to anyone (its client had no answer),
 until its record expires. A retry with its Idempotency-Key sends it again
-(``api/idempotency.py``).
+(``api/tasks/idempotency.py``).
 """
 
 from __future__ import annotations

@@ -57,6 +57,19 @@ def test_architecture_names_every_room_and_the_path_of_a_task() -> None:
     assert {stop.split("/")[0] for stop in stops} >= {"api", "batcher", "workers", "core"}
 
 
+def test_every_module_the_api_table_names_is_in_its_sub_package() -> None:
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    rows = re.findall(r"^\| `(api/\w+/)` \| (.*) \|$", text, flags=re.M)
+    assert {folder for folder, _ in rows} == {
+        f"api/{path.parent.name}/" for path in (ROOT / "api").glob("*/__init__.py")
+    }
+    for folder, cell in rows:
+        named = re.findall(r"`(\w+\.py)`", cell)
+        assert named, f"docs/architecture.md names no module of {folder}"
+        missing = [name for name in named if not (ROOT / folder / name).is_file()]
+        assert missing == [], f"docs/architecture.md names modules {folder} does not hold"
+
+
 def test_the_readme_is_a_front_page() -> None:
     # What it is, the two commands, a tour and links; the rest lives in docs/.
     readme = (ROOT / "README.md").read_text()

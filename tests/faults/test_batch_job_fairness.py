@@ -13,7 +13,7 @@ import httpx
 import orjson
 import pytest
 
-from brimful.api.batch_jobs import BatchJobs
+from brimful.api.jobs.job_driver import BatchJobs
 from brimful.api.state import ApiState
 from brimful.core.api_keys import ApiKeys, Scope
 from brimful.core.batch_records import BatchRecord, new_batch_id

@@ -18,7 +18,7 @@ import aiohttp
 import pytest
 from redis.asyncio import Redis
 
-from brimful.api.submission_receipts import released_within_s
+from brimful.api.tasks.submission_receipts import released_within_s
 from brimful.core.api_keys import ApiKeys, Scope
 from brimful.core.redis_client import as_text
 from brimful.core.redis_keys import RedisKeys

@@ -64,7 +64,7 @@ class SoakEvidence:
     path: Path
     every_s: float = 60.0
     _calls: dict[tuple[str, str], dict[str, float]] = field(default_factory=dict)
-    _cpu: dict[str, float] = field(default_factory=dict)
+    _cpu: dict[str, dict[int, float]] = field(default_factory=dict)
 
     async def run(self, stop: asyncio.Event) -> None:
         started = time.monotonic()
@@ -90,9 +90,12 @@ class SoakEvidence:
                     rows.append(f"| {at_s:.0f} | {host} | {model} | {_call_cells(before, now)} |")
         cpu = component_cpu_s(self.stack)
         if at_s:
-            spent = {name: cpu[name] - self._cpu.get(name, 0.0) for name in cpu}
+            spent = {
+                name: sum(seconds - self._cpu.get(name, {}).get(leader, 0.0) for leader, seconds in groups.items())
+                for name, groups in cpu.items()
+            }
             load = os.getloadavg()[0]
-            shares = ", ".join(f"{name} {seconds:.0f}" for name, seconds in sorted(spent.items()) if seconds >= 0)
+            shares = ", ".join(f"{name} {seconds:.0f}" for name, seconds in sorted(spent.items()))
             rows.append(f"| {at_s:.0f} | CPU s in the interval (load {load:.1f}) | {shares} | | | | |")
         self._cpu = cpu
         with self.path.open("a") as page:

@@ -16,8 +16,8 @@ import pytest
 from fastapi import FastAPI
 
 from brimful.api.app import create_app
-from brimful.api.browser_guard import BrowserGuard
-from brimful.api.response_metrics import ResponseCounter
+from brimful.api.http.browser_guard import BrowserGuard
+from brimful.api.http.response_metrics import ResponseCounter
 from brimful.api.state import ApiState
 from brimful.stack import EmbeddedStack
 from brimful.stack.processes import free_port

@@ -22,8 +22,8 @@ from prometheus_client import REGISTRY
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from brimful.api.app import ServedApp, create_app
-from brimful.api.browser_guard import BrowserGuard
-from brimful.api.http_protocol import BoundedHttpProtocol
+from brimful.api.http.browser_guard import BrowserGuard
+from brimful.api.http.http_protocol import BoundedHttpProtocol
 from brimful.api.state import ApiState
 from brimful.core.api_keys import ApiKeys
 from brimful.core.api_keys import Scope as KeyScope

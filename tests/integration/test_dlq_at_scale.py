@@ -15,8 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from brimful.api.dead_letter_admin import DeadLetterAdmin
-from brimful.api.dead_letter_entries import DeadLetterFilter
+from brimful.api.admin.dead_letter_admin import DeadLetterAdmin
+from brimful.api.admin.dead_letter_entries import DeadLetterFilter
 from brimful.core.dead_letter_index import DeadLetterIndex
 from brimful.core.kafka import connection_options, make_producer
 from brimful.core.redis_client import make_redis

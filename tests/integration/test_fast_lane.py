@@ -19,9 +19,9 @@ import pytest
 from fastapi import FastAPI
 
 from brimful.api.app import create_app
-from brimful.api.browser_guard import BrowserGuard
-from brimful.api.fast_lane import FastLane
-from brimful.api.response_metrics import ResponseCounter
+from brimful.api.http.browser_guard import BrowserGuard
+from brimful.api.http.fast_lane import FastLane
+from brimful.api.http.response_metrics import ResponseCounter
 from brimful.api.state import ApiState
 from brimful.core.api_keys import ApiKeys, Scope
 from brimful.core.redis_keys import RedisKeys

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from brimful.api.http_protocol import MAX_HEAD_BYTES
+from brimful.api.http.http_protocol import MAX_HEAD_BYTES
 from brimful.stack import EmbeddedStack, read_sample_sums, settings_env, wait_until
 from brimful.stack.processes import ManagedProcess, free_port, http_ok
 

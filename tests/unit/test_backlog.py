@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from brimful.api.backlog import RESTART_AFTER_S, BacklogMonitor
+from brimful.api.tasks.backlog import RESTART_AFTER_S, BacklogMonitor
 from brimful.core.stats import StatsField
 from brimful.core.topic_generations import TopicGenerations
 

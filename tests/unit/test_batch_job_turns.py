@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from brimful.api.batch_jobs import _Cursor, _next_line
+from brimful.api.jobs.job_driver import _Cursor, _next_line
 from brimful.core.batch_job_turns import turns
 
 

@@ -10,7 +10,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.ipc
 
-from brimful.api.result_tables import BYTES_PER_GROUP, table_chunks
+from brimful.api.jobs.result_tables import BYTES_PER_GROUP, table_chunks
 from brimful.core.object_store import ObjectStore
 
 

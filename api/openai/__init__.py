@@ -1,0 +1,1 @@
+"""OpenAI's embeddings, models and files, in OpenAI's schema."""

@@ -1,0 +1,140 @@
+"""What a body of ``POST /v1/embeddings`` must be, in OpenAI's schema: every check before
+its inputs become tasks (``api/openai/embedding_routes.py`` takes it from there).
+
+``input`` is one string or a list of them (token-id arrays are refused: Brimful's models
+take text); ``model`` names a served embedding model; ``encoding_format`` is ``float``
+(the default) or ``base64`` (little-endian float32, as OpenAI's client decodes it);
+``dimensions``, if given, must be the model's own; ``user`` is accepted and not used.
+Refusals are 400 as OpenAI answers them (404 for a model not served), each naming the
+parameter and what is wrong.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from brimful.api.http.errors import ApiError
+from brimful.api.tasks.submission import Submission
+from brimful.core.model_catalogue import ModelCatalogue, UnknownModelError
+from brimful.core.model_signature import ModelSignature, TensorSpec
+from brimful.core.tensor_codec import InputValidationError, encode_input
+
+ALLOWED_FIELDS = ("input", "model", "encoding_format", "dimensions", "user")
+ENCODING_FORMATS = ("float", "base64")
+MAX_USER_LENGTH = 256
+
+
+@dataclass(frozen=True)
+class EmbeddingRequest:
+    """A checked request: one task a text, in order."""
+
+    model: ModelSignature
+    output: TensorSpec  # the model's EMBEDDING output
+    texts: tuple[str, ...]
+    submissions: tuple[Submission, ...]
+    encoding_format: str
+
+    @property
+    def prompt_tokens(self) -> int:
+        """What ``usage`` reports: the inputs' whitespace-separated words (Brimful does not
+        run the model's tokenizer; a stable, documented count to meter by)."""
+        return sum(len(text.split()) for text in self.texts)
+
+
+def _invalid(parameter: str, message: str) -> ApiError:
+    return ApiError(400, "invalid_request", f"{parameter}: {message}")
+
+
+def parse_embedding_request(document: Any, catalogue: ModelCatalogue, max_inputs: int) -> EmbeddingRequest:
+    """Check a decoded body; 400 (404 for an unknown model, 413 past ``max_inputs``)
+    naming the first problem."""
+    if not isinstance(document, dict):
+        raise _invalid("body", 'must be a JSON object like {"model": ..., "input": ...}')
+    unknown = sorted(set(document) - set(ALLOWED_FIELDS))
+    if unknown:
+        raise _invalid("body", f"unknown field(s): {', '.join(unknown)}; allowed: {', '.join(ALLOWED_FIELDS)}")
+    model = _embedding_model(document.get("model"), catalogue)
+    output = model.embedding_output
+    assert output is not None  # _embedding_model checked it
+    texts = _texts(document.get("input"), max_inputs)
+    encoding_format = document.get("encoding_format", "float")
+    if encoding_format not in ENCODING_FORMATS:
+        raise _invalid("encoding_format", f"must be one of: {', '.join(ENCODING_FORMATS)}")
+    dimensions = document.get("dimensions")
+    if dimensions is not None and (isinstance(dimensions, bool) or dimensions != output.row_shape[0]):
+        raise _invalid("dimensions", f"model {model.name} gives {output.row_shape[0]} dimensions; omit it or send that")
+    user = document.get("user")
+    if user is not None and (not isinstance(user, str) or len(user) > MAX_USER_LENGTH):
+        raise _invalid("user", f"must be a string of at most {MAX_USER_LENGTH} characters")
+    spec = model.inputs[0]
+    submissions = []
+    for index, text in enumerate(texts):
+        try:
+            encoded = encode_input(spec, text)
+        except InputValidationError as error:
+            raise _invalid(f"input[{index}]", str(error)) from error
+        submissions.append(Submission(inputs={spec.name: encoded}, model=model.name))
+    return EmbeddingRequest(model, output, tuple(texts), tuple(submissions), encoding_format)
+
+
+def _embedding_model(name: Any, catalogue: ModelCatalogue) -> ModelSignature:
+    if not isinstance(name, str) or not name:
+        raise _invalid("model", "required: the name of an embedding model (GET /v1/models lists them with their kind)")
+    try:
+        model = catalogue.get(name)
+    except UnknownModelError as error:
+        raise ApiError(404, "model_not_found", str(error)) from error
+    if model.embedding_output is None:
+        embedding = [n for n in catalogue.names if catalogue.get(n).embedding_output is not None]
+        raise _invalid(
+            "model",
+            f"{model.name} is not an embedding model (its kind is {model.kind}); "
+            f"embedding models here: {', '.join(embedding) or 'none'}",
+        )
+    return model
+
+
+def _texts(value: Any, max_inputs: int) -> list[str]:
+    texts = [value] if isinstance(value, str) else value
+    if not isinstance(texts, list) or not texts:
+        raise _invalid("input", "required: a string or a non-empty list of strings")
+    if len(texts) > max_inputs:
+        raise ApiError(413, "too_many_inputs", f"input: {len(texts)} inputs exceed the limit of {max_inputs} a call")
+    for index, text in enumerate(texts):
+        if _token_ids(text):
+            raise _invalid("input", "token-id arrays are not accepted: Brimful's models take text; send strings")
+        if not isinstance(text, str):
+            raise _invalid(f"input[{index}]", "must be a string")
+        if not text:
+            raise _invalid(f"input[{index}]", "must not be empty")
+    return texts
+
+
+def _token_ids(value: Any) -> bool:
+    """A token id, or an array of them: OpenAI's other input form."""
+    if isinstance(value, list):
+        return bool(value) and all(isinstance(item, int) and not isinstance(item, bool) for item in value)
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def embedding_request_schema(catalogue: ModelCatalogue | None, max_inputs: int) -> dict[str, Any]:
+    """The body's JSON schema for the OpenAPI document, from the checks above."""
+    text = {"type": "string", "minLength": 1}
+    model: dict[str, Any] = {"type": "string", "description": "an embedding model (GET /v1/models: kind embedding)"}
+    embedding = [name for name in catalogue.names if catalogue.get(name).embedding_output] if catalogue else []
+    if embedding:
+        model["enum"] = embedding
+    return {
+        "type": "object",
+        "required": ["model", "input"],
+        "additionalProperties": False,
+        "properties": {
+            "input": {"oneOf": [text, {"type": "array", "minItems": 1, "maxItems": max_inputs, "items": text}]},
+            "model": model,
+            "encoding_format": {"type": "string", "enum": list(ENCODING_FORMATS), "default": "float"},
+            "dimensions": {"type": "integer", "minimum": 1, "description": "the model's own, or omitted"},
+            "user": {"type": "string", "maxLength": MAX_USER_LENGTH, "description": "accepted, not used"},
+        },
+        "example": {"model": embedding[0] if embedding else "brimful_embedding", "input": ["hello"]},
+    }

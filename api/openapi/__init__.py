@@ -1,0 +1,1 @@
+"""The OpenAPI document: every operation's body, parameters and answers."""

@@ -1,0 +1,211 @@
+"""The OpenAPI operations of the OpenAI-compatible routes (embeddings, models, files,
+batches) and of the webhooks, with the limits they show imported from where they are
+enforced."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from brimful.api.jobs.job_lines import ENDPOINTS
+from brimful.api.jobs.job_routes import (
+    ALLOWED_FIELDS as BATCH_FIELDS,
+)
+from brimful.api.jobs.job_routes import (
+    BATCHES_PATH,
+    MAX_METADATA,
+    MAX_METADATA_KEY,
+    MAX_METADATA_VALUE,
+)
+from brimful.api.jobs.job_routes import (
+    LIST_LIMIT_MAX as BATCH_LIST_MAX,
+)
+from brimful.api.jobs.result_tables import FORMATS as TABLE_FORMATS
+from brimful.api.openai.embedding_request import embedding_request_schema
+from brimful.api.openai.embedding_routes import EMBEDDINGS_PATH
+from brimful.api.openai.file_routes import FILES_PATH
+from brimful.api.openai.file_routes import LIST_LIMIT_MAX as FILE_LIST_MAX
+from brimful.api.openapi.shapes import OBJECT, OPENAI_MODEL, json_content, query_parameter, responses
+from brimful.api.webhooks.webhook_routes import LIST_LIMIT_MAX as WEBHOOK_LIST_MAX
+from brimful.api.webhooks.webhook_routes import MAX_DESCRIPTION, WEBHOOKS_PATH
+from brimful.core.batch_status import BatchStatus
+from brimful.core.file_records import OUTPUT_PURPOSE, UPLOAD_PURPOSES
+from brimful.core.model_catalogue import ModelCatalogue
+from brimful.core.settings import Settings
+from brimful.core.webhook_records import EVENT_TYPES
+from brimful.core.webhook_targets import MAX_URL_LENGTH
+
+ENDPOINT_BODY = {
+    "type": "object",
+    "required": ["url", "events"],
+    "additionalProperties": False,
+    "properties": {
+        "url": {"type": "string", "format": "uri", "maxLength": MAX_URL_LENGTH},
+        "events": {"type": "array", "minItems": 1, "items": {"type": "string", "enum": list(EVENT_TYPES)}},
+        "description": {"type": "string", "maxLength": MAX_DESCRIPTION},
+    },
+}
+FILE = {
+    "type": "object",
+    "required": ["id", "object", "bytes", "created_at", "filename", "purpose"],
+    "properties": {
+        "id": {"type": "string"},
+        "object": {"type": "string", "enum": ["file"]},
+        "bytes": {"type": "integer"},
+        "created_at": {"type": "integer"},
+        "filename": {"type": "string"},
+        "purpose": {"type": "string", "enum": [*UPLOAD_PURPOSES, OUTPUT_PURPOSE]},
+    },
+}
+BATCH = {
+    "type": "object",
+    "required": ["id", "object", "endpoint", "input_file_id", "completion_window", "status", "request_counts"],
+    "properties": {
+        "id": {"type": "string"},
+        "object": {"type": "string", "enum": ["batch"]},
+        "endpoint": {"type": "string", "enum": list(ENDPOINTS)},
+        "status": {"type": "string", "enum": [status.value for status in BatchStatus]},
+        "request_counts": {
+            "type": "object",
+            "properties": {name: {"type": "integer"} for name in ("total", "completed", "failed")},
+        },
+    },
+}
+
+
+def _page(item: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "required": ["object", "data", "has_more"],
+        "properties": {
+            "object": {"type": "string"},
+            "data": {"type": "array", "items": item},
+            "has_more": {"type": "boolean"},
+        },
+    }
+
+
+def openai_operations(catalogue: ModelCatalogue | None, settings: Settings) -> dict[tuple[str, str], dict[str, Any]]:
+    """(path, method) -> the parts of each OpenAI-compatible operation FastAPI cannot infer."""
+    upload = {
+        "type": "object",
+        "required": ["file", "purpose"],
+        "properties": {
+            "file": {"type": "string", "format": "binary", "description": f"at most {settings.file_max_bytes} bytes"},
+            "purpose": {"type": "string", "enum": list(UPLOAD_PURPOSES)},
+        },
+    }
+    batch_fields: dict[str, Any] = {
+        "input_file_id": {"type": "string"},
+        "endpoint": {"type": "string", "enum": list(ENDPOINTS)},
+        "completion_window": {
+            "type": "string",
+            "pattern": "^[0-9]{1,7}[smh]$",
+            "description": "24h as OpenAI's, or shorter: 90s, 30m, 2h",
+        },
+        "metadata": {
+            "type": "object",
+            "maxProperties": MAX_METADATA,
+            "propertyNames": {"maxLength": MAX_METADATA_KEY},
+            "additionalProperties": {"type": "string", "maxLength": MAX_METADATA_VALUE},
+        },
+    }
+    assert set(batch_fields) == set(BATCH_FIELDS)  # the document states every field the route reads
+    batch_body = {
+        "type": "object",
+        "required": ["input_file_id", "endpoint", "completion_window"],
+        "additionalProperties": False,
+        "properties": batch_fields,
+    }
+    limit = lambda most: query_parameter("limit", {"type": "integer", "minimum": 1, "maximum": most})  # noqa: E731
+    after = query_parameter("after", {"type": "string"}, "the id of the last item of the page before")
+    return {
+        ("/v1/models/{model}", "get"): {
+            "responses": responses({200: ("The model.", OPENAI_MODEL)}, (401, 403, 404, 503)),
+        },
+        (EMBEDDINGS_PATH, "post"): {
+            "requestBody": {
+                "required": True,
+                **json_content(embedding_request_schema(catalogue, settings.max_bulk_tasks)),
+            },
+            "responses": responses(
+                {200: ("A vector for each input, in order, and usage (OpenAI's schema).", OBJECT)},
+                (400, 401, 403, 404, 408, 413, 429, 502, 503, 504),
+            ),
+        },
+        (FILES_PATH, "post"): {
+            "requestBody": {"required": True, "content": {"multipart/form-data": {"schema": upload}}},
+            "responses": responses({200: ("The file.", FILE)}, (400, 401, 403, 408, 413, 415, 429, 503)),
+        },
+        (FILES_PATH, "get"): {
+            "parameters": [
+                limit(FILE_LIST_MAX),
+                after,
+                query_parameter("order", {"type": "string", "enum": ["asc", "desc"]}),
+                query_parameter("purpose", {"type": "string", "enum": [*UPLOAD_PURPOSES, OUTPUT_PURPOSE]}),
+            ],
+            "responses": responses({200: ("A page of the tenant's files.", _page(FILE))}, (400, 401, 403, 503)),
+        },
+        (FILES_PATH + "/{file_id}", "get"): {
+            "responses": responses({200: ("The file.", FILE)}, (401, 403, 404, 503)),
+        },
+        (FILES_PATH + "/{file_id}", "delete"): {
+            "responses": responses({200: ("Deleted.", OBJECT)}, (401, 403, 404, 503)),
+        },
+        (FILES_PATH + "/{file_id}/content", "get"): {
+            "parameters": [
+                query_parameter(
+                    "format", {"type": "string", "enum": list(TABLE_FORMATS)}, "a batch job's results as a table"
+                )
+            ],
+            "responses": {
+                "200": {
+                    "description": "The file's bytes (or, with format, a batch job's results as a table).",
+                    "content": {
+                        media: {"schema": {"type": "string", "format": "binary"}}
+                        for media in ("application/octet-stream", *TABLE_FORMATS.values())
+                    },
+                },
+                **responses({}, (400, 401, 403, 404, 503)),
+            },
+        },
+        (BATCHES_PATH, "post"): {
+            "requestBody": {"required": True, **json_content(batch_body)},
+            "responses": responses({200: ("The batch, validating.", BATCH)}, (400, 401, 403, 404, 408, 413, 429, 503)),
+        },
+        (BATCHES_PATH, "get"): {
+            "parameters": [limit(BATCH_LIST_MAX), after],
+            "responses": responses({200: ("A page of the tenant's batches.", _page(BATCH))}, (400, 401, 403, 503)),
+        },
+        (BATCHES_PATH + "/{batch_id}", "get"): {
+            "responses": responses({200: ("The batch.", BATCH)}, (401, 403, 404, 503)),
+        },
+        (BATCHES_PATH + "/{batch_id}/cancel", "post"): {
+            "responses": responses({200: ("The batch, cancelling.", BATCH)}, (401, 403, 404, 409, 503)),
+        },
+        (WEBHOOKS_PATH + "/endpoints", "post"): {
+            "requestBody": {"required": True, **json_content(ENDPOINT_BODY)},
+            "responses": responses({200: ("The endpoint, with its secret.", OBJECT)}, (400, 401, 403, 408, 413, 503)),
+        },
+        (WEBHOOKS_PATH + "/endpoints", "get"): {
+            "responses": responses({200: ("The tenant's endpoints.", OBJECT)}, (401, 403, 503)),
+        },
+        (WEBHOOKS_PATH + "/endpoints/{endpoint_id}", "delete"): {
+            "responses": responses({200: ("Deleted.", OBJECT)}, (401, 403, 404, 503)),
+        },
+        (WEBHOOKS_PATH + "/callback-secret", "get"): {
+            "responses": responses({200: ("The secret of the tenant's task callbacks.", OBJECT)}, (401, 403, 503)),
+        },
+        (WEBHOOKS_PATH + "/deliveries", "get"): {
+            "parameters": [
+                limit(WEBHOOK_LIST_MAX),
+                query_parameter("state", {"type": "string", "enum": ["dead"]}, "dead: the dead ones only"),
+            ],
+            "responses": responses({200: ("The tenant's latest deliveries.", OBJECT)}, (400, 401, 403, 503)),
+        },
+        (WEBHOOKS_PATH + "/deliveries/{delivery_id}", "get"): {
+            "responses": responses({200: ("The delivery and its event.", OBJECT)}, (401, 403, 404, 503)),
+        },
+        (WEBHOOKS_PATH + "/deliveries/{delivery_id}/replay", "post"): {
+            "responses": responses({200: ("The delivery, pending.", OBJECT)}, (401, 403, 404, 409, 503)),
+        },
+    }

@@ -1,0 +1,123 @@
+"""What a task's body must be: every check a submitted task passes before admission
+(``api/tasks/submitter.py`` takes it from there)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from brimful.api.http.errors import ApiError, unknown_model
+from brimful.core.model_catalogue import ModelCatalogue, UnknownModelError
+from brimful.core.model_signature import ModelSignature
+from brimful.core.tensor_codec import InputValidationError, encode_input
+from brimful.core.webhook_targets import TargetRefused, check_target, parse_target
+from brimful.schemas import InputTensor
+
+log = logging.getLogger("brimful.api")
+
+ALLOWED_FIELDS = ("inputs", "model", "deadline_ms", "cache", "priority", "callback_url")
+PRIORITIES = ("normal", "low")
+MAX_DEADLINE_MS = 3_600_000
+
+
+@dataclass(frozen=True)
+class Submission:
+    """A validated task, ready to be written to the requests topic."""
+
+    inputs: dict[str, InputTensor]
+    model: str  # the model it is for: the one it named, or the catalogue's default
+    deadline_ms: int | None = None  # the client wants the result within this many ms
+    cache: bool = True  # False: its own model call, never a result computed for an identical task
+    low_priority: bool = False  # bulk work: fills the slots normal tasks leave empty
+    callback_url: str = ""  # where its final state is POSTed (checked by Submitter.submit: check_callback)
+
+    @property
+    def payload_bytes(self) -> int:
+        """Size of the encoded inputs: what the tenant's payload limit is measured on."""
+        return sum(tensor.ByteSize() for tensor in self.inputs.values())
+
+
+def parse_submission(document: Any, catalogue: ModelCatalogue) -> Submission:
+    """Check a decoded body against the signature of the model it names (the default when
+    it names none); 422 naming the first problem."""
+    if not isinstance(document, dict):
+        raise ApiError(422, "invalid_request", 'body must be a JSON object like {"inputs": {...}}')
+    unknown_fields = sorted(set(document) - set(ALLOWED_FIELDS))
+    if unknown_fields:
+        raise ApiError(
+            422,
+            "invalid_request",
+            f"unknown field(s): {', '.join(unknown_fields)}; allowed: {', '.join(ALLOWED_FIELDS)}",
+        )
+    signature = model_named(document.get("model"), catalogue)
+    inputs = document.get("inputs")
+    if not isinstance(inputs, dict):
+        raise ApiError(422, "invalid_request", 'body must have an "inputs" object mapping input names to values')
+    expected = signature.input_names
+    missing = [name for name in expected if name not in inputs]
+    unknown = sorted(name for name in inputs if name not in expected)
+    if unknown:
+        raise ApiError(
+            422,
+            "unknown_input",
+            f"unknown input(s): {', '.join(unknown)}; model {signature.name} takes: {', '.join(expected)}",
+        )
+    if missing:
+        raise ApiError(422, "missing_input", f"missing input(s): {', '.join(missing)}")
+    deadline_ms = document.get("deadline_ms")
+    if deadline_ms is not None and (
+        isinstance(deadline_ms, bool) or not isinstance(deadline_ms, int) or not 1 <= deadline_ms <= MAX_DEADLINE_MS
+    ):
+        raise ApiError(
+            422, "invalid_request", f"deadline_ms must be a whole number of milliseconds from 1 to {MAX_DEADLINE_MS}"
+        )
+    cache = document.get("cache", True)
+    if not isinstance(cache, bool):
+        raise ApiError(422, "invalid_request", "cache must be true or false (false: this task gets its own model call)")
+    priority = document.get("priority", "normal")
+    if priority not in PRIORITIES:
+        raise ApiError(422, "invalid_request", f"priority must be one of: {', '.join(PRIORITIES)}")
+    callback_url = document.get("callback_url", "")
+    if not isinstance(callback_url, str):
+        raise ApiError(422, "invalid_request", "callback_url must be a string: an http(s) URL")
+    if callback_url:
+        try:
+            parse_target(callback_url, frozenset())
+        except TargetRefused as error:
+            raise ApiError(400, "invalid_callback_url", f"callback_url: {error}") from error
+    encoded: dict[str, InputTensor] = {}
+    for spec in signature.inputs:
+        try:
+            encoded[spec.name] = encode_input(spec, inputs[spec.name])
+        except InputValidationError as error:
+            raise ApiError(422, "invalid_input", str(error)) from error
+    return Submission(
+        inputs=encoded,
+        model=signature.name,
+        deadline_ms=deadline_ms,
+        cache=cache,
+        low_priority=priority == "low",
+        callback_url=callback_url,
+    )
+
+
+async def check_callback(submission: Submission, allowed_hosts: frozenset[str]) -> None:
+    """400 when the task's callback_url points inside this network (its host resolves to a
+    loopback, private or link-local address) and is not allowed by name."""
+    if submission.callback_url:
+        try:
+            await check_target(submission.callback_url, allowed_hosts)
+        except TargetRefused as error:
+            raise ApiError(400, "invalid_callback_url", f"callback_url: {error}") from error
+
+
+def model_named(name: Any, catalogue: ModelCatalogue) -> ModelSignature:
+    """The signature of the model a body's ``model`` field names (None: the default);
+    422 when it is not a string or names no model served here."""
+    if name is not None and not isinstance(name, str):
+        raise ApiError(422, "invalid_request", "model must be a string naming a model (GET /v1/models lists them)")
+    try:
+        return catalogue.get(name)
+    except UnknownModelError as error:
+        raise unknown_model(error) from error

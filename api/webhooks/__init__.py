@@ -1,0 +1,1 @@
+"""Webhook endpoints and the sender that delivers their events."""

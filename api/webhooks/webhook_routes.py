@@ -1,0 +1,128 @@
+"""``/v1/webhooks``: a tenant's webhook endpoints (URL, events, a secret each) and its
+deliveries, with the dead ones on-call replays. Every route needs the ``admin`` scope and
+sees the caller's tenant only."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, Depends, Request
+
+from brimful.api.http.auth import Principal, requires
+from brimful.api.http.errors import ApiError
+from brimful.api.http.request_body import parse_json, read_body
+from brimful.api.openai.file_routes import page_limit
+from brimful.api.state import ApiState, api_state
+from brimful.core.api_keys import Scope
+from brimful.core.webhook_records import EVENT_TYPES, MAX_ENDPOINTS, Delivery, Endpoint, new_endpoint_id
+from brimful.core.webhook_signing import new_secret
+from brimful.core.webhook_targets import TargetRefused, check_target
+
+router = APIRouter(tags=["webhooks"])
+
+WEBHOOKS_PATH = "/v1/webhooks"
+ALLOWED_FIELDS = ("url", "events", "description")
+MAX_DESCRIPTION = 256
+BODY_LIMIT_BYTES = 16 * 1024
+LIST_LIMIT_MAX = 1000
+_admin = requires(Scope.ADMIN)
+
+
+@router.post(WEBHOOKS_PATH + "/endpoints")
+async def add_endpoint(request: Request, principal: Principal = Depends(_admin)) -> dict[str, Any]:
+    """Register an endpoint for some event types; the answer carries its signing secret, once."""
+    state = api_state(request)
+    document = parse_json(await read_body(request, BODY_LIMIT_BYTES, state.settings.api_read_timeout_s))
+    if not isinstance(document, dict):
+        raise ApiError(400, "invalid_request", 'body must be a JSON object like {"url", "events"}')
+    unknown = sorted(set(document) - set(ALLOWED_FIELDS))
+    if unknown:
+        raise ApiError(
+            400, "invalid_request", f"unknown field(s): {', '.join(unknown)}; allowed: {', '.join(ALLOWED_FIELDS)}"
+        )
+    url, events = document.get("url"), document.get("events")
+    if not isinstance(url, str):
+        raise ApiError(400, "invalid_request", "url is required: where deliveries are POSTed")
+    if not isinstance(events, list) or not events or not all(event in EVENT_TYPES for event in events):
+        raise ApiError(400, "invalid_request", f"events must be a non-empty list of: {', '.join(EVENT_TYPES)}")
+    description = document.get("description", "")
+    if not isinstance(description, str) or len(description) > MAX_DESCRIPTION:
+        raise ApiError(400, "invalid_request", f"description must be a string of at most {MAX_DESCRIPTION} characters")
+    try:
+        await check_target(url, state.webhook_hosts)
+    except TargetRefused as error:
+        raise ApiError(400, "invalid_url", f"url: {error}") from error
+    endpoint = Endpoint(
+        new_endpoint_id(),
+        principal.tenant,
+        url,
+        tuple(dict.fromkeys(events)),
+        new_secret(),
+        description,
+        int(time.time()),
+    )
+    if not await state.webhooks.add_endpoint(endpoint):
+        raise ApiError(400, "too_many_endpoints", f"a tenant has at most {MAX_ENDPOINTS} webhook endpoints")
+    return endpoint.shown(with_secret=True)
+
+
+@router.get(WEBHOOKS_PATH + "/endpoints")
+async def list_endpoints(request: Request, principal: Principal = Depends(_admin)) -> dict[str, Any]:
+    """The tenant's endpoints, oldest first (no secrets)."""
+    endpoints = await api_state(request).webhooks.endpoints(principal.tenant)
+    return {"object": "list", "data": [endpoint.shown() for endpoint in endpoints]}
+
+
+@router.delete(WEBHOOKS_PATH + "/endpoints/{endpoint_id}")
+async def delete_endpoint(endpoint_id: str, request: Request, principal: Principal = Depends(_admin)) -> dict[str, Any]:
+    """Remove an endpoint; its pending deliveries end dead."""
+    state = api_state(request)
+    endpoint = await state.webhooks.endpoint(endpoint_id, principal.tenant)
+    if endpoint is None:
+        raise ApiError(404, "endpoint_not_found", f"no webhook endpoint {endpoint_id[:64]!r} for this tenant")
+    await state.webhooks.remove_endpoint(endpoint)
+    return {"id": endpoint_id, "deleted": True}
+
+
+@router.get(WEBHOOKS_PATH + "/callback-secret")
+async def callback_secret(request: Request, principal: Principal = Depends(_admin)) -> dict[str, str]:
+    """The secret that signs deliveries to the tenant's tasks' own ``callback_url``."""
+    return {"secret": await api_state(request).webhooks.callback_secret(principal.tenant)}
+
+
+@router.get(WEBHOOKS_PATH + "/deliveries")
+async def list_deliveries(request: Request, principal: Principal = Depends(_admin)) -> dict[str, Any]:
+    """The tenant's latest deliveries, newest first; ``state=dead``: the dead ones only."""
+    state_filter = request.query_params.get("state")
+    if state_filter not in (None, "dead"):
+        raise ApiError(400, "invalid_request", "state must be dead, or left out for every delivery")
+    limit = page_limit(request.query_params.get("limit"), LIST_LIMIT_MAX, 100)
+    found = await api_state(request).webhooks.listed(principal.tenant, limit, dead=state_filter == "dead")
+    return {"object": "list", "data": [delivery.shown() for delivery in found]}
+
+
+async def _own_delivery(state: ApiState, delivery_id: str, principal: Principal) -> Delivery:
+    delivery = await state.webhooks.delivery(delivery_id, principal.tenant)
+    if delivery is None:
+        raise ApiError(404, "delivery_not_found", f"no delivery {delivery_id[:64]!r} for this tenant")
+    return delivery
+
+
+@router.get(WEBHOOKS_PATH + "/deliveries/{delivery_id}")
+async def get_delivery(delivery_id: str, request: Request, principal: Principal = Depends(_admin)) -> dict[str, Any]:
+    """One delivery with the event it carries."""
+    delivery = await _own_delivery(api_state(request), delivery_id, principal)
+    return {**delivery.shown(), "payload": orjson.loads(delivery.payload)}
+
+
+@router.post(WEBHOOKS_PATH + "/deliveries/{delivery_id}/replay")
+async def replay_delivery(delivery_id: str, request: Request, principal: Principal = Depends(_admin)) -> dict[str, Any]:
+    """Send a delivery again now (a dead one, or one delivered), with the same id."""
+    state = api_state(request)
+    delivery = await _own_delivery(state, delivery_id, principal)
+    if delivery.state == "pending":
+        raise ApiError(409, "delivery_pending", f"delivery {delivery_id} is still being tried")
+    await state.webhooks.replay(delivery)
+    return delivery.shown()
