@@ -299,6 +299,8 @@ class EmbeddedStack:
                 str(self.settings.batch_size),
                 "--workspace",
                 str(workspace),
+                "--server-log",
+                str(self.workdir / "logs" / f"{name}-server.log"),
                 *(f"--also-fixed={rows}" for rows in self.reference_sizes()),
                 *self.beside_flags(),
                 *self.model_host_args,
