@@ -12,23 +12,25 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import KafkaError, TopicAlreadyExistsError
+from aiokafka.errors import KafkaError
 
 from brimful.batcher.generations import GenerationNotStarted, GenerationRun, Generations
 from brimful.batcher.health_server import HealthServer, Probes
 from brimful.batcher.limits import BatcherLimits
 from brimful.batcher.service import BatcherService
+from brimful.batcher.topic_admin import LiveGenerations, TopicAdmin
 from brimful.batcher.traces import ArrivalRecorder
 from brimful.batcher.upkeep import supervise
 from brimful.core.channel_follower import follow_channel
 from brimful.core.dead_letter_index import DeadLetterIndex
 from brimful.core.fetch_pacer import FetchPacer
 from brimful.core.heap import freeze_startup_heap
-from brimful.core.kafka import connection_options, ensure_topics, make_consumer, make_producer, record_limit
+from brimful.core.kafka import ensure_topics, make_admin, make_consumer, make_producer, record_limit
 from brimful.core.logs import configure_logging
 from brimful.core.metrics_exposition import exposition_with_labels
 from brimful.core.model_metadata import wait_for_signature
+from brimful.core.model_signature import ModelSignature
+from brimful.core.policy_params import PolicyParams
 from brimful.core.policy_tuning import PolicyTuning
 from brimful.core.redis_client import RedisClient, make_redis
 from brimful.core.redis_keys import RedisKeys
@@ -94,36 +96,46 @@ def model_pool(settings: Settings, redis: RedisClient, keys: RedisKeys, resolve:
     )
 
 
-async def serve(settings: Settings, stop: asyncio.Event) -> None:
-    """Run one batcher until ``stop`` is set."""
-    await ensure_topics(settings)
-    redis = make_redis(settings)
-    keys = RedisKeys(settings.key_prefix)
-    pool = model_pool(settings, redis, keys)
-    producer = make_producer(settings)
-    topic_generations = settings.topic_generations_for(settings.model_name)
-    admin = AIOKafkaAdminClient(**connection_options(settings), request_timeout_ms=settings.kafka_request_timeout_ms)
-    tracing = configure_tracing(settings, "brimful-batcher")
-    closers: list[tuple[str, Callable[[], Awaitable[None]]]] = []  # (step name, closer)
-    if tracing is not None:
-        closers.append(("tracing", lambda: asyncio.to_thread(tracing.shutdown)))  # flushes the exporter
-    try:
-        await pool.refresh()
-        while not pool.pool.endpoints and not stop.is_set():  # names that resolve to nothing yet
+class BatcherProcess:
+    """A batcher process's connections (Redis, the model pool, the producer, the admin
+    client, tracing) and what it closes at the end, each step bounded."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.redis = make_redis(settings)
+        self.keys = RedisKeys(settings.key_prefix)
+        self.pool = model_pool(settings, self.redis, self.keys)
+        self.producer = make_producer(settings)
+        self.admin = make_admin(settings)
+        self.tracing = configure_tracing(settings, "brimful-batcher")
+        self.closers: list[tuple[str, Callable[[], Awaitable[None]]]] = []  # (step name, closer)
+        if self.tracing is not None:
+            tracing = self.tracing
+            self.closers.append(("tracing", lambda: asyncio.to_thread(tracing.shutdown)))  # flushes the exporter
+
+    async def model_signature(self, stop: asyncio.Event) -> ModelSignature | None:
+        """The model's signature, once its endpoints resolve and one answers; None if
+        ``stop`` came first."""
+        await self.pool.refresh()
+        while not self.pool.pool.endpoints and not stop.is_set():  # names that resolve to nothing yet
             try:
-                await asyncio.wait_for(stop.wait(), timeout=settings.endpoint_resolve_s)
+                await asyncio.wait_for(stop.wait(), timeout=self.settings.endpoint_resolve_s)
             except TimeoutError:
-                await pool.refresh()
+                await self.pool.refresh()
         if stop.is_set():
-            return
-        signature = await wait_for_signature(pool.any_model(), stop)
-        if signature is None:
-            return
-        pool.batch_size = signature.batch_size  # the model's configuration says it, not a setting
+            return None
+        signature = await wait_for_signature(self.pool.any_model(), stop)
+        if signature is not None:
+            self.pool.batch_size = signature.batch_size  # the model's configuration says it, not a setting
+        return signature
+
+    async def assemble(self, signature: ModelSignature) -> Batcher:
+        """The batcher of this model: its runner, dead letters and live policy."""
+        settings, redis, keys = self.settings, self.redis, self.keys
         scope = settings.model_scope(settings.model_name)  # this model's own counters and policy
-        await producer.start()
+        await self.producer.start()
         dead_letters = DeadLetterWriter(
-            producer,
+            self.producer,
             settings.dlq_topic,
             await record_limit(settings, [settings.dlq_topic]),
             DeadLetterIndex(redis, keys, settings.task_wait_ttl_s),
@@ -135,7 +147,7 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
         )
         store = TaskStore(redis, keys, settings.result_ttl_s, settings.task_wait_ttl_s, stats_model=scope)
         runner = BatchRunner(
-            pool=pool,
+            pool=self.pool,
             signature=signature,
             store=store,
             stats=SharedStats(redis, keys, scope),
@@ -143,7 +155,7 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
             retry=retry,
             transient_give_up_s=settings.transient_give_up_s,
             isolation=IsolationBudget(settings.tenant_isolation_calls_per_s, settings.tenant_isolation_burst),
-            tracing=tracing,
+            tracing=self.tracing,
             cache=ResultCache(settings.result_cache_max_bytes) if settings.result_cache_max_bytes else None,
             cacheable=settings.cacheable(settings.model_name),
             cache_across_tenants=settings.result_cache_across_tenants,
@@ -152,174 +164,198 @@ async def serve(settings: Settings, stop: asyncio.Event) -> None:
         member = f"{socket.gethostname()}-{os.getpid()}"
         recorder = ArrivalRecorder(Path(settings.trace_dir), member) if settings.trace_dir else None
         tuning = PolicyTuning.from_settings(settings, redis, settings.model_name, signature.batch_size)
-        params = await tuning.params()
+        return Batcher(self, signature, runner, retry, dead_letters, tuning, await tuning.params(), recorder, member)
 
-        def open_generation(number: int, topic: str) -> tuple[AIOKafkaConsumer, BatcherService]:
-            consumer = make_consumer(settings, settings.consumer_group_for(settings.model_name, number))
-            service = BatcherService(
-                consumer=consumer,
-                topic=topic,
-                runner=runner,
-                pool=pool,
-                retry=retry,
-                dead_letters=dead_letters,
-                # A new generation starts with the live policy the others have now.
-                params=current.params if (current := current_service()) is not None else params,
-                limits=BatcherLimits.from_settings(settings),
-                on_arrival=recorder.record if recorder else None,
-                fetch_pacer=FetchPacer(
-                    consumer, settings.kafka_fetch_max_wait_ms, settings.kafka_fetch_lagging_max_wait_ms, "batcher"
-                ),
-                keep_trace_context=tracing is not None,
-            )
-            return consumer, service
-
-        async def run_generation(run: GenerationRun) -> None:
-            try:
-                try:
-                    await run.consumer.start()
-                except KafkaError as error:  # the broker away: the generation is started again
-                    raise GenerationNotStarted(f"{run.topic}: {error!r}") from error
-                log.info(
-                    "batcher started",
-                    extra={
-                        "topic": run.topic,
-                        "model": signature.name,
-                        "batch_size": signature.batch_size,
-                        "member": member,
-                    },
-                )
-                await run.service.run(run.stop)
-            finally:
-                # Leaves the group: a request, bounded like every step of a stop.
-                await bounded_step("consumer", run.consumer.stop(), settings.kafka_request_timeout_ms / 1000)
-
-        if topic_generations.rotating:
-            await admin.start()
-            closers.append(("admin client", admin.close))
-
-        async def create_topics(topics: list[str]) -> None:
-            wanted = [NewTopic(topic, settings.topic_partitions, settings.topic_replication) for topic in topics]
-            try:
-                await asyncio.wait_for(admin.create_topics(wanted), settings.kafka_request_timeout_ms / 1000)
-            except TopicAlreadyExistsError:
-                pass  # an API worker or another batcher made it first
-
-        async def delete_topic(topic: str) -> None:
-            await asyncio.wait_for(admin.delete_topics([topic]), settings.kafka_request_timeout_ms / 1000)
-
-        async def list_topics() -> set[str]:
-            return set(await asyncio.wait_for(admin.list_topics(), settings.kafka_request_timeout_ms / 1000))
-
-        board = StatusBoard(redis, keys)
-
-        async def held_by_live_batchers() -> set[int]:
-            # Entries expire a few seconds after their batcher stops refreshing them (``batcher/upkeep.py``).
-            entries = await asyncio.wait_for(board.read_all(), settings.redis_timeout_s)
-            return {
-                int(e["generation"]) for e in entries if e.get("model") == settings.model_name and "generation" in e
-            }
-
-        generations = Generations(
-            topic_generations,
-            open_generation,
-            run_generation,
-            list_topics=list_topics,
-            create_topics=create_topics,
-            delete_topic=delete_topic,
-            held_by_live_batchers=held_by_live_batchers,
-            wall_clock=time.time,
-            live_fetch_wait_ms=settings.kafka_fetch_max_wait_ms,
-        )
-
-        def current_service() -> BatcherService | None:
-            run = generations.current
-            return run.service if run is not None else None
-
-        def seconds_since_fetch() -> float | None:
-            ages = [age for service in generations.services if (age := service.seconds_since_fetch()) is not None]
-            return min(ages) if ages else None
-
-        def status() -> dict[str, object]:
-            service = current_service()
-            return {
-                "member": member,
-                "model": settings.model_name,
-                "generations": sorted(generations.running),
-                **(service.snapshot() if service is not None else {}),
-            }
-
-        if settings.batcher_metrics_port:
-            health = HealthServer(
-                settings.batcher_metrics_host,
-                settings.batcher_metrics_port,
-                Probes(
-                    seconds_since_fetch=seconds_since_fetch,
-                    slots_stalled_s=lambda: max((s.slots_stalled_s() for s in generations.services), default=0.0),
-                    stall_after_s=2 * settings.slot_wait_s,
-                    consuming=lambda: any(service.running for service in generations.services),
-                    status=status,
-                    metrics_text=exposition_with_labels({"model": settings.model_name}),
-                ),
-            )
-            await health.start()
-            closers.append(("health server", health.close))
-        freeze_startup_heap()
-        supervisor = asyncio.create_task(
-            supervise(
-                settings.model_name,
-                generations,
-                tuning,
-                board,
-                recorder,
-                member,
-                settings.tuning_poll_ms / 1000,
-                stop,
-            )
-        )
-        # Drop tasks cancelled while they wait in this batcher's accumulators.
-        cancellations = asyncio.create_task(
-            follow_channel(
-                redis,
-                keys.model_cancelled_channel(scope),
-                lambda task_id: generations.cancel(task_id.decode()),
-                stop=stop,
-            )
-        )
-        # Endpoint health shared: a circuit one batcher opens, every batcher opens at once,
-        # instead of each learning from its own failed calls.
-        announcements: set[asyncio.Task[None]] = set()
-        endpoint_down = keys.model_endpoint_down_channel(scope)
-
-        def announce_down(url: str) -> None:
-            task = asyncio.create_task(announce(redis, endpoint_down, url))
-            announcements.add(task)
-            task.add_done_callback(announcements.discard)
-
-        pool.on_opened = announce_down
-        endpoint_news = asyncio.create_task(
-            follow_channel(
-                redis,
-                endpoint_down,
-                lambda url: generations.endpoint_down(url.decode()),
-                stop=stop,
-            )
-        )
-        resolver = asyncio.create_task(pool.keep_resolved(stop), name="brimful-endpoints")
-        await generations.run(stop)
-        await supervisor
-        await cancellations
-        await endpoint_news
-        await resolver
-    finally:
+    async def close(self) -> None:
         # Each step bounded: a broker or Redis gone quiet must not hold the process past
         # its grace period with nothing said.
-        for name, close in closers:
+        for name, close in self.closers:
             await bounded_step(name, close(), CLOSE_S)
         # Every send was awaited by the batch it belongs to: nothing is left to flush.
-        await bounded_step("producer", producer.stop(), CLOSE_S)
-        await bounded_step("model pool", pool.close(), CLOSE_S)
-        await bounded_step("redis", redis.aclose(), CLOSE_S)
+        await bounded_step("producer", self.producer.stop(), CLOSE_S)
+        await bounded_step("model pool", self.pool.close(), CLOSE_S)
+        await bounded_step("redis", self.redis.aclose(), CLOSE_S)
+
+
+class Batcher:
+    """One model's batcher: a service for each generation of its requests topic, sharing
+    the process's runner and pool, with its probes, live tuning and news from the others."""
+
+    def __init__(
+        self,
+        process: BatcherProcess,
+        signature: ModelSignature,
+        runner: BatchRunner,
+        retry: BatchRetryPolicy,
+        dead_letters: DeadLetterWriter,
+        tuning: PolicyTuning,
+        params: PolicyParams,
+        recorder: ArrivalRecorder | None,
+        member: str,
+    ) -> None:
+        self.process = process
+        self.settings = process.settings
+        self.signature = signature
+        self.runner = runner
+        self.retry = retry
+        self.dead_letters = dead_letters
+        self.tuning = tuning
+        self.params = params
+        self.recorder = recorder
+        self.member = member
+        self.board = StatusBoard(process.redis, process.keys)
+        topics = TopicAdmin(self.settings, process.admin)
+        self.topic_generations = self.settings.topic_generations_for(self.settings.model_name)
+        self.generations = Generations(
+            self.topic_generations,
+            self.open_generation,
+            self.run_generation,
+            list_topics=topics.list_topics,
+            create_topics=topics.create_topics,
+            delete_topic=topics.delete_topic,
+            held_by_live_batchers=LiveGenerations(
+                self.board, self.settings.model_name, self.settings.redis_timeout_s
+            ).held,
+            wall_clock=time.time,
+            live_fetch_wait_ms=self.settings.kafka_fetch_max_wait_ms,
+        )
+        self._announcements: set[asyncio.Task[None]] = set()
+
+    def open_generation(self, number: int, topic: str) -> tuple[AIOKafkaConsumer, BatcherService]:
+        settings = self.settings
+        consumer = make_consumer(settings, settings.consumer_group_for(settings.model_name, number))
+        service = BatcherService(
+            consumer=consumer,
+            topic=topic,
+            runner=self.runner,
+            pool=self.process.pool,
+            retry=self.retry,
+            dead_letters=self.dead_letters,
+            # A new generation starts with the live policy the others have now.
+            params=current.params if (current := self.current_service()) is not None else self.params,
+            limits=BatcherLimits.from_settings(settings),
+            on_arrival=self.recorder.record if self.recorder else None,
+            fetch_pacer=FetchPacer(
+                consumer, settings.kafka_fetch_max_wait_ms, settings.kafka_fetch_lagging_max_wait_ms, "batcher"
+            ),
+            keep_trace_context=self.process.tracing is not None,
+        )
+        return consumer, service
+
+    async def run_generation(self, run: GenerationRun) -> None:
+        try:
+            try:
+                await run.consumer.start()
+            except KafkaError as error:  # the broker away: the generation is started again
+                raise GenerationNotStarted(f"{run.topic}: {error!r}") from error
+            log.info(
+                "batcher started",
+                extra={
+                    "topic": run.topic,
+                    "model": self.signature.name,
+                    "batch_size": self.signature.batch_size,
+                    "member": self.member,
+                },
+            )
+            await run.service.run(run.stop)
+        finally:
+            # Leaves the group: a request, bounded like every step of a stop.
+            await bounded_step("consumer", run.consumer.stop(), self.settings.kafka_request_timeout_ms / 1000)
+
+    def current_service(self) -> BatcherService | None:
+        run = self.generations.current
+        return run.service if run is not None else None
+
+    def seconds_since_fetch(self) -> float | None:
+        services = self.generations.services
+        ages = [age for service in services if (age := service.seconds_since_fetch()) is not None]
+        return min(ages) if ages else None
+
+    def status(self) -> dict[str, object]:
+        service = self.current_service()
+        return {
+            "member": self.member,
+            "model": self.settings.model_name,
+            "generations": sorted(self.generations.running),
+            **(service.snapshot() if service is not None else {}),
+        }
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Serve until ``stop`` is set."""
+        process, settings = self.process, self.settings
+        if self.topic_generations.rotating:
+            await process.admin.start()
+            process.closers.append(("admin client", process.admin.close))
+        if settings.batcher_metrics_port:
+            health = self.health_server()
+            await health.start()
+            process.closers.append(("health server", health.close))
+        freeze_startup_heap()
+        process.pool.on_opened = self.announce_down
+        background = [
+            supervise(
+                settings.model_name,
+                self.generations,
+                self.tuning,
+                self.board,
+                self.recorder,
+                self.member,
+                settings.tuning_poll_ms / 1000,
+                stop,
+            ),
+            self.follow(process.keys.model_cancelled_channel(self.scope), self.generations.cancel, stop),
+            self.follow(process.keys.model_endpoint_down_channel(self.scope), self.generations.endpoint_down, stop),
+            process.pool.keep_resolved(stop),
+        ]
+        tasks = [asyncio.create_task(job) for job in background]
+        await self.generations.run(stop)
+        for task in tasks:
+            await task
+
+    @property
+    def scope(self) -> str | None:
+        return self.settings.model_scope(self.settings.model_name)
+
+    def health_server(self) -> HealthServer:
+        """``/metrics`` and the probes, on the settings' port."""
+        settings, generations = self.settings, self.generations
+        return HealthServer(
+            settings.batcher_metrics_host,
+            settings.batcher_metrics_port,
+            Probes(
+                seconds_since_fetch=self.seconds_since_fetch,
+                slots_stalled_s=lambda: max((s.slots_stalled_s() for s in generations.services), default=0.0),
+                stall_after_s=2 * settings.slot_wait_s,
+                consuming=lambda: any(service.running for service in generations.services),
+                status=self.status,
+                metrics_text=exposition_with_labels({"model": settings.model_name}),
+            ),
+        )
+
+    async def follow(self, channel: str, act: Callable[[str], object], stop: asyncio.Event) -> None:
+        """Act on every message of a Redis channel until ``stop``: tasks cancelled while
+        they wait in this batcher's accumulators, endpoints another batcher found down."""
+        await follow_channel(self.process.redis, channel, lambda message: act(message.decode()), stop=stop)
+
+    def announce_down(self, url: str) -> None:
+        """Endpoint health shared: a circuit one batcher opens, every batcher opens at
+        once, instead of each learning from its own failed calls."""
+        channel = self.process.keys.model_endpoint_down_channel(self.scope)
+        task = asyncio.create_task(announce(self.process.redis, channel, url))
+        self._announcements.add(task)
+        task.add_done_callback(self._announcements.discard)
+
+
+async def serve(settings: Settings, stop: asyncio.Event) -> None:
+    """Run one batcher until ``stop`` is set."""
+    await ensure_topics(settings)
+    process = BatcherProcess(settings)
+    try:
+        signature = await process.model_signature(stop)
+        if signature is not None:
+            await (await process.assemble(signature)).run(stop)
+    finally:
+        await process.close()
 
 
 def main() -> None:

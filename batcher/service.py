@@ -290,13 +290,7 @@ class BatcherService:
         if self._waiting.cancels_waiting and self._waiting.drop_cancelled(self._partitions):
             self._committer.want()  # the cancelled rows' offsets are finished
         now = self._clock()
-        pool = self._pool
-        batch_size = self._params.batch_size
-        for state in self._partitions.values():
-            promoted = state.low.overdue(now, self._params.low_max_wait)
-            if promoted:  # waited their bound: from now on they queue as normal rows
-                state.accumulator.admit_promoted(promoted)
-                log.info("low-priority rows promoted", extra={"partition": state.tp.partition, "rows": len(promoted)})
+        self._promote_overdue(now)
         capacity = self._capacity()
         # Oldest waiting rows first, so one busy partition cannot starve the others.
         states = sorted(
@@ -304,44 +298,62 @@ class BatcherService:
             key=lambda s: s.accumulator.plan(now, capacity).at,  # type: ignore[union-attr]
         )
         for state in states:
-            number = state.tp.partition
-            while len(state.accumulator) and self._has_slot(state):
-                leased = self._leasing.take_ready(number)
-                if leased is not None:
-                    slot, reason = leased
-                else:
-                    due = force_reason or state.accumulator.due(now, self._capacity())
-                    if due is None or self._leasing.pending(number):
-                        break  # a lease on its way: the batch keeps filling
-                    reason = due
-                    reserved = pool.reserve(min(len(state.accumulator) + len(state.low), batch_size))
-                    if reserved is None:
-                        break  # every slot is busy: the batch keeps filling until one frees
-                    if pool.leasing and force_reason is None:
-                        self._leasing.start(number, reserved, reason)  # rows leave once it is leased
-                        break
-                    slot = reserved
-                rows = state.accumulator.take()
-                rows += state.low.take(batch_size - len(rows))  # slots that would be padding carry bulk work
-                self._in_flight.start(state, rows, reason, slot)
+            self._dispatch_partition(state, now, force_reason)
         self._leasing.idle_ready({number for number, state in self._partitions.items() if len(state.accumulator)})
         if force_reason is None:
-            for state in self._partitions.values():
-                while self._has_slot(state) and backfill_due(
-                    len(state.accumulator),
-                    state.accumulator.effective_rate(now),
-                    self._params.latency_target,
-                    len(state.low),
-                ):
-                    backfill = pool.reserve(min(len(state.low), batch_size))
-                    if backfill is None:
-                        break
-                    self._in_flight.start(state, state.low.take(batch_size), FlushReason.BACKFILL, backfill)
+            self._backfill(now)
         for state in self._partitions.values():
             if state.paused and not self._intake.full(state, share=0.5):
                 state.paused = False
                 if not self.health.paused:
                     self._consumer.resume(state.tp)
+
+    def _promote_overdue(self, now: float) -> None:
+        """Low-priority rows that waited their bound queue as normal rows from now on."""
+        for state in self._partitions.values():
+            promoted = state.low.overdue(now, self._params.low_max_wait)
+            if promoted:
+                state.accumulator.admit_promoted(promoted)
+                log.info("low-priority rows promoted", extra={"partition": state.tp.partition, "rows": len(promoted)})
+
+    def _dispatch_partition(self, state: PartitionState, now: float, force_reason: FlushReason | None) -> None:
+        """Send the partition's batches that are due, while it has a slot and a lease."""
+        number = state.tp.partition
+        batch_size = self._params.batch_size
+        while len(state.accumulator) and self._has_slot(state):
+            leased = self._leasing.take_ready(number)
+            if leased is not None:
+                slot, reason = leased
+            else:
+                due = force_reason or state.accumulator.due(now, self._capacity())
+                if due is None or self._leasing.pending(number):
+                    return  # a lease on its way: the batch keeps filling
+                reason = due
+                reserved = self._pool.reserve(min(len(state.accumulator) + len(state.low), batch_size))
+                if reserved is None:
+                    return  # every slot is busy: the batch keeps filling until one frees
+                if self._pool.leasing and force_reason is None:
+                    self._leasing.start(number, reserved, reason)  # rows leave once it is leased
+                    return
+                slot = reserved
+            rows = state.accumulator.take()
+            rows += state.low.take(batch_size - len(rows))  # slots that would be padding carry bulk work
+            self._in_flight.start(state, rows, reason, slot)
+
+    def _backfill(self, now: float) -> None:
+        """Slots no normal row wants carry low-priority work (``batcher/backfill.py``)."""
+        batch_size = self._params.batch_size
+        for state in self._partitions.values():
+            while self._has_slot(state) and backfill_due(
+                len(state.accumulator),
+                state.accumulator.effective_rate(now),
+                self._params.latency_target,
+                len(state.low),
+            ):
+                backfill = self._pool.reserve(min(len(state.low), batch_size))
+                if backfill is None:
+                    break
+                self._in_flight.start(state, state.low.take(batch_size), FlushReason.BACKFILL, backfill)
 
     async def _shutdown(self) -> None:
         """Flush every waiting row (reason ``shutdown``), finish in-flight work, commit."""

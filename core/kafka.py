@@ -71,22 +71,31 @@ def make_consumer(settings: Settings, group_id: str | None, topic: str | None = 
     )
 
 
+def make_admin(settings: Settings) -> AIOKafkaAdminClient:
+    """An admin client of the settings' broker (not started)."""
+    return AIOKafkaAdminClient(**connection_options(settings), request_timeout_ms=settings.kafka_request_timeout_ms)
+
+
+def requests_topic_spec(settings: Settings, topic: str) -> NewTopic:
+    """How a requests topic (or one of its generations) is created: the settings'
+    partitions and replication."""
+    return NewTopic(topic, settings.topic_partitions, settings.topic_replication)
+
+
 async def ensure_topics(settings: Settings, attempts: int = 30) -> None:
     """Create every served model's requests topic (where topics rotate, its current and
     next generations) and the DLQ topic if missing (idempotent; waits for the broker)."""
     now = time.time()
     wanted = [
         *(
-            NewTopic(topic, settings.topic_partitions, settings.topic_replication)
+            requests_topic_spec(settings, topic)
             for model in settings.served_models
             for topic in settings.topic_generations_for(model).upcoming(now)
         ),
         NewTopic(settings.dlq_topic, 1, settings.topic_replication),
     ]
     for attempt in range(1, attempts + 1):
-        admin = AIOKafkaAdminClient(
-            **connection_options(settings), request_timeout_ms=settings.kafka_request_timeout_ms
-        )
+        admin = make_admin(settings)
         try:
             await admin.start()
             existing = set(await admin.list_topics())
@@ -114,7 +123,7 @@ async def record_limit(settings: Settings, topics: Sequence[str]) -> int:
     costs more than its own 413: the idempotent producer's later sends to that partition
     fail out of sequence. The setting alone where the broker does not say (KafkaError)."""
     limit = settings.kafka_max_message_bytes
-    admin = AIOKafkaAdminClient(**connection_options(settings), request_timeout_ms=settings.kafka_request_timeout_ms)
+    admin = make_admin(settings)
     try:
         await admin.start()
         resources = [ConfigResource(ConfigResourceType.TOPIC, topic, {"max.message.bytes": None}) for topic in topics]
@@ -134,7 +143,7 @@ async def topic_partitions(settings: Settings, topic: str) -> list[int]:
     """The partitions of ``topic`` as the broker describes it (none when it does not
     exist). A consumer's ``partitions_for_topic`` knows only topics its own metadata has
     asked about: on Apache Kafka a fresh, unsubscribed consumer knows none."""
-    admin = AIOKafkaAdminClient(**connection_options(settings), request_timeout_ms=settings.kafka_request_timeout_ms)
+    admin = make_admin(settings)
     await admin.start()
     try:
         described = await admin.describe_topics([topic])

@@ -602,6 +602,14 @@ class Settings(BaseSettings):
         from brimful.core.policy_params import PolicyParams
 
         PolicyParams.from_knobs({name: getattr(self, name) for name in PolicyParams.knobs()}, batch_size=1)
+        if self.max_in_flight_per_partition > self.max_in_flight:
+            raise ValueError("max_in_flight_per_partition must not exceed max_in_flight")
+        if self.endpoint_instances > self.endpoint_capacity:
+            raise ValueError("endpoint_instances must not exceed endpoint_capacity")
+        return self
+
+    @model_validator(mode="after")
+    def _check_kafka(self) -> Settings:
         if self.kafka_request_timeout_ms <= self.kafka_session_timeout_ms // 2:
             raise ValueError("kafka_request_timeout_ms must exceed kafka_session_timeout_ms / 2")
         # A broker that reads old records slowly holds a fetch for its whole wait and answers
@@ -630,10 +638,10 @@ class Settings(BaseSettings):
             )
         if bool(self.kafka_ssl_certfile) != bool(self.kafka_ssl_keyfile):
             raise ValueError("kafka_ssl_certfile and kafka_ssl_keyfile go together")
-        if self.max_in_flight_per_partition > self.max_in_flight:
-            raise ValueError("max_in_flight_per_partition must not exceed max_in_flight")
-        if self.endpoint_instances > self.endpoint_capacity:
-            raise ValueError("endpoint_instances must not exceed endpoint_capacity")
+        return self
+
+    @model_validator(mode="after")
+    def _check_models(self) -> Settings:
         names = self.served_models
         if len(set(names)) != len(names):
             raise ValueError(f"models names a model twice: {self.models!r}")
@@ -648,6 +656,10 @@ class Settings(BaseSettings):
             host, _, port = endpoint.rpartition(":")
             if not host or not port.isdigit() or not 0 < int(port) < 65536:
                 raise ValueError(f"triton_url entry {endpoint!r} is not host:port")
+        return self
+
+    @model_validator(mode="after")
+    def _check_webhooks(self) -> Settings:
         try:
             delays = self.webhook_delays_s
         except ValueError as error:

@@ -48,6 +48,80 @@ class _Part:
     data: bytearray = field(default_factory=bytearray)
 
 
+class _FormReader:
+    """python-multipart's callbacks for one upload: parts, their headers and data, each
+    bounded; the file's bytes are kept in ``pending`` until written to the store."""
+
+    def __init__(self, upload: Upload, limit: int) -> None:
+        self.upload = upload
+        self.limit = limit
+        self.parts: list[_Part] = []
+        self.pending: list[bytes] = []  # the file's bytes parsed from the latest chunk, to store
+        self._header_name = bytearray()
+        self._header_value = bytearray()
+
+    def parser(self, boundary: bytes) -> MultipartParser:
+        return MultipartParser(
+            boundary,
+            {
+                "on_part_begin": self.on_part_begin,
+                "on_header_field": self.on_header_field,
+                "on_header_value": self.on_header_value,
+                "on_header_end": self.on_header_end,
+                "on_headers_finished": self.on_headers_finished,
+                "on_part_data": self.on_part_data,
+                "on_part_end": self.on_part_end,
+            },
+            max_header_count=16,
+            max_header_size=8192,
+        )
+
+    def on_part_begin(self) -> None:
+        if len(self.parts) >= MAX_PARTS:
+            raise ApiError(400, "invalid_request", f"the upload has more than {MAX_PARTS} parts")
+        self.parts.append(_Part())
+
+    def on_header_field(self, data: bytes, start: int, end: int) -> None:
+        self._header_name.extend(data[start:end])
+
+    def on_header_value(self, data: bytes, start: int, end: int) -> None:
+        self._header_value.extend(data[start:end])
+
+    def on_header_end(self) -> None:
+        self.parts[-1].headers[bytes(self._header_name).lower()] = bytes(self._header_value)
+        self._header_name.clear()
+        self._header_value.clear()
+
+    def on_headers_finished(self) -> None:
+        part = self.parts[-1]
+        _, disposition = parse_options_header(part.headers.get(b"content-disposition", b""))
+        part.name = disposition.get(b"name", b"").decode("utf-8", "replace")
+        if b"filename" in disposition:
+            part.filename = disposition[b"filename"].decode("utf-8", "replace")
+        if part.name == "file":
+            if self.upload.has_file:
+                raise ApiError(400, "invalid_request", "the upload carries more than one 'file' part")
+            self.upload.has_file = True
+            self.upload.filename = stored_name(part.filename)
+
+    def on_part_data(self, data: bytes, start: int, end: int) -> None:
+        part = self.parts[-1]
+        if part.name == "file":
+            self.upload.bytes += end - start
+            if self.upload.bytes > self.limit:
+                raise ApiError(413, "file_too_large", f"the file exceeds the limit of {self.limit} bytes")
+            self.pending.append(data[start:end])
+            return
+        part.data += data[start:end]
+        if len(part.data) > MAX_FIELD_BYTES:
+            raise ApiError(400, "invalid_request", f"field {part.name[:32]!r} exceeds {MAX_FIELD_BYTES} bytes")
+
+    def on_part_end(self) -> None:
+        part = self.parts[-1]
+        if part.name != "file" and part.name:
+            self.upload.fields[part.name] = part.data.decode("utf-8", "replace")
+
+
 async def receive_upload(
     request: Request, store: ObjectStore, object_name: str, limit: int, idle_timeout_s: float, total_timeout_s: float
 ) -> Upload:
@@ -61,79 +135,17 @@ async def receive_upload(
     if declared is not None and whole_number(declared, limit + FRAMING_BYTES + 1, 2**62) is not None:
         raise ApiError(413, "file_too_large", f"the upload of {declared} bytes exceeds the limit of {limit} bytes")
     upload = Upload()
-    parts: list[_Part] = []
-    pending: list[bytes] = []  # the file's bytes parsed from the latest chunk, to store
-    header_name = bytearray()
-    header_value = bytearray()
-
-    def on_part_begin() -> None:
-        if len(parts) >= MAX_PARTS:
-            raise ApiError(400, "invalid_request", f"the upload has more than {MAX_PARTS} parts")
-        parts.append(_Part())
-
-    def on_header_field(data: bytes, start: int, end: int) -> None:
-        header_name.extend(data[start:end])
-
-    def on_header_value(data: bytes, start: int, end: int) -> None:
-        header_value.extend(data[start:end])
-
-    def on_header_end() -> None:
-        parts[-1].headers[bytes(header_name).lower()] = bytes(header_value)
-        header_name.clear()
-        header_value.clear()
-
-    def on_headers_finished() -> None:
-        part = parts[-1]
-        _, disposition = parse_options_header(part.headers.get(b"content-disposition", b""))
-        part.name = disposition.get(b"name", b"").decode("utf-8", "replace")
-        if b"filename" in disposition:
-            part.filename = disposition[b"filename"].decode("utf-8", "replace")
-        if part.name == "file":
-            if upload.has_file:
-                raise ApiError(400, "invalid_request", "the upload carries more than one 'file' part")
-            upload.has_file = True
-            upload.filename = stored_name(part.filename)
-
-    def on_part_data(data: bytes, start: int, end: int) -> None:
-        part = parts[-1]
-        if part.name == "file":
-            upload.bytes += end - start
-            if upload.bytes > limit:
-                raise ApiError(413, "file_too_large", f"the file exceeds the limit of {limit} bytes")
-            pending.append(data[start:end])
-            return
-        part.data += data[start:end]
-        if len(part.data) > MAX_FIELD_BYTES:
-            raise ApiError(400, "invalid_request", f"field {part.name[:32]!r} exceeds {MAX_FIELD_BYTES} bytes")
-
-    def on_part_end() -> None:
-        part = parts[-1]
-        if part.name != "file" and part.name:
-            upload.fields[part.name] = part.data.decode("utf-8", "replace")
-
-    parser = MultipartParser(
-        boundary,
-        {
-            "on_part_begin": on_part_begin,
-            "on_header_field": on_header_field,
-            "on_header_value": on_header_value,
-            "on_header_end": on_header_end,
-            "on_headers_finished": on_headers_finished,
-            "on_part_data": on_part_data,
-            "on_part_end": on_part_end,
-        },
-        max_header_count=16,
-        max_header_size=8192,
-    )
+    reader = _FormReader(upload, limit)
+    parser = reader.parser(boundary)
     async with store.writer(object_name) as writer:
         async for chunk in _chunks(request, idle_timeout_s, total_timeout_s):
             try:
                 parser.write(chunk)
             except MultipartParseError as error:
                 raise ApiError(400, "invalid_request", f"the multipart body is malformed: {error}") from error
-            for data in pending:
+            for data in reader.pending:
                 await writer.write(data)
-            pending.clear()
+            reader.pending.clear()
         parser.finalize()
         if not upload.has_file:
             raise ApiError(400, "invalid_request", "the upload has no 'file' part")
