@@ -85,7 +85,7 @@ def create_app(settings: Settings) -> ASGIApp:
         FastLane(app) if settings.api_fast_lane else app, settings, upload_paths=frozenset({file_routes.FILES_PATH})
     )
     served: ASGIApp = guard
-    origins = [origin.strip().rstrip("/") for origin in settings.api_cors_origins.split(",") if origin.strip()]
+    origins = settings.cors_origins
     if origins:
         served = CORSMiddleware(
             served,

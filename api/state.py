@@ -124,10 +124,7 @@ class ApiState:
         )
         self.batch_records = BatchRecords(self.redis, keys)
         self.webhooks = WebhookRecords(self.redis, keys)
-        # Hosts a webhook or callback may reach though they resolve inside the network.
-        self.webhook_hosts = frozenset(
-            host.strip().lower() for host in settings.webhook_allowed_hosts.split(",") if host.strip()
-        )
+        self.webhook_hosts = settings.webhook_hosts
         self._background: list[asyncio.Task[None]] = []
         self._serving = asyncio.Event()  # set once the signature is known and the producer is up
 

@@ -671,13 +671,28 @@ class Settings(BaseSettings):
     @property
     def webhook_delays_s(self) -> list[float]:
         """``webhook_retry_delays_s`` as numbers."""
-        return [float(part) for part in self.webhook_retry_delays_s.split(",") if part.strip()]
+        return [float(part) for part in comma_list(self.webhook_retry_delays_s)]
 
     @property
     def served_models(self) -> list[str]:
         """The models served, the default first (``models`` split on commas, or model_name)."""
-        names = [part.strip() for part in self.models.split(",") if part.strip()]
-        return names or [self.model_name]
+        return comma_list(self.models) or [self.model_name]
+
+    @property
+    def cors_origins(self) -> list[str]:
+        """``api_cors_origins`` as origins, each without a trailing slash."""
+        return [origin.rstrip("/") for origin in comma_list(self.api_cors_origins)]
+
+    @property
+    def allowed_hosts(self) -> list[str]:
+        """``api_allowed_hosts`` as a list."""
+        return comma_list(self.api_allowed_hosts)
+
+    @property
+    def webhook_hosts(self) -> frozenset[str]:
+        """``webhook_allowed_hosts``, lower-cased: hosts a webhook or callback may reach
+        though they resolve inside the network."""
+        return frozenset(host.lower() for host in comma_list(self.webhook_allowed_hosts))
 
     @property
     def default_model(self) -> str:
@@ -686,7 +701,7 @@ class Settings(BaseSettings):
 
     def cacheable(self, model: str) -> bool:
         """Whether identical tasks of ``model`` may share one result."""
-        return model not in {part.strip() for part in self.uncacheable_models.split(",")}
+        return model not in comma_list(self.uncacheable_models)
 
     def model_scope(self, model: str) -> str | None:
         """What a model's own topic, group and Redis keys carry: None for the default
@@ -719,7 +734,13 @@ class Settings(BaseSettings):
     @property
     def triton_endpoints(self) -> list[str]:
         """The model pool's endpoints as configured (``triton_url`` split on commas)."""
-        return [part.strip() for part in self.triton_url.split(",") if part.strip()]
+        return comma_list(self.triton_url)
+
+
+def comma_list(text: str) -> list[str]:
+    """A comma-separated setting's entries, each stripped, the empty ones dropped: the one
+    way every list setting is read."""
+    return [part.strip() for part in text.split(",") if part.strip()]
 
 
 @lru_cache(maxsize=1)

@@ -106,7 +106,7 @@ class DeadLetterAdmin:
             await asyncio.wait_for(self._turns.acquire(), SCAN_TURN_WAIT_S)
         except TimeoutError:
             raise ApiError(
-                429, "dlq_busy", f"{SCANS_AT_ONCE} DLQ calls are reading the topic; retry shortly", {"Retry-After": "1"}
+                429, "dlq_busy", f"{SCANS_AT_ONCE} DLQ calls are reading the topic; retry shortly", retry_after_s=1
             ) from None
         try:
             yield

@@ -59,8 +59,8 @@ class BrowserGuard:
         self.app = app
         self._upload_paths = upload_paths
         self._check_host = not settings.auth_enabled
-        self._hosts = LOOPBACK_HOSTS | {host_name(h) for h in settings.api_allowed_hosts.split(",") if h.strip()}
-        self._origins = frozenset(o.strip().rstrip("/") for o in settings.api_cors_origins.split(",") if o.strip())
+        self._hosts = LOOPBACK_HOSTS | {host_name(host) for host in settings.allowed_hosts}
+        self._origins = frozenset(settings.cors_origins)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Awaitable, Callable
 
 from aiokafka.errors import KafkaError
@@ -21,12 +22,27 @@ REFUSAL_STATUSES = frozenset({413, 429, 503})
 class ApiError(Exception):
     """An error answered to the client, with a code a program can branch on."""
 
-    def __init__(self, status: int, code: str, message: str, headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        headers: dict[str, str] | None = None,
+        retry_after_s: float | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
-        self.headers = headers
+        self.headers = (
+            headers if retry_after_s is None else {**(headers or {}), "Retry-After": retry_after(retry_after_s)}
+        )
+
+
+def retry_after(seconds: float) -> str:
+    """``Retry-After``'s value for a wait of ``seconds``: whole seconds, as HTTP states it
+    (RFC 9110), rounded up and at least 1."""
+    return str(max(1, math.ceil(seconds)))
 
 
 def unknown_model(error: UnknownModelError) -> ApiError:
@@ -59,7 +75,7 @@ def dependency_error_answer(error: Exception) -> JsonAnswer:
             "dependency_unavailable", f"a backing service is unreachable ({type(error).__name__}); retry shortly"
         ),
         status_code=503,
-        headers={"Retry-After": "1"},
+        headers={"Retry-After": retry_after(1)},
     )
 
 

@@ -40,7 +40,7 @@ from starlette.types import Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from brimful.api.http.direct_lane import DirectCycle, DirectLane
-from brimful.api.http.errors import error_body
+from brimful.api.http.errors import error_body, retry_after
 from brimful.api.http.json_answer import JsonAnswer
 from brimful.core import metrics
 from brimful.core.settings import get_settings
@@ -231,7 +231,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
                 "headers": [
                     (b"content-type", b"application/json"),
                     (b"content-length", str(len(body)).encode("ascii")),
-                    (b"retry-after", b"1"),
+                    (b"retry-after", retry_after(1).encode("ascii")),
                     (b"connection", b"close"),
                 ],
             }

@@ -82,5 +82,5 @@ class RateLimiter:
                 "rate_limited",
                 f"over the rate of {self.rate_per_s:g} {self.unit}/s (burst {self.burst}); "
                 f"retry in {verdict.retry_after_s} s",
-                {"Retry-After": str(verdict.retry_after_s)},
+                retry_after_s=verdict.retry_after_s,
             )

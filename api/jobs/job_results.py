@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from brimful.api.http.errors import ApiError
+from brimful.api.http.errors import ApiError, error_body
 from brimful.api.jobs.job_lines import error_line, output_line
 from brimful.api.openai.embedding_answer import EmbeddingShape, embeddings_answer
 from brimful.api.state import ApiState
@@ -101,7 +101,7 @@ class BatchResults:
         if ended is not None:
             message = (ended.error or {}).get("message", ended.status.value)
             status = _STATUS_CODES.get(ended.status, 502)
-            body = {"error": {"code": f"task_{ended.status.value}", "message": message}}
+            body = error_body(f"task_{ended.status.value}", message)
             step.errors.append(output_line(custom_id, request_id, status, body))
             step.failed += 1
             return
@@ -111,11 +111,7 @@ class BatchResults:
             else:
                 body = task_record_answer(task_ids[0], done[0], self._state.settings.default_model)
         except ApiError as error:
-            step.errors.append(
-                output_line(
-                    custom_id, request_id, error.status, {"error": {"code": error.code, "message": error.message}}
-                )
-            )
+            step.errors.append(output_line(custom_id, request_id, error.status, error_body(error.code, error.message)))
             step.failed += 1
             return
         step.output.append(output_line(custom_id, request_id, 200, body))

@@ -66,14 +66,14 @@ async def create_batch(request: Request, principal: Principal = Depends(requires
     active = await state.batch_records.active(MAX_ACTIVE_JOBS)
     if len(active) >= MAX_ACTIVE_JOBS:
         raise ApiError(
-            429, "too_many_batches", f"{MAX_ACTIVE_JOBS} batch jobs are running; retry later", {"Retry-After": "60"}
+            429, "too_many_batches", f"{MAX_ACTIVE_JOBS} batch jobs are running; retry later", retry_after_s=60
         )
     most = state.settings.batch_max_active_per_tenant
     tenants = await state.batch_records.tenants(active)
     if sum(1 for tenant in tenants.values() if tenant == principal.tenant) >= most:
         raise ApiError(
             429, "too_many_batches", f"this tenant has {most} batch jobs not yet ended; retry later",
-            {"Retry-After": "60"},
+            retry_after_s=60,
         )  # fmt: skip
     now = int(time.time())
     record = BatchRecord(

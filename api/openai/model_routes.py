@@ -22,7 +22,7 @@ MODELS_PATH = "/v1/models"
 def _catalogue(request: Request) -> ModelCatalogue:
     catalogue = api_state(request).catalogue
     if catalogue is None:
-        raise ApiError(503, "model_not_ready", "the models' metadata is not loaded yet", {"Retry-After": "1"})
+        raise ApiError(503, "model_not_ready", "the models' metadata is not loaded yet", retry_after_s=1)
     return catalogue
 
 

@@ -47,7 +47,7 @@ class UploadGate:
                 429,
                 "too_many_uploads",
                 f"this tenant has {self._most_at_once} uploads under way here; retry once one ends",
-                {"Retry-After": "1"},
+                retry_after_s=1,
             )
         self._under_way[tenant] += 1  # before any await: uploads arriving together each see the others
         try:

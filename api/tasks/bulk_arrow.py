@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.ipc
 
 from brimful.api.http.auth import Principal
-from brimful.api.http.errors import ApiError
+from brimful.api.http.errors import ApiError, error_body
 from brimful.api.state import ApiState
 from brimful.api.tasks.submission import PRIORITIES, Submission, model_named
 from brimful.api.tasks.submitter import Submitter, check_admission, new_task_id
@@ -75,7 +75,7 @@ async def submit_arrow(
     results = [
         {"task_id": task_id, "model": signature.name, "status": TaskStatus.QUEUED.value}
         if refusal is None
-        else {"error": {"code": refusal.code, "message": refusal.message}}
+        else error_body(refusal.code, refusal.message)
         for (task_id, _), refusal in zip(tasks, refusals)
     ]
     return {"accepted": sum(1 for result in results if "task_id" in result), "results": results}

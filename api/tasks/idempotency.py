@@ -67,7 +67,7 @@ async def claim_idempotency_key(state: ApiState, key: str, task_id: str, submiss
                 409,
                 "idempotency_key_in_use",
                 "a request with this Idempotency-Key is still being accepted; retry shortly",
-                {"Retry-After": "1"},
+                retry_after_s=1,
             )
         await asyncio.sleep(IDEMPOTENCY_POLL_S)
 

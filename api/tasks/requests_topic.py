@@ -52,4 +52,4 @@ async def resend(state: ApiState, submission: Submission, task_id: str, tenant: 
     try:
         await state.producer.send_and_wait(state.topic_now(submission.model), record, key=task_id.encode())
     except KafkaError as error:
-        raise ApiError(503, "broker_unavailable", "the broker did not accept the task", {"Retry-After": "1"}) from error
+        raise ApiError(503, "broker_unavailable", "the broker did not accept the task", retry_after_s=1) from error

@@ -13,7 +13,7 @@ from aiokafka.errors import KafkaError, MessageSizeTooLargeError
 from redis.exceptions import RedisError
 
 from brimful.api.http.auth import Principal
-from brimful.api.http.errors import ApiError
+from brimful.api.http.errors import ApiError, error_body
 from brimful.api.state import ApiState
 from brimful.api.tasks.group_commit import GroupCommitterFull, GroupCommitterStopped, InFlightLimitReached
 from brimful.api.tasks.idempotency import commit_idempotency_key, release_idempotency_key
@@ -85,7 +85,7 @@ class Submitter:
                 if submission.callback_url:
                     await check_callback(submission, self._state.webhook_hosts)
             except ApiError as error:
-                results.append({"error": {"code": error.code, "message": error.message}})
+                results.append(error_body(error.code, error.message))
                 continue
             valid[position] = (new_task_id(), submission)
             results.append({})
@@ -95,7 +95,7 @@ class Submitter:
             results[position] = (
                 {"task_id": task_id, "model": submission.model, "status": TaskStatus.QUEUED.value}
                 if refusal is None
-                else {"error": {"code": refusal.code, "message": refusal.message}}
+                else error_body(refusal.code, refusal.message)
             )
         return results
 
@@ -154,22 +154,20 @@ class Submitter:
                 429,
                 "too_many_in_flight",
                 f"this tenant has {refused.count} unfinished tasks, its limit; retry once some finish",
-                {"Retry-After": "1"},
+                retry_after_s=1,
             ) from refused
         except GroupCommitterFull as error:
-            raise ApiError(503, "overloaded", f"{error}; retry shortly", {"Retry-After": "1"}) from error
+            raise ApiError(503, "overloaded", f"{error}; retry shortly", retry_after_s=1) from error
         except GroupCommitterStopped as error:  # still unwritten after the drain
-            raise ApiError(503, "stopping", f"{error}; retry", {"Retry-After": "1"}) from error
+            raise ApiError(503, "stopping", f"{error}; retry", retry_after_s=1) from error
         except RedisError as error:
             log.error("could not record task", extra={"task_id": task_id, "error": str(error)})
-            raise ApiError(503, "store_unavailable", "the result store is unreachable", {"Retry-After": "1"}) from error
+            raise ApiError(503, "store_unavailable", "the result store is unreachable", retry_after_s=1) from error
         except KafkaError as error:  # the task was taken back out of Redis
             log.error("could not enqueue task", extra={"task_id": task_id, "error": str(error)})
             if isinstance(error, MessageSizeTooLargeError):  # the broker's own limit is below the setting
                 raise too_large_for_broker(len(record), limit) from error
-            raise ApiError(
-                503, "broker_unavailable", "the broker did not accept the task", {"Retry-After": "1"}
-            ) from error
+            raise ApiError(503, "broker_unavailable", "the broker did not accept the task", retry_after_s=1) from error
         state.backlog.produced(sent.topic, sent.partition, sent.offset)
         metrics.TASKS_SUBMITTED.labels(submission.model).inc()
 
@@ -191,12 +189,12 @@ async def check_admission(state: ApiState) -> None:
     if not state.serving:
         await state.wait_until_serving(STARTUP_WAIT_S)
     if state.catalogue is None:
-        raise ApiError(503, "model_not_ready", "the model's metadata is not loaded yet", {"Retry-After": "1"})
+        raise ApiError(503, "model_not_ready", "the model's metadata is not loaded yet", retry_after_s=1)
     if not state.producer_started:
-        raise ApiError(503, "broker_unavailable", "the broker is not reachable yet", {"Retry-After": "1"})
+        raise ApiError(503, "broker_unavailable", "the broker is not reachable yet", retry_after_s=1)
     if state.redis_memory.full:
         raise ApiError(
-            503, "store_full", "Redis is near its memory limit; the tasks accepted are finishing", {"Retry-After": "1"}
+            503, "store_full", "Redis is near its memory limit; the tasks accepted are finishing", retry_after_s=1
         )
 
 
@@ -213,5 +211,5 @@ def check_backlog(state: ApiState, model: str) -> None:
             "overloaded",
             f"{backlog} accepted tasks of model {model} are still unfinished (limit {limit}); "
             f"retry in about {retry_after} s",
-            {"Retry-After": str(retry_after)},
+            retry_after_s=retry_after,
         )

@@ -52,7 +52,7 @@ class TaskWaiters:
             429,
             "too_many_waiting",
             f"tenant already holds {self._max_per_tenant} waiting requests here; poll without ?wait or retry later",
-            {"Retry-After": "1"},
+            retry_after_s=1,
         )
 
     def _hold(self, tenant: str) -> None:

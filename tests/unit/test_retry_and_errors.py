@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+from brimful.api.http.errors import ApiError, retry_after
 from brimful.workers.model_errors import ErrorClass, summarize
 from brimful.workers.retry_policy import BatchRetryPolicy
 
@@ -34,3 +35,10 @@ def test_summarize_keeps_the_exception_line_of_a_traceback() -> None:
         == "workers.reference_model.ReferenceModelFault: row 0 starts with '!fail': fault hook triggered"
     )
     assert summarize("plain message") == "plain message"
+
+
+def test_retry_after_is_whole_seconds_rounded_up_and_at_least_one() -> None:
+    assert [retry_after(s) for s in (0, 0.2, 1, 2.1, 60)] == ["1", "1", "1", "3", "60"]
+    refusal = ApiError(429, "busy", "retry later", {"X-Other": "kept"}, retry_after_s=2.5)
+    assert refusal.headers == {"X-Other": "kept", "Retry-After": "3"}
+    assert ApiError(400, "bad", "no").headers is None
