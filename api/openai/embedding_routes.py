@@ -23,7 +23,7 @@ from brimful.api.http.request_body import parse_json, read_body
 from brimful.api.openai.embedding_answer import EmbeddingShape, embeddings_answer
 from brimful.api.openai.embedding_request import parse_embedding_request
 from brimful.api.state import api_state
-from brimful.api.tasks.submitter import Submitter, check_admission, new_task_id
+from brimful.api.tasks.submitter import Submitter, new_task_id, served_catalogue
 from brimful.core.api_keys import Scope
 
 router = APIRouter(tags=["openai"])
@@ -41,9 +41,7 @@ async def create_embeddings(request: Request, principal: Principal = Depends(req
     document = parse_json(
         await read_body(request, settings.max_body_bytes * BODY_LIMIT_FACTOR, settings.api_read_timeout_s)
     )
-    if state.catalogue is None:
-        await check_admission(state)
-    ask = parse_embedding_request(document, state.catalogue, settings.max_bulk_tasks)  # type: ignore[arg-type]
+    ask = parse_embedding_request(document, await served_catalogue(state), settings.max_bulk_tasks)
     task_ids = [new_task_id() for _ in ask.submissions]
     tenant = principal.tenant
     deadline = time.monotonic() + settings.long_poll_max_s

@@ -19,11 +19,10 @@ import pyarrow.ipc
 from brimful.api.http.auth import Principal
 from brimful.api.http.errors import ApiError, error_body
 from brimful.api.state import ApiState
-from brimful.api.tasks.submission import PRIORITIES, Submission, model_named
-from brimful.api.tasks.submitter import Submitter, check_admission, new_task_id
+from brimful.api.tasks.submission import Submission, low_priority, model_named, queued_answer
+from brimful.api.tasks.submitter import Submitter, new_task_id, served_catalogue
 from brimful.core.arrow_columns import tensors_from_table
 from brimful.core.arrow_stream_bounds import StreamRefused, check_stream
-from brimful.core.task_status import TaskStatus
 from brimful.core.tensor_codec import InputValidationError
 
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
@@ -57,25 +56,16 @@ async def submit_arrow(
         raise ApiError(422, "invalid_request", "the table has no row")
     if table.num_rows > limit:
         raise ApiError(413, "too_many_tasks", f"{table.num_rows} rows exceed the limit of {limit} tasks per call")
-    priority = query.get("priority", "normal")
-    if priority not in PRIORITIES:
-        raise ApiError(400, "invalid_request", f"priority must be one of: {', '.join(PRIORITIES)}")
-    if state.catalogue is None:
-        await check_admission(state)
-    signature = model_named(query.get("model"), state.catalogue)  # type: ignore[arg-type]
+    low = low_priority(query.get("priority", "normal"))
+    signature = model_named(query.get("model"), await served_catalogue(state))
     try:
         rows = tensors_from_table(signature.inputs, table)
     except InputValidationError as error:
         raise ApiError(422, "invalid_input", str(error)) from error
-    tasks = [
-        (new_task_id(), Submission(inputs=inputs, model=signature.name, low_priority=priority == "low"))
-        for inputs in rows
-    ]
+    tasks = [(new_task_id(), Submission(inputs=inputs, model=signature.name, low_priority=low)) for inputs in rows]
     refusals = await Submitter(state, principal).submit_each(tasks)
     results = [
-        {"task_id": task_id, "model": signature.name, "status": TaskStatus.QUEUED.value}
-        if refusal is None
-        else error_body(refusal.code, refusal.message)
+        queued_answer(task_id, signature.name) if refusal is None else error_body(refusal.code, refusal.message)
         for (task_id, _), refusal in zip(tasks, refusals)
     ]
     return {"accepted": sum(1 for result in results if "task_id" in result), "results": results}

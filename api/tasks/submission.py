@@ -10,6 +10,7 @@ from typing import Any
 from brimful.api.http.errors import ApiError, unknown_model
 from brimful.core.model_catalogue import ModelCatalogue, UnknownModelError
 from brimful.core.model_signature import ModelSignature
+from brimful.core.task_status import TaskStatus
 from brimful.core.tensor_codec import InputValidationError, encode_input
 from brimful.core.webhook_targets import TargetRefused, check_target, parse_target
 from brimful.schemas import InputTensor
@@ -75,9 +76,7 @@ def parse_submission(document: Any, catalogue: ModelCatalogue) -> Submission:
     cache = document.get("cache", True)
     if not isinstance(cache, bool):
         raise ApiError(422, "invalid_request", "cache must be true or false (false: this task gets its own model call)")
-    priority = document.get("priority", "normal")
-    if priority not in PRIORITIES:
-        raise ApiError(422, "invalid_request", f"priority must be one of: {', '.join(PRIORITIES)}")
+    low = low_priority(document.get("priority", "normal"))
     callback_url = document.get("callback_url", "")
     if not isinstance(callback_url, str):
         raise ApiError(422, "invalid_request", "callback_url must be a string: an http(s) URL")
@@ -97,9 +96,22 @@ def parse_submission(document: Any, catalogue: ModelCatalogue) -> Submission:
         model=signature.name,
         deadline_ms=deadline_ms,
         cache=cache,
-        low_priority=priority == "low",
+        low_priority=low,
         callback_url=callback_url,
     )
+
+
+def low_priority(priority: Any) -> bool:
+    """Whether a task's ``priority`` (a body's field, or the Arrow route's query) asks for
+    bulk work; 422 when it is not one of ``PRIORITIES``."""
+    if priority not in PRIORITIES:
+        raise ApiError(422, "invalid_request", f"priority must be one of: {', '.join(PRIORITIES)}")
+    return bool(priority == "low")
+
+
+def queued_answer(task_id: str, model: str) -> dict[str, str]:
+    """What a task just accepted is answered: its id, its model, ``queued``."""
+    return {"task_id": task_id, "model": model, "status": TaskStatus.QUEUED.value}
 
 
 async def check_callback(submission: Submission, allowed_hosts: frozenset[str]) -> None:

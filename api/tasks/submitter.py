@@ -18,11 +18,11 @@ from brimful.api.state import ApiState
 from brimful.api.tasks.group_commit import GroupCommitterFull, GroupCommitterStopped, InFlightLimitReached
 from brimful.api.tasks.idempotency import commit_idempotency_key, release_idempotency_key
 from brimful.api.tasks.requests_topic import RECORD_OVERHEAD_BYTES, task_record, too_large_for_broker
-from brimful.api.tasks.submission import Submission, check_callback, parse_submission
+from brimful.api.tasks.submission import Submission, check_callback, parse_submission, queued_answer
 from brimful.core import metrics
 from brimful.core.clock import now_ms
+from brimful.core.model_catalogue import ModelCatalogue
 from brimful.core.task_record import NewTask
-from brimful.core.task_status import TaskStatus
 from brimful.core.tenant_limits import TenantLimits
 
 log = logging.getLogger("brimful.api")
@@ -76,11 +76,12 @@ class Submitter:
         """Many tasks, each answered on its own, in order: its id, or its error (an
         invalid item, or one past a limit, does not stop the others)."""
         limits = await self._open(tasks=len(items))
+        catalogue = await served_catalogue(self._state)
         results: list[dict[str, Any]] = []
         valid: dict[int, tuple[str, Submission]] = {}
         for position, item in enumerate(items):
             try:
-                submission = parse_submission(item, self._state.catalogue)  # type: ignore[arg-type]
+                submission = parse_submission(item, catalogue)
                 check_payload(submission, limits)
                 if submission.callback_url:
                     await check_callback(submission, self._state.webhook_hosts)
@@ -93,7 +94,7 @@ class Submitter:
         refusals = await self._enqueue_each(list(valid.values()), limits)
         for (position, (task_id, submission)), refusal in zip(valid.items(), refusals):
             results[position] = (
-                {"task_id": task_id, "model": submission.model, "status": TaskStatus.QUEUED.value}
+                queued_answer(task_id, submission.model)
                 if refusal is None
                 else error_body(refusal.code, refusal.message)
             )
@@ -196,6 +197,15 @@ async def check_admission(state: ApiState) -> None:
         raise ApiError(
             503, "store_full", "Redis is near its memory limit; the tasks accepted are finishing", retry_after_s=1
         )
+
+
+async def served_catalogue(state: ApiState) -> ModelCatalogue:
+    """The catalogue of the models served; before the API serves, waited for as
+    ``check_admission`` waits (503 if it does not come)."""
+    if state.catalogue is None:
+        await check_admission(state)
+    assert state.catalogue is not None  # check_admission answers 503 without it
+    return state.catalogue
 
 
 def check_backlog(state: ApiState, model: str) -> None:

@@ -18,8 +18,8 @@ from brimful.api.http.request_body import parse_json, read_body
 from brimful.api.state import ApiState, api_state
 from brimful.api.tasks.bulk_arrow import ARROW_STREAM, submit_arrow
 from brimful.api.tasks.idempotency import claim_idempotency_key
-from brimful.api.tasks.submission import Submission, parse_submission
-from brimful.api.tasks.submitter import Submitter, check_admission, new_task_id
+from brimful.api.tasks.submission import Submission, parse_submission, queued_answer
+from brimful.api.tasks.submitter import Submitter, new_task_id, served_catalogue
 from brimful.api.tasks.task_waiters import read_own_task
 from brimful.core import metrics
 from brimful.core.api_keys import Scope
@@ -119,9 +119,7 @@ async def accept_task(
     settings = state.settings
     wait_s = parse_wait(query_string, settings.long_poll_max_s)
     document = parse_json(await body(settings.max_body_bytes, settings.api_read_timeout_s))
-    if state.catalogue is None:
-        await check_admission(state)
-    submission = parse_submission(document, state.catalogue)  # type: ignore[arg-type]
+    submission = parse_submission(document, await served_catalogue(state))
 
     task_id = new_task_id()
     key = idempotency_key
@@ -139,7 +137,7 @@ async def accept_task(
             answer = (
                 task_record_answer(original, record, _default_model(state))
                 if record
-                else {"task_id": original, "model": submission.model, "status": TaskStatus.QUEUED.value}
+                else queued_answer(original, submission.model)
             )
             return JsonAnswer(answer, status_code=200, headers={"Idempotent-Replayed": "true"})
     if wait_s > 0 and not state.waiters.has_room(principal.tenant):
@@ -166,9 +164,7 @@ async def accept_task(
 
 
 def _queued(task_id: str, submission: Submission) -> JsonAnswer:
-    return JsonAnswer(
-        {"task_id": task_id, "model": submission.model, "status": TaskStatus.QUEUED.value}, status_code=202
-    )
+    return JsonAnswer(queued_answer(task_id, submission.model), status_code=202)
 
 
 @router.post(TASKS_PATH + ":batch")

@@ -53,7 +53,7 @@ async def test_bad_tables_get_a_4xx_naming_the_column_and_row(stack: EmbeddedSta
         (stream(pa.table({"TEXT": [1, 2]})), "", 422, "string or binary"),
         (stream(pa.table({"TEXT": ["a"], "EXTRA": ["b"]})), "", 422, "EXTRA"),
         (stream(pa.table({"TEXT": ["a"]})), "?model=nope", 422, "nope"),
-        (stream(pa.table({"TEXT": ["a"]})), "?priority=urgent", 400, "priority"),
+        (stream(pa.table({"TEXT": ["a"]})), "?priority=urgent", 422, "priority"),
         (stream(pa.table({"TEXT": ["a"] * (stack.settings.max_bulk_tasks + 1)})), "", 413, "limit"),
         (stream(pa.table({"TEXT": pa.array([], pa.string())})), "", 422, "no row"),
     ]
