@@ -38,11 +38,13 @@ def cpu_s_by_group() -> dict[int, float]:
     return spent
 
 
-def component_cpu_s(stack: EmbeddedStack) -> dict[str, float]:
-    """CPU seconds each of the stack's components has spent so far (its live processes)."""
+def component_cpu_s(stack: EmbeddedStack) -> dict[str, dict[int, float]]:
+    """CPU seconds each of the stack's components has spent so far, by process group (a
+    process started again leads a new group, which counts from zero)."""
     by_group = cpu_s_by_group()
     return {
-        name: sum(by_group.get(leader, 0.0) for leader in stack.group_leaders(name)) for name in stack.process_names()
+        name: {leader: by_group.get(leader, 0.0) for leader in stack.group_leaders(name)}
+        for name in stack.process_names()
     }
 
 
@@ -72,13 +74,21 @@ class SoakEvidence:
             "| s | model host | model | calls answered | failed | mean queue ms | mean compute ms |\n"
             "|---|---|---|---|---|---|---|\n"
         )
-        await asyncio.to_thread(self._sample, 0.0)
+        await self._sample_safely(0.0)
         while not stop.is_set():
             try:
                 await asyncio.wait_for(stop.wait(), timeout=self.every_s)
             except TimeoutError:
                 pass
-            await asyncio.to_thread(self._sample, time.monotonic() - started)
+            await self._sample_safely(time.monotonic() - started)
+
+    async def _sample_safely(self, at_s: float) -> None:
+        """A sample, or a row saying why there is none: evidence never ends the soak."""
+        try:
+            await asyncio.to_thread(self._sample, at_s)
+        except Exception as error:
+            with self.path.open("a") as page:
+                page.write(f"| {at_s:.0f} | no sample: {error!r} | | | | | |\n")
 
     def _sample(self, at_s: float) -> None:
         rows = []
