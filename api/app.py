@@ -15,7 +15,6 @@ from brimful.api.http import health_routes
 from brimful.api.http.browser_guard import BrowserGuard
 from brimful.api.http.direct_lane import DirectLane
 from brimful.api.http.errors import HANDLERS
-from brimful.api.http.fast_lane import FastLane
 from brimful.api.http.response_metrics import ResponseCounter
 from brimful.api.jobs import job_routes
 from brimful.api.jobs.job_driver import BatchJobs
@@ -38,8 +37,7 @@ def app_from_environment() -> ASGIApp:
 
 
 def create_app(settings: Settings) -> ASGIApp:
-    """Build the application for these settings: FastAPI, behind the fast lane for the
-    two routes every task takes unless ``api_fast_lane`` is off, behind the browser guard
+    """Build the application for these settings: FastAPI behind the browser guard
     (and CORS, where origins are configured), every answer counted by route and status;
     with the direct lane for those two routes unless ``api_direct_lane`` is off."""
 
@@ -81,9 +79,7 @@ def create_app(settings: Settings) -> ASGIApp:
         app.include_router(routes.router)
     for error, handler in HANDLERS.items():
         app.add_exception_handler(error, handler)
-    guard = BrowserGuard(
-        FastLane(app) if settings.api_fast_lane else app, settings, upload_paths=frozenset({file_routes.FILES_PATH})
-    )
+    guard = BrowserGuard(app, settings, upload_paths=frozenset({file_routes.FILES_PATH}))
     served: ASGIApp = guard
     origins = settings.cors_origins
     if origins:

@@ -8,8 +8,7 @@ then, alternately, each on a stack of its own (GPU-like model, ``bench/scale.py`
 shape): a closed loop of 256 clients with the two task routes on
 
 - ``direct``: answered inside the HTTP protocol (``api/http/direct_lane.py``, the default);
-- ``fast``: through ASGI, past FastAPI's routing (``api_direct_lane`` off);
-- ``fastapi``: FastAPI's own routes (``api_fast_lane`` off too).
+- ``fastapi``: through ASGI and FastAPI's own routes (``api_direct_lane`` off).
 
 For each: rows/s, p50/p99, and the API's and the batcher's CPU per completed task; the
 API's against the bare floor of the same repetition is #36's ratio. Figures go to

@@ -157,8 +157,7 @@ class RunOptions:
 # The API's lanes for the two task routes, by the settings that choose them.
 LANES: dict[str, dict[str, object]] = {
     "direct": {},  # inside the HTTP protocol (api/http/direct_lane.py), the default
-    "fast": {"api_direct_lane": False},  # through ASGI, past FastAPI's routing
-    "fastapi": {"api_direct_lane": False, "api_fast_lane": False},  # FastAPI's own routes
+    "fastapi": {"api_direct_lane": False},  # through ASGI and FastAPI's own routes
 }
 
 
@@ -256,7 +255,7 @@ def render(results: dict[str, Any]) -> str:
             else ""
         )
         + (
-            f" The API's task routes took the {results['lane']} lane (api_direct_lane, api_fast_lane)."
+            f" The API's task routes took the {results['lane']} lane (api_direct_lane)."
             if results.get("lane", "direct") != "direct"
             else ""
         ),

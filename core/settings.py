@@ -400,18 +400,12 @@ class Settings(BaseSettings):
         "too_many_connections with Retry-After (never /healthz or /readyz). Keep it below the process's open-files "
         "limit.",
     )
-    api_fast_lane: bool = Field(
-        True,
-        description="Serve POST /v1/tasks and GET /v1/tasks/{id} straight from their handlers, past FastAPI's "
-        "middleware, routing and dependency resolution: the same checks and answers for less CPU. Off: every "
-        "request through FastAPI (to compare).",
-    )
     api_direct_lane: bool = Field(
         True,
         description="Answer POST /v1/tasks and GET /v1/tasks/{id} inside the HTTP protocol, past ASGI: no scope, no "
         "Starlette request or response, one write an answer; the same handlers, checks and answers. Requests it "
-        "does not take (an Origin header, Expect: 100-continue, tracing on) go the ASGI way. Off: the fast lane "
-        "(to compare).",
+        "does not take (an Origin header, Expect: 100-continue, tracing on) go the ASGI way, through FastAPI. Off: every "
+        "request through FastAPI (to compare).",
     )
     max_body_bytes: int = Field(
         1_000_000,

@@ -1,10 +1,10 @@
 """The direct lane: ``POST /v1/tasks`` and ``GET /v1/tasks/{task_id}`` answered inside the
 HTTP protocol, with no ASGI scope, no Starlette request or response and no ASGI messages.
 
-The fast lane (``api/http/fast_lane.py``) already skips FastAPI's routing for these two routes;
-what it still pays is ASGI itself, on every task: the scope, the wrappers around the app
-(counting answers, the browser guard), a Starlette ``Request`` and its body stream, and
-the answer sent as two messages through uvicorn's cycle. Here ``BoundedHttpProtocol``
+Through ASGI every task pays FastAPI's stack (middleware, the route table, dependency
+resolution) and ASGI itself: the scope, the wrappers around the app (counting answers,
+the browser guard), a Starlette ``Request`` and its body stream, and the answer sent as
+two messages through uvicorn's cycle. Here ``BoundedHttpProtocol``
 hands the request to ``DirectLane`` once its head is parsed; the same handler code runs
 (``accept_task`` and ``read_task``, after the same ``authenticate`` and the same browser
 guard), and the answer goes out in one write. Every check stays where it is: the limits,

@@ -11,17 +11,12 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from brimful.core import metrics
 
-# Where a handler that bypasses Starlette's router (the fast lane) names its route template.
-ROUTE_TEMPLATE_KEY = "brimful.route"
 UNMATCHED = "unmatched"
 
 
 def route_template(scope: Scope) -> str:
-    """The template of the route that answered, as Starlette or the fast lane recorded it."""
-    template = scope.get(ROUTE_TEMPLATE_KEY)
-    if template is None:
-        route = scope.get("route")
-        template = getattr(route, "path", None)
+    """The template of the route that answered, as Starlette recorded it."""
+    template = getattr(scope.get("route"), "path", None)
     return template if isinstance(template, str) else UNMATCHED
 
 

@@ -60,8 +60,8 @@ def _query_value(query_string: bytes, name: str) -> str | None:
 
 def hot_route(method: str, path: str) -> tuple[str, str] | None:
     """Which of the two routes every task takes this request is, as FastAPI's router
-    matches them: (its template, the task_id or ""), or None. The lanes past FastAPI
-    (``api/http/fast_lane.py``, ``api/http/direct_lane.py``) route by it."""
+    matches them: (its template, the task_id or ""), or None. The direct lane
+    (``api/http/direct_lane.py``) routes by it."""
     if method == "POST" and path == TASKS_PATH:
         return TASKS_PATH, ""
     if method == "GET" and path.startswith(_TASK_PREFIX):

@@ -30,7 +30,7 @@ def app_for(stack: EmbeddedStack) -> AppFactory:
     """A new API app on the session stack's settings, with overrides; not started."""
 
     def make(**overrides: object) -> FastAPI:
-        counted = create_app(stack.settings.model_copy(update={"api_fast_lane": False, **overrides}))
+        counted = create_app(stack.settings.model_copy(update={**overrides}))
         assert isinstance(counted, ResponseCounter) and isinstance(counted.app, BrowserGuard)
         assert isinstance(counted.app.app, FastAPI)
         return counted.app.app

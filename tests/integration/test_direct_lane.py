@@ -29,8 +29,8 @@ from brimful.core.api_keys import ApiKeys
 from brimful.core.api_keys import Scope as KeyScope
 from brimful.core.redis_keys import RedisKeys
 from brimful.stack import EmbeddedStack, free_port
+from tests.helpers.lanes import both, ready, submit_cases
 from tests.helpers.polling import wait_for
-from tests.integration.test_fast_lane import both, ready, submit_cases
 
 READ_TIMEOUT_S = 1.0  # the in-process server's body deadline (the handler's, from its settings)
 
@@ -66,9 +66,7 @@ class Served:
 
 @pytest.fixture
 async def served(stack: EmbeddedStack) -> AsyncIterator[Served]:
-    settings = stack.settings.model_copy(
-        update={"auth_enabled": True, "api_fast_lane": False, "api_read_timeout_s": READ_TIMEOUT_S}
-    )
+    settings = stack.settings.model_copy(update={"auth_enabled": True, "api_read_timeout_s": READ_TIMEOUT_S})
     app = create_app(settings)
     assert isinstance(app, ServedApp) and app.direct_lane is not None and isinstance(app.app, BrowserGuard)
     fastapi_app = app.app.app
@@ -107,8 +105,8 @@ async def test_submissions_and_reads_are_answered_as_fastapi_answers_them_past_a
     async with httpx.AsyncClient(base_url=served.url(), timeout=30) as direct:
         before = answered("/v1/tasks", 202)
         for name, path, key, kwargs in submit_cases(served.keys):
-            plain, fast = await both((served.plain, direct), "POST", path, key, **kwargs)
-            assert fast == plain, name
+            plain, ours = await both((served.plain, direct), "POST", path, key, **kwargs)
+            assert ours == plain, name
             if name == "done inline":
                 assert plain[0] == 200 and "SHA256" in plain[1], plain
         done = await direct.post(
@@ -126,8 +124,8 @@ async def test_submissions_and_reads_are_answered_as_fastapi_answers_them_past_a
             ("malformed id", "/v1/tasks/not-an-id", served.keys["read"]),
             ("bad wait", f"/v1/tasks/{task_id}?wait=-1", served.keys["read"]),
         ]:
-            plain, fast = await both((served.plain, direct), "GET", path, key)
-            assert fast == plain, name
+            plain, ours = await both((served.plain, direct), "GET", path, key)
+            assert ours == plain, name
         assert plain[0] == 400
         # Every one of those went past the ASGI app, and each answer was counted by route.
         assert served.asgi.requests == []
