@@ -14,7 +14,7 @@
 
 SOAK_S ?= 600
 SOAK_BROKER ?= $(or $(BRIMFUL_SOAK_BROKER),s3)
-SOAK_REPORT ?= docs/reliability.md
+SOAK_REPORT ?= bench/results/soak.md
 
 bootstrap:
 	@scripts/bootstrap

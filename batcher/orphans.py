@@ -10,7 +10,7 @@ with records waiting, or before it deleted the topic.
 Why not join every older generation whose topic exists, as batchers did at first: each
 join is a rebalance of that generation's group, and a generation retires only after a
 stretch with none. A batcher started again by a fault joined every one of them, and
-under faults every minute or so they stopped retiring (docs/reliability.md). Why the
+under faults every minute or so they stopped retiring (bench/results/reliability-log.md). Why the
 board and not the broker: the embedded broker still lists a member of a group that has
 left it.
 

@@ -9,7 +9,7 @@ and the mean size of the API's group commits (``brimful_submit_group_size``: the
 submissions one Redis round trip and one send carry). In a closed loop answers come back a
 batch at a time and the next requests arrive together; spread arrivals leave few a group,
 so the broker stores and lists more, smaller record batches for the same tasks (its fetch
-lists every batch a partition stores: docs/performance.md). ``--gaps``: the stack's
+lists every batch a partition stores: bench/results/performance-log.md). ``--gaps``: the stack's
 ``submit_group_gap_ms`` values, each repetition taking every one in turn on a stack of its
 own. Figures go to ``produce_groups.json`` as they are measured; ``--render`` rebuilds the
 report.

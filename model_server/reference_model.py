@@ -13,7 +13,7 @@ Fault hooks (documented, for fault-injection tests and drills):
 - every call hangs while the hang file exists (the model host's ``--hang-file``), for at
   most ``HANG_FILE_MAX_S``: an endpoint that stops answering, without freezing the server's
   processes (a model host frozen with SIGSTOP and thawed under load can answer a call with
-  another call's rows: PyTriton's fault, see docs/reliability.md).
+  another call's rows: PyTriton's fault, see bench/results/reliability-log.md).
 
 ``ReferenceModel(call_s=...)`` also makes every call take at least ``call_s``: a
 stand-in for a memory-bound GPU model whose cost does not depend on the real rows.

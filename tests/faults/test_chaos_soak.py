@@ -28,7 +28,7 @@ Idempotency-Key made a second task; no done result changed; no tenant read anoth
 task or letter; every model slot is free and every tenant's in-flight count is back to 0.
 
 ``make test`` runs it for 150 s; ``make soak`` runs it longer (BRIMFUL_SOAK_S) and writes
-its figures to docs/reliability.md (BRIMFUL_SOAK_REPORT).
+its figures to bench/results/soak.md (BRIMFUL_SOAK_REPORT).
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ from tests.helpers.stacks import add_second_batchers, api_workers, rows_seen_by_
 
 SOAK_S = float(os.environ.get("BRIMFUL_SOAK_S", "150"))
 # 0: one requests topic a model, as with Apache Kafka. With a period, the topics rotate under
-# the faults (docs/reliability.md, "Topic rotation under the soak", says what that found;
+# the faults (bench/results/reliability-log.md, "Topic rotation under the soak", says what that found;
 # `make up` rotates every 10 s).
 ROTATION_S = float(os.environ.get("BRIMFUL_SOAK_ROTATION_S", "0"))
 # "s3" (durable: the broker is restarted among the faults), "memory" (``make up``'s broker)
@@ -423,7 +423,7 @@ class Faults:
         elif fault == "endpoint-hang":
             # Its model answers nothing: calls time out, the breaker opens. Not SIGSTOP of the
             # host: a PyTriton host frozen and thawed under load can answer a call with another
-            # call's rows (docs/reliability.md), which is the model server's fault, not Brimful's.
+            # call's rows (bench/results/reliability-log.md), which is the model server's fault, not Brimful's.
             hang = hang_file_at(stack.workdir / HANG_FILE, stack.model_host_ports[rng.choice(hosts)][0])
             hang.touch()
             await asyncio.sleep(rng.uniform(2.0, 5.0))
@@ -1121,7 +1121,7 @@ def write_report(path: Path, figures: dict[str, object], schedule: list[tuple[fl
     if path.exists() and "\n## " in path.read_text():
         kept = "\n## " + path.read_text().split("\n## ", 1)[1]
     path.write_text(
-        "# Reliability: the chaos soak\n\n"
+        "# The chaos soak: the last run's figures\n\n"
         "`make soak` (tests/faults/test_chaos_soak.py with BRIMFUL_SOAK_S and BRIMFUL_SOAK_REPORT) runs Brimful in the\n"
         "production shape (2 API workers, 2 batchers for each of 2 models on 4 partitions, 2 model endpoints, auth on\n"
         f"with 3 tenants, {BROKER_SHAPES[BROKER]}, "
@@ -1133,7 +1133,7 @@ def write_report(path: Path, figures: dict[str, object], schedule: list[tuple[fl
         "docstring). `make test` runs the same soak for 150 s. A run rewrites these figures.\n\n"
         f"Last run ({time.strftime('%Y-%m-%d')}, {figures['seconds']} s, seed {figures['seed']}; "
         f"`make soak SOAK_S={SOAK_S:g}{'' if BROKER == 's3' else f' SOAK_BROKER={BROKER}'}"
-        f"{'' if str(path) == 'docs/reliability.md' else f' SOAK_REPORT={path}'}`"
+        f"{'' if str(path) == 'bench/results/soak.md' else f' SOAK_REPORT={path}'}`"
         f"{'' if SEED == 7 else f' with BRIMFUL_SOAK_SEED={SEED}'}"
         f"{f' with BRIMFUL_SOAK_ROTATION_S={ROTATION_S:g}' if ROTATION_S else ''}):\n\n"
         f"| figure | value |\n|---|---|\n{rows}\n\n"

@@ -268,7 +268,7 @@ async def test_a_broker_away_when_a_generation_is_joined_leaves_every_batcher_ru
     # Last in the module: the broker here keeps its records in memory, so its restart
     # empties it. With rotation a batcher joins a new generation every period, and a
     # consumer cannot start while the broker is away: each batcher of the soak's first
-    # broker restart with rotation on ended there (docs/reliability.md).
+    # broker restart with rotation on ended there (bench/results/reliability-log.md).
     stack = rotating_stack
     generations = stack.settings.topic_generations_for(MODELS[0])
     batchers = [name for name in stack.processes if name.startswith("batcher")]

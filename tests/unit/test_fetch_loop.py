@@ -1,7 +1,7 @@
 """The batcher's fetch loop ends once its consumer is stopped, instead of asking it for
 records twice a second for ever. A generation's consumer is stopped after its service
 ends; a fetch loop that outlived the service (a cancellation lost on the way) spun on
-``ConsumerStoppedError`` thousands of times in a soak's log (docs/reliability.md)."""
+``ConsumerStoppedError`` thousands of times in a soak's log (bench/results/reliability-log.md)."""
 
 from __future__ import annotations
 
