@@ -101,3 +101,39 @@ def test_every_room_folder_is_installed_under_its_package() -> None:
             continue  # its own distribution (client/pyproject.toml)
         assert mapped.get(package) == folder, f"{folder}/ is not installed as {package}"
     assert all(name == "brimful" or name.startswith("brimful.") for name in setuptools["packages"])
+
+
+ROUTE_IMPORTERS = {Path("api/app.py"), Path("api/http/direct_lane.py")}
+
+
+def route_imports(source: str) -> list[str]:
+    """The route modules (``*_routes``) that ``source`` imports."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        else:
+            continue
+        found += [name for name in names if name.startswith("brimful.api.") and name.endswith("_routes")]
+    return found
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "api").rglob("*.py")), ids=lambda path: str(path.relative_to(ROOT)))
+def test_no_route_module_is_imported_but_by_what_serves_or_describes_routes(path: Path) -> None:
+    # A route module holds routes; what two routes share lives in a module of its own, so
+    # that a job driver, a sender or another route never reaches into one. Only the app
+    # (which mounts them), the direct lane (which answers the two task routes with their
+    # handlers) and the OpenAPI document (which shows each route's limits from where they
+    # are enforced) import route modules.
+    relative = path.relative_to(ROOT)
+    if relative in ROUTE_IMPORTERS or relative.parent == Path("api/openapi"):
+        return
+    assert route_imports(path.read_text()) == [], relative
+
+
+def test_the_route_rule_sees_both_spellings() -> None:
+    assert route_imports("from brimful.api.openai import file_routes") == ["brimful.api.openai.file_routes"]
+    assert route_imports("from brimful.api.openai.file_routes import FILES_PATH") == ["brimful.api.openai.file_routes"]
+    assert route_imports("from brimful.api.http.list_pages import page_limit") == []

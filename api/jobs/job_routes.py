@@ -11,9 +11,9 @@ from fastapi import APIRouter, Depends, Request
 
 from brimful.api.http.auth import Principal, requires
 from brimful.api.http.errors import ApiError
+from brimful.api.http.list_pages import page_answer, page_limit
 from brimful.api.http.request_body import parse_json, read_body
 from brimful.api.jobs.job_lines import ENDPOINTS
-from brimful.api.openai.file_routes import page_answer, page_limit
 from brimful.api.state import ApiState, api_state
 from brimful.core.api_keys import Scope
 from brimful.core.batch_records import MAX_ACTIVE_JOBS, BatchRecord, new_batch_id

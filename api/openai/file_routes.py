@@ -15,13 +15,13 @@ from fastapi.responses import StreamingResponse
 from brimful.api.http.auth import Principal, requires
 from brimful.api.http.errors import ApiError
 from brimful.api.http.json_answer import JsonAnswer
+from brimful.api.http.list_pages import page_answer, page_limit
 from brimful.api.jobs.result_tables import FORMATS, table_chunks
 from brimful.api.openai.file_names import attachment
 from brimful.api.openai.upload import receive_upload
 from brimful.api.state import ApiState, api_state
 from brimful.core.api_keys import Scope
 from brimful.core.file_records import OUTPUT_PURPOSE, UPLOAD_PURPOSES, FileRecord, new_file_id
-from brimful.core.number_text import whole_number
 from brimful.core.object_store import ObjectNotFound
 
 log = logging.getLogger("brimful.api")
@@ -152,24 +152,3 @@ async def delete_file(
     await state.file_records.remove(record)
     await state.object_store.delete(file_id)
     return {"id": file_id, "object": "file", "deleted": True}
-
-
-def page_limit(raw: str | None, most: int, default: int) -> int:
-    """A list's ``limit`` query parameter: 1 to ``most``."""
-    if raw is None:
-        return default
-    limit = whole_number(raw, 1, most)
-    if limit is None:
-        raise ApiError(400, "invalid_request", f"limit must be a whole number from 1 to {most}")
-    return limit
-
-
-def page_answer(data: list[dict[str, Any]], more: bool) -> dict[str, Any]:
-    """OpenAI's list page."""
-    return {
-        "object": "list",
-        "data": data,
-        "first_id": data[0]["id"] if data else None,
-        "last_id": data[-1]["id"] if data else None,
-        "has_more": more,
-    }

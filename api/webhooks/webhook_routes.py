@@ -12,8 +12,8 @@ from fastapi import APIRouter, Depends, Request
 
 from brimful.api.http.auth import Principal, requires
 from brimful.api.http.errors import ApiError
+from brimful.api.http.list_pages import page_limit
 from brimful.api.http.request_body import parse_json, read_body
-from brimful.api.openai.file_routes import page_limit
 from brimful.api.state import ApiState, api_state
 from brimful.core.api_keys import Scope
 from brimful.core.webhook_records import EVENT_TYPES, MAX_ENDPOINTS, Delivery, Endpoint, new_endpoint_id
