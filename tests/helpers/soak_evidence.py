@@ -24,7 +24,8 @@ _CALL_FIGURES = (
 
 
 def cpu_s_by_group() -> dict[int, float]:
-    """CPU seconds spent so far by every live process group, by its leader's pid."""
+    """CPU seconds spent so far by every live process group, by its leader's pid (its
+    reaped children's included)."""
     spent: dict[int, float] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -34,7 +35,10 @@ def cpu_s_by_group() -> dict[int, float]:
         except OSError:
             continue
         fields = raw[raw.rindex(")") + 2 :].split()
-        spent[int(fields[2])] = spent.get(int(fields[2]), 0.0) + (int(fields[11]) + int(fields[12])) / _TICKS_PER_S
+        # utime and stime, with cutime and cstime: a child reaped (an API worker killed and
+        # replaced) keeps counting in its parent's, instead of leaving the sum.
+        ticks = sum(int(field) for field in fields[11:15])
+        spent[int(fields[2])] = spent.get(int(fields[2]), 0.0) + ticks / _TICKS_PER_S
     return spent
 
 
