@@ -101,72 +101,24 @@ def serve(
     fixed-batch model: Triton refuses any other row count for each). Each of ``beside`` is
     another model bound fixed at ``batch_size``, one instance (the embedding models)."""
     os.environ["LD_LIBRARY_PATH"] = library_path(os.environ.get("LD_LIBRARY_PATH", ""))
-    from pytriton.decorators import batch
     from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
-    from pytriton.triton import Triton, TritonConfig
+    from pytriton.triton import Triton
 
     first = served[0]
-    # Triton's log goes to a file of its own. Left on its standard output, PyTriton reads it
-    # a byte at a time into one string that it copies whole on every byte: a host whose
-    # calls fail (each logs its traceback) slowed from 23 failing calls a second to 5 within
-    # 2,000 calls, and under CPU contention Triton's log writes blocked on the full terminal
-    # while holding its logger, so calls timed out on an idle model (the Kafka soak).
-
-    def fixed(model: Callable[[np.ndarray], dict[str, np.ndarray]]) -> Callable[[list], list]:
-        def infer(requests: list) -> list[dict[str, np.ndarray]]:
-            return [model(request["TEXT"]) for request in requests]
-
-        return infer
-
-    def dynamic(model: Callable[[np.ndarray], dict[str, np.ndarray]]) -> Callable[..., dict[str, np.ndarray]]:
-        # @batch joins the queued requests into one call: the model's cost is per call.
-        return batch(lambda TEXT: model(TEXT))
-
-    config = TritonConfig(
-        grpc_port=grpc_port,
-        http_port=http_port,
-        metrics_port=metrics_port,
-        grpc_address="127.0.0.1",
-        http_address="127.0.0.1",
-        exit_timeout_secs=2,
-        # Off unless asked: on a machine without a GPU, Triton's start sometimes waits 60 s
-        # for the GPU metrics library to give up (seen restarting an endpoint in a test).
-        allow_gpu_metrics=gpu_metrics,
-        log_file=server_log,
-    )
+    config = _triton_config(grpc_port, http_port, metrics_port, gpu_metrics, server_log)
     signal.signal(signal.SIGTERM, _raise_interrupt)
     signal.signal(signal.SIGINT, _raise_interrupt)
+    calls = [instance.call for instance in served]
     with Triton(config=config, workspace=str(workspace)) as triton:
-        triton.bind(
-            model_name=first.name,
-            infer_func=[fixed(instance.call) for instance in served],
-            inputs=[Tensor(name="TEXT", dtype=bytes, shape=(batch_size, 1))],
-            outputs=[Tensor(name=n, dtype=t, shape=(batch_size, *shape)) for n, t, shape in first.outputs],
-            config=ModelConfig(batching=False),
-            strict=True,
-        )
+        _bind_fixed(triton, first.name, calls, batch_size, first.outputs)
         for rows in also_fixed:
-            triton.bind(
-                model_name=fixed_name(first.name, rows),
-                infer_func=[fixed(instance.call) for instance in served],
-                inputs=[Tensor(name="TEXT", dtype=bytes, shape=(rows, 1))],
-                outputs=[Tensor(name=n, dtype=t, shape=(rows, *shape)) for n, t, shape in first.outputs],
-                config=ModelConfig(batching=False),
-                strict=True,
-            )
+            _bind_fixed(triton, fixed_name(first.name, rows), calls, rows, first.outputs)
         for other in beside:
-            triton.bind(
-                model_name=other.name,
-                infer_func=fixed(other.call),
-                inputs=[Tensor(name="TEXT", dtype=bytes, shape=(batch_size, 1))],
-                outputs=[Tensor(name=n, dtype=t, shape=(batch_size, *shape)) for n, t, shape in other.outputs],
-                config=ModelConfig(batching=False),
-                strict=True,
-            )
+            _bind_fixed(triton, other.name, [other.call], batch_size, other.outputs)
         if with_dynamic:
             triton.bind(
                 model_name=dynamic_name(first.name),
-                infer_func=[dynamic(instance.call) for instance in served],
+                infer_func=[_dynamic_instance(call) for call in calls],
                 inputs=[Tensor(name="TEXT", dtype=bytes, shape=(1,))],
                 outputs=[Tensor(name=n, dtype=t, shape=shape) for n, t, shape in first.outputs],
                 config=ModelConfig(batching=True, max_batch_size=batch_size, batcher=DynamicBatcher()),
@@ -179,7 +131,68 @@ def serve(
             log.info("stopping model host")
 
 
-def main() -> None:
+def _triton_config(
+    grpc_port: int, http_port: int, metrics_port: int, gpu_metrics: bool, server_log: Path | None
+) -> Any:
+    """The Triton server's configuration: loopback only, its log in a file of its own."""
+    from pytriton.triton import TritonConfig
+
+    return TritonConfig(
+        grpc_port=grpc_port,
+        http_port=http_port,
+        metrics_port=metrics_port,
+        grpc_address="127.0.0.1",
+        http_address="127.0.0.1",
+        exit_timeout_secs=2,
+        # Off unless asked: on a machine without a GPU, Triton's start sometimes waits 60 s
+        # for the GPU metrics library to give up (seen restarting an endpoint in a test).
+        allow_gpu_metrics=gpu_metrics,
+        # Triton's log goes to a file of its own. Left on its standard output, PyTriton reads
+        # it a byte at a time into one string that it copies whole on every byte: a host whose
+        # calls fail (each logs its traceback) slowed from 23 failing calls a second to 5
+        # within 2,000 calls, and under CPU contention Triton's log writes blocked on the full
+        # terminal while holding its logger, so calls timed out on an idle model.
+        log_file=server_log,
+    )
+
+
+def _bind_fixed(
+    triton: Any,
+    name: str,
+    calls: Sequence[Callable[[np.ndarray], dict[str, np.ndarray]]],
+    rows: int,
+    outputs: tuple[tuple[str, Any, tuple[int, ...]], ...],
+) -> None:
+    """Bind ``name`` fixed at exactly ``rows`` rows a call (batching off, so Triton refuses
+    any other row count), one instance for each of ``calls``."""
+    from pytriton.model_config import ModelConfig, Tensor
+
+    def instance(call: Callable[[np.ndarray], dict[str, np.ndarray]]) -> Callable[[list], list]:
+        def infer(requests: list) -> list[dict[str, np.ndarray]]:
+            return [call(request["TEXT"]) for request in requests]
+
+        return infer
+
+    triton.bind(
+        model_name=name,
+        infer_func=[instance(call) for call in calls],
+        inputs=[Tensor(name="TEXT", dtype=bytes, shape=(rows, 1))],
+        outputs=[Tensor(name=n, dtype=t, shape=(rows, *shape)) for n, t, shape in outputs],
+        config=ModelConfig(batching=False),
+        strict=True,
+    )
+
+
+def _dynamic_instance(call: Callable[[np.ndarray], dict[str, np.ndarray]]) -> Callable[..., dict[str, np.ndarray]]:
+    """An instance behind Triton's dynamic batcher: PyTriton's @batch joins the queued
+    requests into one call, so the model's cost is per call."""
+    from pytriton.decorators import batch
+
+    return batch(lambda TEXT: call(TEXT))
+
+
+def arguments() -> argparse.ArgumentParser:
+    """The model host's command line."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--grpc-port", type=int, default=8001)
     parser.add_argument("--http-port", type=int, default=8000)
@@ -235,6 +248,11 @@ def main() -> None:
         metavar="ROWS",
         help="also serve the model fixed at ROWS rows a call, as <name>_<ROWS> (repeatable)",
     )
+    return parser
+
+
+def main() -> None:
+    parser = arguments()
     args = parser.parse_args()
     if args.instances < 1:
         parser.error("--instances must be at least 1")
