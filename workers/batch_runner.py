@@ -22,6 +22,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -267,26 +268,15 @@ class BatchRunner:
             for spec in self.signature.inputs
         }
         padded = pad_batch(inputs, self.signature.batch_size)
-        partition = str(batch.partition)
         call_stats = {
             StatsField.BATCHES_DISPATCHED: 1,
             StatsField.ROWS_DISPATCHED: len(items),
             StatsField.PADDED_SLOTS: self.signature.batch_size - len(items),
         }
-        outage_started: float | None = None
-        transient_retries = 0
+        outage = _Outage()
         while True:
             seat.slot = await self.pool.secure(seat.slot or await self.pool.acquire(len(items)), len(items))
-            outcome.calls += 1
-            if isolating:
-                outcome.isolation_calls += 1
-                metrics.ISOLATION_CALLS.inc()
-            metrics.BATCH_ROWS.labels(partition).observe(len(items))
-            metrics.PADDED_SLOTS.labels(partition).inc(self.signature.batch_size - len(items))
-            started = self._clock()
-            started_ns = time.time_ns()
-            first_call = outcome.calls == 1 and batch.flushed_ns
-            self.pool.call_begins(seat.slot, len(items), (started_ns - batch.flushed_ns) / 1e9 if first_call else None)
+            started, started_ns = self._begin_call(batch, seat.slot, len(items), outcome, isolating)
             try:
                 outputs = await self._call(seat.slot, padded)
             except ModelCallError as error:
@@ -300,30 +290,7 @@ class BatchRunner:
                 await self.stats.add({**call_stats, StatsField.CALLS_FAILED: 1})
                 if not error.error_class.is_transient:
                     raise
-                now = self._clock()
-                outage_started = outage_started if outage_started is not None else now
-                if now - outage_started > self.transient_give_up_s:
-                    self._leave_seat(seat)
-                    raise TransientOutageTooLong(error) from error
-                transient_retries += 1
-                metrics.MODEL_RETRIES.labels("transient").inc()
-                failed_at = seat.slot.endpoint
-                log.warning(
-                    "model endpoint unreachable; will retry",
-                    extra={
-                        "batch_id": batch.batch_id,
-                        "endpoint": failed_at.url,
-                        "error_class": error.error_class.value,
-                        "error": error.message,
-                        "breaker": failed_at.breaker.state(now).value,
-                    },
-                )
-                if not self.pool.can_switch_now():
-                    # No other endpoint can take it now: back off before trying again.
-                    await self._sleep(
-                        self.retry.delay_before(min(transient_retries + 1, self.retry.max_attempts)) or 0.0
-                    )
-                seat.slot = await self.pool.switch(seat.slot, len(items))
+                await self._wait_out(batch, seat, len(items), error, outage)
                 continue
             self.pool.record_call(seat.slot, started, len(items), transient_failure=False)
             outcome.call_started_ns, outcome.call_ended_ns = started_ns, time.time_ns()
@@ -332,6 +299,50 @@ class BatchRunner:
             self._leave_seat(seat)  # its lease goes back while the results are stored
             outcome.stats.update(call_stats)
             return outputs
+
+    def _begin_call(
+        self, batch: Batch, slot: Slot, rows: int, outcome: BatchOutcome, isolating: bool
+    ) -> tuple[float, int]:
+        """Count a call about to start; its start on the clock and in wall nanoseconds."""
+        outcome.calls += 1
+        if isolating:
+            outcome.isolation_calls += 1
+            metrics.ISOLATION_CALLS.inc()
+        partition = str(batch.partition)
+        metrics.BATCH_ROWS.labels(partition).observe(rows)
+        metrics.PADDED_SLOTS.labels(partition).inc(self.signature.batch_size - rows)
+        started, started_ns = self._clock(), time.time_ns()
+        first_call = outcome.calls == 1 and batch.flushed_ns
+        self.pool.call_begins(slot, rows, (started_ns - batch.flushed_ns) / 1e9 if first_call else None)
+        return started, started_ns
+
+    async def _wait_out(self, batch: Batch, seat: Seat, rows: int, error: ModelCallError, outage: _Outage) -> None:
+        """After a transient failure: give up past ``transient_give_up_s`` of outage
+        (TransientOutageTooLong), else back off if no other endpoint can take the call now,
+        and move to the endpoint expected to answer soonest."""
+        assert seat.slot is not None
+        now = self._clock()
+        outage.started = outage.started if outage.started is not None else now
+        if now - outage.started > self.transient_give_up_s:
+            self._leave_seat(seat)
+            raise TransientOutageTooLong(error) from error
+        outage.retries += 1
+        metrics.MODEL_RETRIES.labels("transient").inc()
+        failed_at = seat.slot.endpoint
+        log.warning(
+            "model endpoint unreachable; will retry",
+            extra={
+                "batch_id": batch.batch_id,
+                "endpoint": failed_at.url,
+                "error_class": error.error_class.value,
+                "error": error.message,
+                "breaker": failed_at.breaker.state(now).value,
+            },
+        )
+        if not self.pool.can_switch_now():
+            # No other endpoint can take it now: back off before trying again.
+            await self._sleep(self.retry.delay_before(min(outage.retries + 1, self.retry.max_attempts)) or 0.0)
+        seat.slot = await self.pool.switch(seat.slot, rows)
 
     def _leave_seat(self, seat: Seat) -> None:
         if seat.slot is not None:
@@ -385,3 +396,11 @@ class BatchRunner:
                 shared, done_counter=StatsField.TASKS_DONE, cached=True, known=known
             )
         observe_latency(items + twins)
+
+
+@dataclass
+class _Outage:
+    """A call's transient failures so far: when the first came, and how many."""
+
+    started: float | None = None
+    retries: int = 0
