@@ -123,8 +123,21 @@ def submit_schema(catalogue: ModelCatalogue | None) -> dict[str, Any]:
     }
 
 
+IDEMPOTENCY_KEY_HEADER = {
+    "name": "Idempotency-Key",
+    "in": "header",
+    "required": False,
+    "schema": {"type": "string", "minLength": 1, "maxLength": IDEMPOTENCY_KEY_MAX_LENGTH},
+}
+
+
 def operations(catalogue: ModelCatalogue | None, settings: Settings) -> dict[tuple[str, str], dict[str, Any]]:
     """(path, method) -> the parts of the operation FastAPI cannot infer."""
+    return {**_task_operations(catalogue, settings), **_operator_operations(settings), **_dead_letter_operations()}
+
+
+def _task_operations(catalogue: ModelCatalogue | None, settings: Settings) -> dict[tuple[str, str], dict[str, Any]]:
+    """``/v1/tasks``: submit one or many, read, cancel."""
     submit = submit_schema(catalogue)
     wait = query_parameter(
         "wait",
@@ -137,38 +150,10 @@ def operations(catalogue: ModelCatalogue | None, settings: Settings) -> dict[tup
         "additionalProperties": False,
         "properties": {"tasks": {"type": "array", "minItems": 1, "maxItems": settings.max_bulk_tasks, "items": submit}},
     }
-    policy_change = {
-        "type": "object",
-        "minProperties": 1,
-        "additionalProperties": False,
-        "properties": {name: _number_schema(name, description) for name, description in TUNABLE.items()},
-        "example": {"max_wait_ms": 150},
-    }
-    selection: dict[str, Any] = {
-        "type": "object",
-        "properties": {**FILTER_FIELDS, **PAGE_FIELDS, "ids": {"type": "array", "items": {"type": "string"}}},
-        "additionalProperties": False,
-    }
-    replay_selection = {**selection, "properties": {**selection["properties"], **DRY_RUN_FIELD}}
-    model_param = query_parameter(
-        "model",
-        {"type": "string", "enum": list(settings.served_models), "default": settings.default_model},
-        "the model whose batching this is (GET /v1/models); unknown: 422 unknown_model",
-    )
-    filters = [query_parameter(name, schema) for name, schema in FILTER_FIELDS.items()]
-    paged = filters + [query_parameter(name, schema) for name, schema in PAGE_FIELDS.items()]
     return {
         ("/v1/tasks", "post"): {
             "requestBody": {"required": True, **json_content(submit)},
-            "parameters": [
-                wait,
-                {
-                    "name": "Idempotency-Key",
-                    "in": "header",
-                    "required": False,
-                    "schema": {"type": "string", "minLength": 1, "maxLength": IDEMPOTENCY_KEY_MAX_LENGTH},
-                },
-            ],
+            "parameters": [wait, IDEMPOTENCY_KEY_HEADER],
             "responses": responses(
                 {
                     202: ("Accepted and durably queued.", ACCEPTED),
@@ -205,6 +190,24 @@ def operations(catalogue: ModelCatalogue | None, settings: Settings) -> dict[tup
         ("/v1/tasks/{task_id}", "delete"): {
             "responses": responses({200: ("Cancelled.", ACCEPTED)}, (400, 401, 403, 404, 409, 429, 503)),
         },
+    }
+
+
+def _operator_operations(settings: Settings) -> dict[tuple[str, str], dict[str, Any]]:
+    """The models, one model's stats and live policy, the probes."""
+    policy_change = {
+        "type": "object",
+        "minProperties": 1,
+        "additionalProperties": False,
+        "properties": {name: _number_schema(name, description) for name, description in TUNABLE.items()},
+        "example": {"max_wait_ms": 150},
+    }
+    model_param = query_parameter(
+        "model",
+        {"type": "string", "enum": list(settings.served_models), "default": settings.default_model},
+        "the model whose batching this is (GET /v1/models); unknown: 422 unknown_model",
+    )
+    return {
         ("/v1/models", "get"): {"responses": responses({200: ("The models served.", MODELS)}, (401, 403, 503))},
         ("/v1/stats", "get"): {
             "parameters": [model_param],
@@ -221,6 +224,20 @@ def operations(catalogue: ModelCatalogue | None, settings: Settings) -> dict[tup
         },
         ("/healthz", "get"): {"responses": responses({200: ("Alive.", OBJECT)}, ())},
         ("/readyz", "get"): {"responses": responses({200: ("Ready.", OBJECT), 503: ("Not ready.", OBJECT)}, ())},
+    }
+
+
+def _dead_letter_operations() -> dict[tuple[str, str], dict[str, Any]]:
+    """``/v1/admin/dlq``: list, export, show, replay, purge."""
+    selection: dict[str, Any] = {
+        "type": "object",
+        "properties": {**FILTER_FIELDS, **PAGE_FIELDS, "ids": {"type": "array", "items": {"type": "string"}}},
+        "additionalProperties": False,
+    }
+    replay_selection = {**selection, "properties": {**selection["properties"], **DRY_RUN_FIELD}}
+    filters = [query_parameter(name, schema) for name, schema in FILTER_FIELDS.items()]
+    paged = filters + [query_parameter(name, schema) for name, schema in PAGE_FIELDS.items()]
+    return {
         ("/v1/admin/dlq", "get"): {
             "parameters": paged,
             "responses": responses(

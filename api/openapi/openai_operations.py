@@ -86,38 +86,6 @@ def _page(item: dict[str, Any]) -> dict[str, Any]:
 
 def openai_operations(catalogue: ModelCatalogue | None, settings: Settings) -> dict[tuple[str, str], dict[str, Any]]:
     """(path, method) -> the parts of each OpenAI-compatible operation FastAPI cannot infer."""
-    upload = {
-        "type": "object",
-        "required": ["file", "purpose"],
-        "properties": {
-            "file": {"type": "string", "format": "binary", "description": f"at most {settings.file_max_bytes} bytes"},
-            "purpose": {"type": "string", "enum": list(UPLOAD_PURPOSES)},
-        },
-    }
-    batch_fields: dict[str, Any] = {
-        "input_file_id": {"type": "string"},
-        "endpoint": {"type": "string", "enum": list(ENDPOINTS)},
-        "completion_window": {
-            "type": "string",
-            "pattern": "^[0-9]{1,7}[smh]$",
-            "description": "24h as OpenAI's, or shorter: 90s, 30m, 2h",
-        },
-        "metadata": {
-            "type": "object",
-            "maxProperties": MAX_METADATA,
-            "propertyNames": {"maxLength": MAX_METADATA_KEY},
-            "additionalProperties": {"type": "string", "maxLength": MAX_METADATA_VALUE},
-        },
-    }
-    assert set(batch_fields) == set(BATCH_FIELDS)  # the document states every field the route reads
-    batch_body = {
-        "type": "object",
-        "required": ["input_file_id", "endpoint", "completion_window"],
-        "additionalProperties": False,
-        "properties": batch_fields,
-    }
-    limit = lambda most: query_parameter("limit", {"type": "integer", "minimum": 1, "maximum": most})  # noqa: E731
-    after = query_parameter("after", {"type": "string"}, "the id of the last item of the page before")
     return {
         ("/v1/models/{model}", "get"): {
             "responses": responses({200: ("The model.", OPENAI_MODEL)}, (401, 403, 404, 503)),
@@ -132,14 +100,38 @@ def openai_operations(catalogue: ModelCatalogue | None, settings: Settings) -> d
                 (400, 401, 403, 404, 408, 413, 429, 502, 503, 504),
             ),
         },
+        **_file_operations(settings),
+        **_batch_operations(),
+        **_webhook_operations(),
+    }
+
+
+def _limit(most: int) -> dict[str, Any]:
+    return query_parameter("limit", {"type": "integer", "minimum": 1, "maximum": most})
+
+
+AFTER = query_parameter("after", {"type": "string"}, "the id of the last item of the page before")
+
+
+def _file_operations(settings: Settings) -> dict[tuple[str, str], dict[str, Any]]:
+    """``/v1/files``: upload, list, retrieve, delete, download."""
+    upload = {
+        "type": "object",
+        "required": ["file", "purpose"],
+        "properties": {
+            "file": {"type": "string", "format": "binary", "description": f"at most {settings.file_max_bytes} bytes"},
+            "purpose": {"type": "string", "enum": list(UPLOAD_PURPOSES)},
+        },
+    }
+    return {
         (FILES_PATH, "post"): {
             "requestBody": {"required": True, "content": {"multipart/form-data": {"schema": upload}}},
             "responses": responses({200: ("The file.", FILE)}, (400, 401, 403, 408, 413, 415, 429, 503)),
         },
         (FILES_PATH, "get"): {
             "parameters": [
-                limit(FILE_LIST_MAX),
-                after,
+                _limit(FILE_LIST_MAX),
+                AFTER,
                 query_parameter("order", {"type": "string", "enum": ["asc", "desc"]}),
                 query_parameter("purpose", {"type": "string", "enum": [*UPLOAD_PURPOSES, OUTPUT_PURPOSE]}),
             ],
@@ -168,12 +160,40 @@ def openai_operations(catalogue: ModelCatalogue | None, settings: Settings) -> d
                 **responses({}, (400, 401, 403, 404, 503)),
             },
         },
+    }
+
+
+def _batch_operations() -> dict[tuple[str, str], dict[str, Any]]:
+    """``/v1/batches``: create, list, retrieve, cancel."""
+    batch_fields: dict[str, Any] = {
+        "input_file_id": {"type": "string"},
+        "endpoint": {"type": "string", "enum": list(ENDPOINTS)},
+        "completion_window": {
+            "type": "string",
+            "pattern": "^[0-9]{1,7}[smh]$",
+            "description": "24h as OpenAI's, or shorter: 90s, 30m, 2h",
+        },
+        "metadata": {
+            "type": "object",
+            "maxProperties": MAX_METADATA,
+            "propertyNames": {"maxLength": MAX_METADATA_KEY},
+            "additionalProperties": {"type": "string", "maxLength": MAX_METADATA_VALUE},
+        },
+    }
+    assert set(batch_fields) == set(BATCH_FIELDS)  # the document states every field the route reads
+    batch_body = {
+        "type": "object",
+        "required": ["input_file_id", "endpoint", "completion_window"],
+        "additionalProperties": False,
+        "properties": batch_fields,
+    }
+    return {
         (BATCHES_PATH, "post"): {
             "requestBody": {"required": True, **json_content(batch_body)},
             "responses": responses({200: ("The batch, validating.", BATCH)}, (400, 401, 403, 404, 408, 413, 429, 503)),
         },
         (BATCHES_PATH, "get"): {
-            "parameters": [limit(BATCH_LIST_MAX), after],
+            "parameters": [_limit(BATCH_LIST_MAX), AFTER],
             "responses": responses({200: ("A page of the tenant's batches.", _page(BATCH))}, (400, 401, 403, 503)),
         },
         (BATCHES_PATH + "/{batch_id}", "get"): {
@@ -182,6 +202,12 @@ def openai_operations(catalogue: ModelCatalogue | None, settings: Settings) -> d
         (BATCHES_PATH + "/{batch_id}/cancel", "post"): {
             "responses": responses({200: ("The batch, cancelling.", BATCH)}, (401, 403, 404, 409, 503)),
         },
+    }
+
+
+def _webhook_operations() -> dict[tuple[str, str], dict[str, Any]]:
+    """``/v1/webhooks``: endpoints, the callback secret, deliveries."""
+    return {
         (WEBHOOKS_PATH + "/endpoints", "post"): {
             "requestBody": {"required": True, **json_content(ENDPOINT_BODY)},
             "responses": responses({200: ("The endpoint, with its secret.", OBJECT)}, (400, 401, 403, 408, 413, 503)),
@@ -197,7 +223,7 @@ def openai_operations(catalogue: ModelCatalogue | None, settings: Settings) -> d
         },
         (WEBHOOKS_PATH + "/deliveries", "get"): {
             "parameters": [
-                limit(WEBHOOK_LIST_MAX),
+                _limit(WEBHOOK_LIST_MAX),
                 query_parameter("state", {"type": "string", "enum": ["dead"]}, "dead: the dead ones only"),
             ],
             "responses": responses({200: ("The tenant's latest deliveries.", OBJECT)}, (400, 401, 403, 503)),

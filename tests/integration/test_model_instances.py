@@ -4,9 +4,6 @@ calls side by side (as several instances on one GPU do), measured from Triton's 
 from __future__ import annotations
 
 import asyncio
-import os
-import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,59 +11,28 @@ import numpy as np
 import pytest
 
 from brimful.model_server.reference_model import MODEL_NAME
-from brimful.stack import ManagedProcess, free_port, read_sample_sums, wait_until
-from brimful.stack.processes import http_ok
+from brimful.stack import read_sample_sums
 from brimful.workers.triton_model import TritonModel
+from tests.helpers.model_hosts import start_model_host
 
 CALL_MS = 400  # long enough that a call queued behind another shows plainly in Triton's queue time
-
-
-def start_host(instances: int, workdir: Path) -> tuple[ManagedProcess, int, int]:
-    """A running model host of ``instances`` (ready), with its gRPC and metrics ports."""
-    grpc_port, http_port, metrics_port = free_port(), free_port(), free_port()
-    scratch = Path(tempfile.mkdtemp(prefix="brimful-"))  # PyTriton's socket paths must stay short
-    process = ManagedProcess(
-        name=f"model-host-{instances}",
-        argv=[
-            sys.executable,
-            "-m",
-            "brimful.model_server.model_host",
-            "--grpc-port",
-            str(grpc_port),
-            "--http-port",
-            str(http_port),
-            "--metrics-port",
-            str(metrics_port),
-            "--workspace",
-            str(scratch / "ws"),
-            "--call-ms",
-            str(CALL_MS),
-            "--instances",
-            str(instances),
-        ],
-        env=dict(os.environ),
-        log_path=workdir / f"model-host-{instances}.log",
-        stop_timeout_s=20.0,
-    )
-    process.start()
-    try:
-        wait_until(
-            lambda: http_ok(f"http://127.0.0.1:{http_port}/v2/models/{MODEL_NAME}/ready"), 60, "model host", process
-        )
-    except BaseException:
-        process.stop()
-        raise
-    return process, grpc_port, metrics_port
 
 
 def host(instances: int, workdir: Path) -> Iterator[tuple[str, int]]:
     # A load that misses PyTriton's handshake window on a loaded machine is started again
     # by the model host itself (model_host.LOAD_STARTS).
-    process, grpc_port, metrics_port = start_host(instances, workdir)
+    host = start_model_host(
+        f"model-host-{instances}",
+        workdir / f"model-host-{instances}.log",
+        "--call-ms",
+        str(CALL_MS),
+        "--instances",
+        str(instances),
+    )
     try:
-        yield f"127.0.0.1:{grpc_port}", metrics_port
+        yield host.url, host.metrics_port
     finally:
-        process.stop()
+        host.process.stop()
 
 
 @pytest.fixture(scope="module", params=[1, 2], ids=["one-instance", "two-instances"])
