@@ -68,19 +68,7 @@ class ApiState:
         # model -> its topic's generations: where topics rotate, each send picks the current one
         self.generations = {name: settings.topic_generations_for(name) for name in settings.served_models}
         self.receipts = SubmissionReceipts(self.store.unconfirmed, longest_submission_s(settings))
-        # One committer per model: a group is one send to one topic.
-        self.committers = {
-            name: GroupCommitter(
-                self.store,
-                lambda: self.producer,
-                self._topic_now(name),
-                settings.submit_group_max,
-                settings.submit_waiting_max,
-                min_gap_s=settings.submit_group_gap_ms / 1000,
-                receipts=self.receipts,
-            )
-            for name in settings.served_models
-        }
+        self.committers = self._committers()
         self.backlog = BacklogMonitor(
             self.status_board,
             {topic: (name, self.stats_of(name)) for name, topic in self.topics.items()},
@@ -95,15 +83,7 @@ class ApiState:
         self.api_keys = ApiKeyCache(
             ApiKeys(self.redis, keys), self.redis, keys.revoked_keys_channel, settings.api_key_cache_s
         )
-        self.rate_limiter = RateLimiter(
-            self.redis, keys.rate_bucket, settings.rate_limit_per_s, settings.rate_limit_burst, "tasks"
-        )
-        self.read_limiter = RateLimiter(
-            self.redis, keys.read_bucket, settings.read_rate_limit_per_s, settings.read_rate_limit_burst, "reads"
-        )
-        self.dlq_limiter = RateLimiter(
-            self.redis, keys.dlq_bucket, settings.dlq_rate_limit_per_s, settings.dlq_rate_limit_burst, "DLQ calls"
-        )
+        self.rate_limiter, self.read_limiter, self.dlq_limiter = self._rate_limiters()
         self.tenant_limits = TenantLimitStore(
             self.redis,
             keys,
@@ -127,6 +107,35 @@ class ApiState:
         self.webhook_hosts = settings.webhook_hosts
         self._background: list[asyncio.Task[None]] = []
         self._serving = asyncio.Event()  # set once the signature is known and the producer is up
+
+    def _committers(self) -> dict[str, GroupCommitter]:
+        """One group committer a model: a group is one send to one topic."""
+        settings = self.settings
+        return {
+            name: GroupCommitter(
+                self.store,
+                lambda: self.producer,
+                self._topic_now(name),
+                settings.submit_group_max,
+                settings.submit_waiting_max,
+                min_gap_s=settings.submit_group_gap_ms / 1000,
+                receipts=self.receipts,
+            )
+            for name in settings.served_models
+        }
+
+    def _rate_limiters(self) -> tuple[RateLimiter, RateLimiter, RateLimiter]:
+        """Each tenant's rate of tasks, of reads and of DLQ calls."""
+        settings, keys = self.settings, self._keys
+        return (
+            RateLimiter(self.redis, keys.rate_bucket, settings.rate_limit_per_s, settings.rate_limit_burst, "tasks"),
+            RateLimiter(
+                self.redis, keys.read_bucket, settings.read_rate_limit_per_s, settings.read_rate_limit_burst, "reads"
+            ),
+            RateLimiter(
+                self.redis, keys.dlq_bucket, settings.dlq_rate_limit_per_s, settings.dlq_rate_limit_burst, "DLQ calls"
+            ),
+        )
 
     @property
     def serving(self) -> bool:

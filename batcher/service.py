@@ -100,26 +100,30 @@ class BatcherService:
         self._leasing = SlotLeasing(pool, self._wakeup.set)
         # Pauses consumption through outages; hears other batchers' news of an endpoint down.
         self.health = ModelHealth(pool, consumer, self._partitions, self._wakeup.set)
-        self._intake = Intake(
-            consumer,
-            self._partitions,
-            self._waiting,
-            self._estimates,
-            limits,
-            dead_letters,
-            retry,
-            clock,
-            self._wakeup.set,
-            self._in_flight.finish_offsets,
-            on_arrival=on_arrival,
-            fetch_pacer=fetch_pacer,
-            keep_trace_context=keep_trace_context,
-        )
+        self._intake = self._make_intake(on_arrival, keep_trace_context)
         self.running = False  # consuming: joined the group and fetching
         # Per-partition gauges are labelled by partition number: where topics rotate, only
         # the current generation's service sets them.
         self.exports_gauges = True
         self.settled = False  # an assignment came and no rebalance is under way (retiring looks at it)
+
+    def _make_intake(self, on_arrival: Callable[[int, float], None] | None, keep_trace_context: bool) -> Intake:
+        """What reads the topic into this service's partitions and waiting rows."""
+        return Intake(
+            self._consumer,
+            self._partitions,
+            self._waiting,
+            self._estimates,
+            self._limits,
+            self._dead_letters,
+            self._retry,
+            self._clock,
+            self._wakeup.set,
+            self._in_flight.finish_offsets,
+            on_arrival=on_arrival,
+            fetch_pacer=self._fetch_pacer,
+            keep_trace_context=keep_trace_context,
+        )
 
     # --- assignment ------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncGenerator, Sequence
+from contextlib import aclosing
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -195,30 +196,40 @@ async def stream_topic(
                 consumer.seek(tp, first_offset)
             else:
                 await consumer.seek_to_beginning(tp)
-            end: int | None = None
-            stalled_at = time.monotonic() + stall_timeout_s
-            while True:
-                fetched = await consumer.getmany(tp, timeout_ms=200)
-                await pacer.after_fetch(fetched)
-                records = [(r.partition, r.offset, r.value) for r in fetched.get(tp, [])]
-                if end is None:
-                    end = consumer.highwater(tp)  # fixed once known: a scan never chases new letters
-                if end is not None:
-                    records = [record for record in records if record[1] < end]
-                if records:
-                    stalled_at = time.monotonic() + stall_timeout_s
+            async with aclosing(_partition_to_its_end(consumer, pacer, tp, stall_timeout_s)) as reading:
+                async for records in reading:
                     yield records
-                if end is not None and await consumer.position(tp) >= end:
-                    break
-                if time.monotonic() > stalled_at:
-                    raise TimeoutError(
-                        f"could not read {topic} partition {partition} to its end: no record for {stall_timeout_s:g} s"
-                    )
     finally:
         # Let the consumer's own background task begin before stopping it: stopped at once
         # (no partition to read), aiokafka awaits that task cancelled before it ran and raises.
         await asyncio.sleep(0)
         await consumer.stop()
+
+
+async def _partition_to_its_end(
+    consumer: AIOKafkaConsumer, pacer: FetchPacer, tp: TopicPartition, stall_timeout_s: float
+) -> AsyncGenerator[list[tuple[int, int, bytes]], None]:
+    """The assigned partition ``tp``'s records from the consumer's position to the high
+    watermark the first fetch reports (fixed once known: a scan never chases new records)."""
+    end: int | None = None
+    stalled_at = time.monotonic() + stall_timeout_s
+    while True:
+        fetched = await consumer.getmany(tp, timeout_ms=200)
+        await pacer.after_fetch(fetched)
+        records = [(r.partition, r.offset, r.value) for r in fetched.get(tp, [])]
+        if end is None:
+            end = consumer.highwater(tp)
+        if end is not None:
+            records = [record for record in records if record[1] < end]
+        if records:
+            stalled_at = time.monotonic() + stall_timeout_s
+            yield records
+        if end is not None and await consumer.position(tp) >= end:
+            return
+        if time.monotonic() > stalled_at:
+            raise TimeoutError(
+                f"could not read {tp.topic} partition {tp.partition} to its end: no record for {stall_timeout_s:g} s"
+            )
 
 
 async def read_at(

@@ -154,21 +154,32 @@ class Transitions:
             for position, tenant, idem in zip(reply[::3], reply[1::3], reply[2::3]):
                 moved.append((task_ids[group[int(position) - 1]], tenant.decode(), idem))
         if self._cluster and ((status.is_final and moved) or counters or (moved_counter and moved)):
-            # A crash before this leaves an in-flight entry until the task, read again and
-            # found final, takes it out (TaskStore.leave_in_flight_if_final); the counters
-            # stay short.
-            async with self._redis.pipeline(transaction=False) as pipe:
-                if status.is_final:
-                    for task_id, tenant, idem in moved:
-                        pipe.zrem(self._keys.in_flight(tenant), task_id)
-                        if idem:
-                            pipe.expire(idem, ttl)
-                for name, amount in counters.items():
-                    pipe.hincrby(self._stats_key, name, amount)
-                if moved_counter and moved:
-                    pipe.hincrby(self._stats_key, moved_counter, len(moved))
-                await pipe.execute()
+            await self._after_move_on_cluster(moved, status, ttl, counters, moved_counter)
         return [task_id for task_id, _, _ in moved]
+
+    async def _after_move_on_cluster(
+        self,
+        moved: list[tuple[str, str, bytes]],
+        status: TaskStatus,
+        ttl: int,
+        counters: Mapping[str, int],
+        moved_counter: str,
+    ) -> None:
+        """On a cluster, what the script could not do in its own slot: the tenants' in-flight
+        sets left and Idempotency-Keys' lives set for final moves, the counters added. A
+        crash before this leaves an in-flight entry until the task, read again and found
+        final, takes it out (TaskStore.leave_in_flight_if_final); the counters stay short."""
+        async with self._redis.pipeline(transaction=False) as pipe:
+            if status.is_final:
+                for task_id, tenant, idem in moved:
+                    pipe.zrem(self._keys.in_flight(tenant), task_id)
+                    if idem:
+                        pipe.expire(idem, ttl)
+            for name, amount in counters.items():
+                pipe.hincrby(self._stats_key, name, amount)
+            if moved_counter and moved:
+                pipe.hincrby(self._stats_key, moved_counter, len(moved))
+            await pipe.execute()
 
 
 def _by_slot(keys: list[str]) -> list[list[int]]:

@@ -146,15 +146,14 @@ class BatchRunner:
             self.shared.release(outcome)  # what it never computed, its followers compute
         if any(outcome.stats.values()):  # what no store call carried (a batch with no result)
             await self.stats.add(outcome.stats)
-        if (
-            outcome.calls == 1 and outcome.call_ended_ns and batch.flushed_ns
-        ):  # the common path; retries and splits would blur the stages
-            stored_ns = time.time_ns()
-            metrics.BATCH_STAGE.labels("prepare").observe(max(0, outcome.call_started_ns - batch.flushed_ns) / 1e9)
-            metrics.BATCH_STAGE.labels("call").observe(max(0, outcome.call_ended_ns - outcome.call_started_ns) / 1e9)
-            metrics.BATCH_STAGE.labels("store").observe(max(0, stored_ns - outcome.call_ended_ns) / 1e9)
+        _observe_stages(batch, outcome)
         if self.task_events is not None:
             await self.task_events.announce(batch.items)
+        self._report(batch, items, outcome)
+        return outcome
+
+    def _report(self, batch: Batch, items: list[BatchItem], outcome: BatchOutcome) -> None:
+        """The batch's trace and its log line."""
         if self.tracing is not None:
             self._trace(batch, items, outcome)
         log.info(
@@ -172,7 +171,6 @@ class BatchRunner:
                 "isolation_calls": outcome.isolation_calls,
             },
         )
-        return outcome
 
     async def _follow_beside(
         self, batch: Batch, seat: Seat, computed: list[BatchItem], followers: list[Followers], outcome: BatchOutcome
@@ -404,3 +402,13 @@ class _Outage:
 
     started: float | None = None
     retries: int = 0
+
+
+def _observe_stages(batch: Batch, outcome: BatchOutcome) -> None:
+    """Where a batch's time went once its results are stored (``brimful_batch_stage_seconds``):
+    on the common path of one call only, since retries and splits would blur the stages."""
+    if outcome.calls == 1 and outcome.call_ended_ns and batch.flushed_ns:
+        stored_ns = time.time_ns()
+        metrics.BATCH_STAGE.labels("prepare").observe(max(0, outcome.call_started_ns - batch.flushed_ns) / 1e9)
+        metrics.BATCH_STAGE.labels("call").observe(max(0, outcome.call_ended_ns - outcome.call_started_ns) / 1e9)
+        metrics.BATCH_STAGE.labels("store").observe(max(0, stored_ns - outcome.call_ended_ns) / 1e9)

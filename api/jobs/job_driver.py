@@ -39,7 +39,7 @@ from redis.exceptions import RedisError
 
 from brimful.api.http.auth import Principal
 from brimful.api.http.errors import ApiError
-from brimful.api.jobs.job_lines import BatchLine, LineError, error_line, parse_line
+from brimful.api.jobs.job_lines import BatchLine, LineError, parse_line
 from brimful.api.jobs.job_results import BatchResults, StepLines
 from brimful.api.openai.embedding_answer import EmbeddingShape
 from brimful.api.state import ApiState
@@ -291,17 +291,8 @@ class BatchJobs:
         submitter = Submitter(self._state, principal)
         while running < window and time.monotonic() < deadline and lines_done < record.total:
             # A group of lines at once: their tasks share the group commits of the API.
-            group: list[BatchLine | LineError] = []
-            raws: list[bytes] = []
-            while len(group) < min(SUBMIT_GROUP, window - running) and lines_done + len(group) < record.total:
-                raw = await _next_line(cursor)
-                if raw is None:
-                    break
-                raws.append(raw)
-                try:
-                    group.append(self._parse(record, raw, cursor))
-                except LineError as error:
-                    group.append(error)
+            size = min(SUBMIT_GROUP, window - running, record.total - lines_done)
+            group, raws = await self._read_group(record, cursor, size)
             if not group:
                 break
             outcomes = await asyncio.gather(
@@ -315,9 +306,7 @@ class BatchJobs:
             submitted = iter(outcomes)
             for index, line in enumerate(group):
                 if isinstance(line, LineError):
-                    step.errors.append(error_line(line.custom_id, line.code, line.message))
-                    step.failed += 1
-                    lines_done += 1
+                    lines_done += step.fail(line.custom_id, line.code, line.message)
                     continue
                 outcome = next(submitted)
                 if isinstance(outcome, ApiError) and outcome.status in (409, 429, 503):
@@ -328,9 +317,7 @@ class BatchJobs:
                     self._paused[record.batch_id] = time.monotonic() + REFUSED_PAUSE_S
                     return lines_done
                 if isinstance(outcome, ApiError):
-                    step.errors.append(error_line(line.custom_id, outcome.code, outcome.message))
-                    step.failed += 1
-                    lines_done += 1
+                    lines_done += step.fail(line.custom_id, outcome.code, outcome.message)
                     continue
                 if isinstance(outcome, BaseException):
                     raise outcome
@@ -341,6 +328,23 @@ class BatchJobs:
                 running += len(outcome)
                 lines_done += 1
         return lines_done
+
+    async def _read_group(
+        self, record: BatchRecord, cursor: _Cursor, size: int
+    ) -> tuple[list[BatchLine | LineError], list[bytes]]:
+        """Up to ``size`` next lines of the input, each parsed or its error, with their bytes."""
+        group: list[BatchLine | LineError] = []
+        raws: list[bytes] = []
+        while len(group) < size:
+            raw = await _next_line(cursor)
+            if raw is None:
+                break
+            raws.append(raw)
+            try:
+                group.append(self._parse(record, raw, cursor))
+            except LineError as error:
+                group.append(error)
+        return group, raws
 
     def _parse(self, record: BatchRecord, raw: bytes, cursor: _Cursor) -> BatchLine:
         assert self._state.catalogue is not None  # _submit waits for it
@@ -422,9 +426,7 @@ class BatchJobs:
                 except (orjson.JSONDecodeError, AttributeError):
                     custom_id = None
                 known = custom_id if isinstance(custom_id, str) else None
-                step.errors.append(error_line(known, code, f"the job {record.ending} before this line ran"))
-                step.failed += 1
-                lines_done += 1
+                lines_done += step.fail(known, code, f"the job {record.ending} before this line ran")
         except ObjectNotFound:
             pass
         unread = max(0, record.total - lines_done)

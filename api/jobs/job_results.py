@@ -50,6 +50,12 @@ class StepLines:
     completed: int = 0
     failed: int = 0
 
+    def fail(self, custom_id: str | None, code: str, message: str) -> int:
+        """A line that failed before it ran: its error line written; the one line it ends."""
+        self.errors.append(error_line(custom_id, code, message))
+        self.failed += 1
+        return 1
+
 
 class BatchResults:
     """Writes one API worker's share of the jobs' results."""
