@@ -587,10 +587,13 @@ async def test_every_accepted_task_ends_right_in_the_production_shape_under_chao
         schedule.append((round(time.monotonic() - started, 1), fault))
         await faults.inject(fault)
     stop.set()
+    phase("load stopped")
     await asyncio.gather(*running)
     elapsed = time.monotonic() - started
     fault_file.unlink(missing_ok=True)
+    phase("clients done; healing")
     await faults.heal()
+    phase("healed; replaying letters")
     # On-call's last replay, once everything is back: every !flaky row's letter (they pass
     # now), and a few rows that always fail (they fail again, each with a new letter). Not
     # every letter at once: a thousand rows that always fail, isolated together, kept two
@@ -605,9 +608,13 @@ async def test_every_accepted_task_ends_right_in_the_production_shape_under_chao
         if status == 200:
             ledger.replays += body["replayed"]
 
+    phase("checking the batch job")
     job_figures, job_problems = await job.check(clients[TENANTS[0]], ledger)
+    phase("checking the small jobs")
     small_figures, small_problems = await small_jobs.check()
+    phase("checking the ledger")
     figures, problems = await check_ledger(stack, clients, operator, ledger)
+    phase("ledger checked")
     checked.set()
     await evidence
     hook_figures, hook_problems = receivers.check(ledger)
@@ -969,6 +976,12 @@ def generations_deleted(stack: EmbeddedStack) -> int:
     )
 
 
+def phase(name: str) -> None:
+    """A line in the soak's output as each step after the load begins: where a run that
+    ends at its timeout spent its time."""
+    print(f"{time.strftime('%H:%M:%S')} soak: {name}", flush=True)
+
+
 async def final_answers(clients: dict[str, Tenant], ledger: Ledger, timeout_s: float) -> dict[str, dict[str, Any]]:
     """Each accepted task's answer once it is final (or its last answer at the deadline)."""
     answers: dict[str, dict[str, Any]] = {}
@@ -976,6 +989,8 @@ async def final_answers(clients: dict[str, Tenant], ledger: Ledger, timeout_s: f
     left = set(ledger.tasks)
     while left and time.monotonic() < deadline:
         for task_id in list(left):
+            if time.monotonic() > deadline:
+                break  # a pass over thousands of tasks must not outrun the wait it is given
             status, body = await clients[ledger.tasks[task_id].tenant].call(ledger, "GET", f"/v1/tasks/{task_id}")
             if status == 404 and task_id in ledger.seen_final:  # read final before, kept a while after
                 body, status = ledger.seen_final[task_id], 200
