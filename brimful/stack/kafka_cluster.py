@@ -23,6 +23,7 @@ import json
 import os
 import subprocess
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -81,6 +82,16 @@ class KafkaNode:
     process: ManagedProcess | None = None
 
 
+def new_cluster_id(make: Callable[[], uuid.UUID] = uuid.uuid4) -> str:
+    """A KRaft cluster id: a random UUID in URL-safe base64, as Kafka makes one, and, as
+    Kafka does, never one that starts with "-" (its storage tool reads such an id as an
+    option: a start failed about once in 64)."""
+    while True:
+        text = base64.urlsafe_b64encode(make().bytes).decode().rstrip("=")
+        if not text.startswith("-"):
+            return text
+
+
 @dataclass
 class KafkaCluster:
     """``nodes`` Kafka ``version`` nodes under ``workdir``; the first on ``first_port``
@@ -95,7 +106,7 @@ class KafkaCluster:
     tls: KafkaTls | None = None
     broker_config: dict[str, object] = field(default_factory=dict)
     members: list[KafkaNode] = field(default_factory=list)
-    _cluster_id: str = field(default_factory=lambda: base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="))
+    _cluster_id: str = field(default_factory=new_cluster_id)
 
     @property
     def bootstrap(self) -> str:
