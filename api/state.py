@@ -13,16 +13,14 @@ from aiokafka import AIOKafkaProducer
 from fastapi import Request
 
 from brimful.api.admin.dead_letter_admin import DeadLetterAdmin
-from brimful.api.http.api_key_cache import ApiKeyCache
-from brimful.api.http.errors import unknown_model
+from brimful.api.http.answers import unknown_model
 from brimful.api.http.rate_limit import RateLimiter
 from brimful.api.openai.upload_gate import UploadGate
 from brimful.api.tasks.backlog import BacklogMonitor
-from brimful.api.tasks.group_commit import GroupCommitter
-from brimful.api.tasks.submission_receipts import SubmissionReceipts, longest_submission_s
+from brimful.api.tasks.group_commit import GroupCommitter, SubmissionReceipts, longest_submission_s
 from brimful.api.tasks.task_waiters import TaskWaiters
 from brimful.core import metrics
-from brimful.core.api_keys import ApiKeys
+from brimful.core.api_keys import ApiKeyCache, ApiKeys
 from brimful.core.batch_records import BatchRecords
 from brimful.core.file_records import FileRecords
 from brimful.core.kafka import ensure_topics, make_producer, record_limit

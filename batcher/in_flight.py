@@ -1,22 +1,26 @@
 """The batches a batcher service has sent and not yet seen end: each runs as a task of
 its own until its tasks are final (``until_done``), then finishes its offsets for the
 committer. Batches still running past the shutdown's wait are stopped, their offsets
-left uncommitted."""
+left uncommitted.
+
+A batch leaves its accumulator through ``flushed_batch``: its rows leave the waiting set,
+and how long they waited (in the accumulator, and before it) is counted, once a batch."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
+import uuid
 from collections.abc import Callable
 from typing import Protocol
 
 from brimful.batcher.accumulator import Pending
-from brimful.batcher.flushed_batch import flushed_batch
-from brimful.batcher.intake import Estimates
-from brimful.batcher.partition_state import PartitionState
+from brimful.batcher.intake import Estimates, until_done
+from brimful.batcher.partition_state import PartitionState, WaitingRows
 from brimful.batcher.policy import FlushReason
-from brimful.batcher.until_done import until_done
-from brimful.batcher.waiting_rows import WaitingRows
+from brimful.core import metrics
+from brimful.core.histogram_batches import observe_all
 from brimful.workers.batch import Batch, BatchItem
 from brimful.workers.retry_policy import BatchRetryPolicy
 from brimful.workers.slot import Slot
@@ -102,3 +106,28 @@ class InFlightBatches:
         state.in_flight.discard(task)
         self.total -= 1
         self._batch_ended()
+
+
+def flushed_batch(
+    partition: int, rows: list[Pending[BatchItem]], reason: FlushReason, slot: Slot, waiting: WaitingRows, now: float
+) -> Batch:
+    """The batch of ``rows`` flushed from ``partition`` for ``reason`` onto ``slot`` at ``now``."""
+    label = str(partition)
+    metrics.FLUSHES.labels(label, reason.value).inc()
+    waits = [now - row.arrived_at for row in rows]
+    upstream_total = 0.0
+    for row in rows:
+        waiting.left(row.item.task_id)
+        upstream_total += row.item.upstream_s
+    observe_all(metrics.QUEUE_WAIT.labels(label), waits)
+    waited_total = sum(waits)
+    metrics.BATCH_STAGE.labels("to_batcher").observe(upstream_total / len(rows))
+    metrics.BATCH_STAGE.labels("in_batch").observe(waited_total / len(rows))
+    return Batch(
+        batch_id=uuid.uuid4().hex,
+        partition=partition,
+        items=[row.item for row in rows],
+        reason=reason.value,
+        slot=slot,
+        flushed_ns=time.time_ns(),
+    )

@@ -4,7 +4,8 @@ Records are accepted in the same step ``getmany`` returns them, with no await in
 aiokafka returns only records of the current assignment, so no rebalance can slip between
 the fetch and the bookkeeping. A fetch is taken up to a gap in the offsets that may still
 fill (``offsets.first_gap``); a record that is not a TaskRequest goes to the DLQ; a
-partition that holds all the rows it may has its fetching paused."""
+partition that holds all the rows it may has its fetching paused. ``until_done`` runs a
+batch's work (and the intake's own steps) until it completes, whatever it meets on the way."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -23,9 +24,7 @@ from google.protobuf.message import DecodeError
 from brimful.batcher.accumulator import Pending
 from brimful.batcher.limits import BatcherLimits
 from brimful.batcher.offsets import OffsetTracker, first_gap
-from brimful.batcher.partition_state import PartitionState
-from brimful.batcher.until_done import until_done
-from brimful.batcher.waiting_rows import WaitingRows
+from brimful.batcher.partition_state import PartitionState, WaitingRows
 from brimful.core import metrics
 from brimful.core.clock import now_ms
 from brimful.core.fetch_pacer import FetchPacer
@@ -221,3 +220,35 @@ class Intake:
         )
         log.error("undecodable request sent to the DLQ", extra={"task_id": task_id, "offset": record.offset})
         self._finish_offsets(state, [record.offset])
+
+
+log = logging.getLogger("brimful.batcher")
+
+
+async def until_done(
+    batch_id: str,
+    work: Callable[[], Awaitable[object]],
+    give_up: Callable[[BaseException], Awaitable[object]],
+    retry: BatchRetryPolicy,
+    give_up_retry_s: float,
+) -> None:
+    """Run ``work`` until it completes: through an outage of Redis or the broker by waiting
+    it out (its offsets stay uncommitted and repeating it is safe), and past a fault that
+    repeating will not mend by ``give_up`` (failing its tasks to the DLQ; retried every
+    ``give_up_retry_s``), so no batch can hold its partition for ever."""
+    failures = 0
+    while True:
+        try:
+            await work()
+            return
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:
+            failures += 1
+            delay = retry.after_run_failure(error, failures)
+            if delay is None:
+                log.exception("batch keeps failing; giving it up to the DLQ", extra={"batch_id": batch_id})
+                work, delay = functools.partial(give_up, error), give_up_retry_s
+            else:
+                log.exception("batch could not be finished; retrying", extra={"batch_id": batch_id})
+            await asyncio.sleep(delay)

@@ -28,8 +28,8 @@ from brimful.core.heap import freeze_startup_heap
 from brimful.core.kafka import ensure_topics, make_admin, make_consumer, make_producer, record_limit
 from brimful.core.logs import configure_logging
 from brimful.core.metrics_exposition import exposition_with_labels
+from brimful.core.model_catalogue import ModelSignature
 from brimful.core.model_metadata import wait_for_signature
-from brimful.core.model_signature import ModelSignature
 from brimful.core.policy_params import PolicyParams
 from brimful.core.policy_tuning import PolicyTuning
 from brimful.core.redis_client import RedisClient, make_redis
@@ -42,14 +42,12 @@ from brimful.core.task_store import TaskStore
 from brimful.core.tracing import configure_tracing
 from brimful.core.webhook_records import WebhookRecords
 from brimful.workers.batch_runner import BatchRunner
-from brimful.workers.circuit_breaker import CircuitBreaker
 from brimful.workers.dead_letters import DeadLetterWriter
-from brimful.workers.endpoint_leases import EndpointLeases
-from brimful.workers.endpoint_pool import EndpointPool
+from brimful.workers.endpoint_pool import CircuitBreaker, EndpointPool
 from brimful.workers.isolation_budget import IsolationBudget
-from brimful.workers.model_pool import ModelPool, Resolver, resolve_all
-from brimful.workers.result_cache import ResultCache
+from brimful.workers.model_pool import EndpointLeases, ModelPool, Resolver, resolve_all
 from brimful.workers.retry_policy import BatchRetryPolicy
+from brimful.workers.shared_rows import ResultCache
 from brimful.workers.task_events import TaskEvents
 from brimful.workers.triton_model import TritonModel
 

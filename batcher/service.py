@@ -28,12 +28,11 @@ from brimful.batcher.limits import BatcherLimits
 from brimful.batcher.model_health import ModelHealth
 from brimful.batcher.offset_committer import OffsetCommitter
 from brimful.batcher.offsets import GapPatience
-from brimful.batcher.partition_state import PartitionState
+from brimful.batcher.partition_state import PartitionState, WaitingRows
 from brimful.batcher.policy import FlushReason, WaitOrFullPolicy
 from brimful.batcher.rebalance import Rebalance
 from brimful.batcher.slot_leasing import SlotLeasing
 from brimful.batcher.status_snapshot import partition_status, pool_status
-from brimful.batcher.waiting_rows import WaitingRows
 from brimful.core import metrics
 from brimful.core.clock import now_ms
 from brimful.core.fetch_pacer import FetchPacer

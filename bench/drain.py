@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.saved_report import SavedReport, add_report_arguments, machine_description, out_dir_flag, why
 from brimful.core.clock import now_ms
 from brimful.core.kafka import ensure_topics, stream_topic
-from brimful.core.model_signature import TensorSpec
+from brimful.core.model_catalogue import TensorSpec
 from brimful.core.redis_keys import RedisKeys
 from brimful.core.task_store import TaskStore
 from brimful.core.tensor_codec import encode_input

@@ -51,7 +51,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.raw_http import Answer, HttpPool
-from brimful.workers.padding import pad_rows
+from brimful.workers.triton_model import pad_rows
 
 BATCH = 64
 DRAIN_S = 20.0  # how long requests still out at the end may take before they count as lost

@@ -38,7 +38,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.saved_report import SavedReport, add_report_arguments, command_line, machine_description, why
-from brimful.core.model_signature import ModelSignature
+from brimful.core.model_catalogue import ModelSignature
 from brimful.model_server.reference_model import hang_file_at
 from brimful.stack import EmbeddedStack, settings_on_free_ports
 from brimful.workers.model_errors import ModelCallError

@@ -5,7 +5,7 @@
 The task store's Redis work for one task, as ``bench/redis_parser.py`` runs it (queued,
 read, running, done with its result published, read; 64 tasks at a time), through a client
 whose connections frame commands in Python (redis-py's asyncio default) or in C
-(``core/redis_packing.HiredisPackingConnection``, what Brimful uses); replies are parsed
+(``core/redis_client.HiredisPackingConnection``, what Brimful uses); replies are parsed
 by hiredis in both. The figure is the client's CPU time a task. Rounds alternate which goes
 first. Each round goes to ``redis_packing.json`` as it ends and ``redis_packing.md`` is
 rebuilt; ``--render`` rebuilds the report from the JSON.
@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.redis_parser import rounds_table, store_cpu_us_per_task
 from bench.saved_report import SavedReport, add_report_arguments, command_line, machine_description
-from brimful.core.redis_packing import HiredisPackingConnection
+from brimful.core.redis_client import HiredisPackingConnection
 from brimful.stack import EmbeddedStack, settings_on_free_ports
 
 PACKERS: dict[str, type[Connection]] = {"python": Connection, "hiredis": HiredisPackingConnection}

@@ -33,7 +33,7 @@ from tritonclient.utils import deserialize_bytes_tensor
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.saved_report import SavedReport, add_report_arguments, command_line, machine_description
-from brimful.core.model_signature import ModelSignature, TensorSpec
+from brimful.core.model_catalogue import ModelSignature, TensorSpec
 from brimful.stack import EmbeddedStack, settings_on_free_ports
 from brimful.workers.triton_model import TritonModel
 

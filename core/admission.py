@@ -4,9 +4,23 @@ unless that would pass the tenant's limit; then nothing is written.
 The rule is one Lua function (``_ADMIT_RULE_LUA``). On one Redis a whole group of new
 tasks is admitted and recorded in one script call; on a Redis Cluster a task's record and
 its tenant's set live in different hash slots, so each task's admission is a script call
-of its own beside its record's write, in one pipeline. Either way each task recorded also
-joins the set of unconfirmed tasks, until the broker answers for it
-(``core/unconfirmed_tasks.py``)."""
+of its own beside its record's write, in one pipeline.
+
+Either way each task recorded also joins the set of unconfirmed tasks
+(``RedisKeys.unconfirmed``, ``UnconfirmedTasks``), scored by when it was recorded. An API
+records a task before it sends the task's record to the broker, and answers 202 only once
+the broker acknowledges it; between the two the task already counts in its tenant's tasks
+in flight. An API killed in between (SIGKILL, its node lost) can neither take the task
+back nor send it: without this set the task would hold its tenant's quota until the
+waiting TTL trims it (days). The API takes the entry out once the broker has answered (in
+bulk, about a second later: ``api/tasks/group_commit.py``). An entry older than the
+longest a submission can take belongs to a submission that stopped without a word.
+Whether its record reached the broker cannot be told from here, so the sweep does the one
+thing that is right either way: it takes the task out of its tenant's in-flight set. A
+task that did reach the broker still runs (its final move would have taken it out
+anyway); one that did not stays ``queued``, unknown to anyone (its client had no answer),
+until its record expires. A retry with its Idempotency-Key sends it again
+(``api/tasks/idempotency.py``)."""
 
 from __future__ import annotations
 
@@ -15,11 +29,9 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from brimful.core.redis_client import RedisClient
+from brimful.core.redis_client import RedisClient, as_text
 from brimful.core.redis_keys import RedisKeys
-from brimful.core.task_record import WRITE_RECORD_LUA, Field, NewTask, record_fields
-from brimful.core.task_status import TaskStatus
-from brimful.core.unconfirmed_tasks import unconfirmed_member
+from brimful.core.task_record import WRITE_RECORD_LUA, Field, NewTask, TaskStatus, record_fields
 
 # trim(in_flight, oldest): drop entries older than any task may wait (a task that somehow
 # ended unseen must not hold its tenant's quota for ever); returns the reply (pcall).
@@ -59,7 +71,7 @@ return admit(KEYS[1], ARGV[1], tonumber(ARGV[2]), ARGV[4])
 # its submitted_at_ms, the tenant's limit, the oldest score still counted, its id, its
 # tenant, its model and the Redis key of its Idempotency-Key ("": none). A command that
 # fails (a key of the wrong type) fails only its task, whose in-flight entry is taken
-# back. Each task recorded joins the unconfirmed set (``core/unconfirmed_tasks.py``).
+# back. Each task recorded joins the unconfirmed set (``core/admission.py``).
 # Returns per task: -1 recorded, the tenant's count when refused (nothing written), or the
 # error's text.
 _ADMIT_GROUP_LUA = (
@@ -226,3 +238,51 @@ class Admission:
             except RedisError:
                 pass
         return outcomes
+
+
+# Members a command names at most: one ZREM of a busy second's confirmations stays small.
+COMMAND_MEMBERS = 1000
+
+
+def unconfirmed_member(task_id: str, tenant: str) -> str:
+    """The set's member for a task: its id, a space, its tenant (ids never hold a space).
+    The admission script builds the same string (``core/admission.py``)."""
+    return f"{task_id} {tenant}"
+
+
+def task_of(member: str) -> tuple[str, str]:
+    """(task id, tenant) of a member."""
+    task_id, _, tenant = member.partition(" ")
+    return task_id, tenant
+
+
+class UnconfirmedTasks:
+    """The set of recorded, unconfirmed tasks: confirming entries, sweeping stale ones."""
+
+    def __init__(self, redis: RedisClient, keys: RedisKeys) -> None:
+        self._redis = redis
+        self._keys = keys
+
+    async def confirm(self, members: Sequence[str]) -> None:
+        """Take ``members`` out: the broker answered for their tasks (or they were taken back)."""
+        key = self._keys.unconfirmed
+        for start in range(0, len(members), COMMAND_MEMBERS):
+            await self._redis.zrem(key, *members[start : start + COMMAND_MEMBERS])
+
+    async def release_stale(self, recorded_before_ms: int) -> list[tuple[str, str]]:
+        """Take the tasks recorded before ``recorded_before_ms`` and never confirmed out of
+        their tenants' in-flight sets and out of this one, at most COMMAND_MEMBERS a call;
+        returns their (task id, tenant). Safe beside another API doing the same."""
+        key = self._keys.unconfirmed
+        raw = await self._redis.zrangebyscore(key, "-inf", f"({recorded_before_ms}", start=0, num=COMMAND_MEMBERS)
+        members = [as_text(member) for member in raw if isinstance(member, bytes | str)]  # no scores asked
+        if not members:
+            return []
+        tasks = [task_of(member) for member in members]
+        # In-flight entries first: a failure between the two leaves the member to sweep again.
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for task_id, tenant in tasks:
+                pipe.zrem(self._keys.in_flight(tenant), task_id)
+            await pipe.execute()
+        await self._redis.zrem(key, *members)
+        return tasks

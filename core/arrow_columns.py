@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
-from brimful.core.model_signature import TensorSpec
+from brimful.core.model_catalogue import TensorSpec
 from brimful.core.tensor_codec import InputValidationError
 from brimful.schemas import InputTensor
 

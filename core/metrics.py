@@ -158,7 +158,7 @@ TASKS_SUBMITTED = Counter("brimful_tasks_submitted", "Tasks accepted (answered 2
 UNCONFIRMED_RELEASED = Counter(
     "brimful_unconfirmed_tasks_released",
     "Tasks recorded and never confirmed (their API stopped first, or Redis lost the confirmation), taken out "
-    "of their tenants' tasks in flight by the sweep (api/tasks/submission_receipts.py).",
+    "of their tenants' tasks in flight by the sweep (api/tasks/group_commit.py).",
 )
 SUBMIT_GROUP_SIZE = Histogram(
     "brimful_submit_group_size",

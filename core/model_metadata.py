@@ -12,7 +12,7 @@ from typing import Self
 
 import tritonclient.grpc.aio as triton_aio
 
-from brimful.core.model_signature import ModelSignature, UnsupportedModelError, fixed_batch_size
+from brimful.core.model_catalogue import ModelSignature, UnsupportedModelError, fixed_batch_size
 from brimful.core.settings import Settings
 
 log = logging.getLogger("brimful.model")

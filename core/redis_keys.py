@@ -44,7 +44,7 @@ class RedisKeys:
       scored by submission time (ms).
     - ``{prefix}:unconfirmed``: sorted set of the tasks recorded as queued whose
       submission the broker has not answered yet (``{task_id} {tenant}``), scored by when
-      each was recorded (ms) (``core/unconfirmed_tasks.py``).
+      each was recorded (ms) (``core/admission.py``).
     - ``{prefix}:finished`` (pub/sub channel): task ids, as each reaches a final state.
     - ``{prefix}:cancelled`` (pub/sub channel; ``...:model:{model}`` another model's): task
       ids cancelled while queued.

@@ -6,9 +6,9 @@ may leave. That is what makes redelivery harmless: a batch replayed after a cras
 turn a ``done`` task back into ``running`` or overwrite its outputs with a second result.
 The store is also where the pieces beside the moves are reached: admission
 (``core/admission.py``), Idempotency-Keys (``core/idempotency_keys.py``), the tasks whose
-submission is unconfirmed (``core/unconfirmed_tasks.py``); the record's
+submission is unconfirmed (``core/admission.py``); the record's
 fields are in ``core/task_record.py`` and the message a final move publishes in
-``core/finished_message.py``.
+``core/task_record.py``.
 """
 
 from __future__ import annotations
@@ -20,16 +20,14 @@ from typing import Any
 import orjson
 from redis.exceptions import RedisError
 
-from brimful.core.admission import Admission, Outcome
+from brimful.core.admission import Admission, Outcome, UnconfirmedTasks
 from brimful.core.clock import now_ms
 from brimful.core.idempotency_keys import IdempotencyKeys
 from brimful.core.redis_client import RedisClient, as_text, is_cluster
 from brimful.core.redis_keys import RedisKeys
 from brimful.core.stats import StatsField
-from brimful.core.task_record import WRITE_RECORD_LUA, Field, KnownTask, NewTask, TaskRecord
-from brimful.core.task_status import TaskStatus
+from brimful.core.task_record import WRITE_RECORD_LUA, Field, KnownTask, NewTask, TaskRecord, TaskStatus
 from brimful.core.transitions import Transitions
-from brimful.core.unconfirmed_tasks import UnconfirmedTasks
 
 log = logging.getLogger("brimful.store")
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from brimful.core.model_signature import TensorSpec
+from brimful.core.model_catalogue import TensorSpec
 from brimful.schemas import InputTensor
 
 _JSON_KIND = {"BYTES": "a string", "BOOL": "a boolean"}

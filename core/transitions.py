@@ -11,11 +11,9 @@ from collections.abc import Mapping, Sequence
 from redis.crc import key_slot
 
 from brimful.core.clock import now_ms
-from brimful.core.finished_message import FINISHED_MESSAGE_LUA
 from brimful.core.redis_client import RedisClient
 from brimful.core.redis_keys import RedisKeys
-from brimful.core.task_record import FIELDS_LUA
-from brimful.core.task_status import TaskStatus
+from brimful.core.task_record import FIELDS_LUA, FINISHED_MESSAGE_LUA, TaskStatus
 
 # KEYS: task hashes (on a Redis Cluster, all in one hash slot), then, when ARGV[8] is "1",
 # the shared counters' hash. ARGV: ttl_s (kept from now on), now_ms, new status,

@@ -82,7 +82,7 @@ def test_imports_only_go_down(room: str, path: Path) -> None:
 def test_the_rule_catches_what_it_forbids() -> None:
     assert violations("api", "from brimful.batcher.policy import FlushReason")
     assert violations("batcher", "import brimful.api.app")
-    assert violations("core", "from brimful.workers.padding import pad_rows")
+    assert violations("core", "from brimful.workers.triton_model import pad_rows")
     assert violations("core", "from brimful.stack import EmbeddedStack")
     assert violations("workers", "from api.state import ApiState")  # a bare room name
     assert violations("client", "from brimful.core.settings import Settings")

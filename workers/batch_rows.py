@@ -1,18 +1,24 @@
 """Which of a batch's rows go on to run, decided against the task store just before the
-call: rows past their deadline are expired (``workers/expiry.py`` says which), and rows
-whose record Redis lost are re-created from their Kafka record; ``known_tasks`` is what
-the store step gives the task store to do the same for a record lost during the call."""
+call: rows past their deadline are expired, and rows whose record Redis lost are
+re-created from their Kafka record; ``known_tasks`` is what the store step gives the task
+store to do the same for a record lost during the call.
+
+A task may carry a deadline (``deadline_ms`` at submission, ``deadline_at_ms`` on its
+record). One whose deadline has passed when its batch is about to run is never computed
+(``past_deadline``, pure): the client said its result would be of no use by then, and the
+slot goes to rows still in time. It is decided at the last moment before the call, on the
+batcher's wall clock against the deadline the API set on its own (hosts keep their clocks
+in sync), so a row is never dropped that could still have been answered in time."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from brimful.core import metrics
 from brimful.core.task_record import KnownTask
 from brimful.core.task_store import TaskStore
 from brimful.workers.batch import Batch, BatchItem, BatchOutcome
-from brimful.workers.expiry import expiry_reason, past_deadline
 
 log = logging.getLogger("brimful.worker")
 
@@ -60,3 +66,18 @@ async def recreate_missing(
                 extra={"task_id": task_id, "batch_id": batch.batch_id},
             )
     return recreated
+
+
+def past_deadline(items: Sequence[BatchItem], now_ms: int) -> list[BatchItem]:
+    """The items whose deadline is before ``now_ms`` (wall clock); those with none never are."""
+    return [item for item in items if 0 < item.request.deadline_at_ms < now_ms]
+
+
+def expiry_reason(item: BatchItem, now_ms: int) -> dict[str, object]:
+    """What an expired task's record says: how late its batch was."""
+    late_ms = now_ms - item.request.deadline_at_ms
+    return {
+        "class": "expired",
+        "message": f"its deadline passed {late_ms} ms before it could be sent to the model; it was not computed",
+        "deadline_at_ms": item.request.deadline_at_ms,
+    }

@@ -8,7 +8,7 @@ Failures are handled by class (``brimful.workers.model_errors``):
   while every circuit is open. Such retries use up no attempts, so an outage sends
   nothing to the DLQ. Only an outage longer than ``transient_give_up_s`` does.
 - **the model rejects the batch** (model error, malformed request): the failing rows are
-  isolated (``workers/isolation.py``) and fail with their dead letters
+  isolated (``workers/task_failures.py``) and fail with their dead letters
   (``workers/task_failures.py``); the good rows complete.
 
 Identical tasks are computed once (``workers/shared_rows.py``). Running the same batch
@@ -30,7 +30,7 @@ from numpy.typing import NDArray
 
 from brimful.core import metrics
 from brimful.core.clock import now_ms
-from brimful.core.model_signature import ModelSignature
+from brimful.core.model_catalogue import ModelSignature
 from brimful.core.stats import SharedStats, StatsField
 from brimful.core.task_store import TaskStore
 from brimful.core.tensor_codec import non_finite_rows, output_rows_to_json, stack_rows
@@ -38,17 +38,15 @@ from brimful.core.tracing import BatchTrace, TracedTask, Tracing
 from brimful.workers.batch import Batch, BatchItem, BatchOutcome, Seat, observe_latency
 from brimful.workers.batch_rows import expire_late, known_tasks, recreate_missing
 from brimful.workers.dead_letters import DeadLetterWriter
-from brimful.workers.isolation import Isolation
 from brimful.workers.isolation_budget import IsolationBudget
 from brimful.workers.model_errors import ErrorClass, ModelCallError, TransientOutageTooLong
 from brimful.workers.model_pool import ModelPool
-from brimful.workers.padding import pad_batch, unpad
-from brimful.workers.result_cache import ResultCache
 from brimful.workers.retry_policy import BatchRetryPolicy
-from brimful.workers.shared_rows import Followers, Group, SharedRows
+from brimful.workers.shared_rows import Followers, Group, ResultCache, SharedRows
 from brimful.workers.slot import Slot
 from brimful.workers.task_events import TaskEvents
-from brimful.workers.task_failures import Attempts, TaskFailures
+from brimful.workers.task_failures import Attempts, Isolation, TaskFailures
+from brimful.workers.triton_model import pad_batch, unpad
 
 log = logging.getLogger("brimful.worker")
 

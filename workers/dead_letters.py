@@ -11,7 +11,7 @@ from aiokafka.structs import RecordMetadata
 
 from brimful.core import metrics
 from brimful.core.dead_letter_index import DeadLetterIndex
-from brimful.core.model_signature import ModelSignature
+from brimful.core.model_catalogue import ModelSignature
 from brimful.schemas import Attempt, DeadLetter, TaskRequest
 
 

@@ -19,17 +19,33 @@ at once), the calls in flight to it, its own circuit breaker, and a fitted call 
   smoothed, plus a margin, so the next call reaches the endpoint as the running one ends;
 - what is configured now (``sync``): endpoints added start taking calls; those gone are
   retired (no new calls) and leave once their calls in flight return.
-"""
+
+``CallTimeFit``, the time one model call takes, is fitted as ``a * rows + b`` (no clock):
+an exponentially weighted least-squares line through (rows, seconds) of recent calls:
+recent calls count most, so the fit follows a model that warms up or a GPU that gets
+shared. While every call carries the same number of rows the line is undetermined, and
+the fit answers the weighted mean for every size.
+
+A slope is kept only when the calls show it: at least twice its standard error above
+zero. A model whose calls cost the same whatever their rows (a GPU at small batch sizes)
+still shows some slope in noisy times, and a slope fitted on the thin calls of light load
+and stretched to a full batch turns a 30 ms call into a predicted 50 ms one.
+
+Each endpoint's ``CircuitBreaker``, pure state on the same clock: closed, calls go through. After ``failure_threshold`` transient failures in a row it
+opens: no calls until ``open_for`` has passed; then half-open: one probe call is let
+through; its success closes the circuit, its failure opens it again for twice as long
+(capped at ``max_open_s``, with jitter so batchers do not probe in step)."""
 
 from __future__ import annotations
 
 import itertools
+import math
+import random
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from brimful.core.pool_capacity import PoolCapacity
-from brimful.workers.call_time import CallTimeFit
-from brimful.workers.circuit_breaker import BreakerState, CircuitBreaker
 
 
 @dataclass
@@ -252,3 +268,163 @@ class EndpointPool:
 def _held(endpoint: Endpoint, since: float) -> int | None:
     """Where in ``endpoint.started`` the slot held since ``since`` is (None: not held)."""
     return next((index for index, (start, _) in enumerate(endpoint.started) if start == since), None)
+
+
+SLOPE_MIN_T = 2.0  # standard errors a fitted slope must clear to count
+
+
+class CallTimeFit:
+    """Predicts the seconds of a call from its real rows."""
+
+    def __init__(self, initial_s: float = 0.05, weight: float = 0.1) -> None:
+        if not 0 < weight <= 1:
+            raise ValueError("weight must be in (0, 1]")
+        self._weight = weight
+        # Exponentially weighted moments of rows (n) and seconds (t), and the sum of the
+        # squared weights, which gives the effective number of calls behind them.
+        self._w = self._w2 = self._n = self._t = self._nn = self._nt = self._tt = 0.0
+        # Fitted once a call, read for every flush plan: the pool predicts on the hot path.
+        self._line = (0.0, initial_s)
+
+    def observe(self, rows: int, seconds: float) -> None:
+        """A call of ``rows`` real rows took ``seconds``."""
+        keep, weight = 1 - self._weight, self._weight
+        self._w = keep * self._w + weight
+        self._w2 = keep * keep * self._w2 + weight * weight
+        self._n = keep * self._n + weight * rows
+        self._t = keep * self._t + weight * seconds
+        self._nn = keep * self._nn + weight * rows * rows
+        self._nt = keep * self._nt + weight * rows * seconds
+        self._tt = keep * self._tt + weight * seconds * seconds
+        self._line = self._fit()
+
+    def line(self) -> tuple[float, float]:
+        """(a, b): seconds per row and seconds per call; a is never negative, and 0 unless
+        the calls tell it from 0."""
+        return self._line
+
+    def _fit(self) -> tuple[float, float]:
+        """The line through the moments, its slope kept only past SLOPE_MIN_T standard errors."""
+        mean_n, mean_t = self._n / self._w, self._t / self._w
+        variance = self._nn / self._w - mean_n * mean_n
+        if variance < 1e-6:
+            return 0.0, mean_t
+        covariance = self._nt / self._w - mean_n * mean_t
+        slope = covariance / variance
+        calls = self._w * self._w / self._w2  # effective: recent calls weigh more
+        if slope <= 0 or calls <= 2:
+            return 0.0, mean_t
+        residual = max(0.0, self._tt / self._w - mean_t * mean_t - slope * covariance)
+        standard_error = math.sqrt(residual / (variance * (calls - 2)))
+        if slope <= SLOPE_MIN_T * standard_error:
+            return 0.0, mean_t
+        return slope, max(0.0, mean_t - slope * mean_n)
+
+    def predict(self, rows: int) -> float:
+        """Expected seconds of a call carrying ``rows`` real rows."""
+        slope, base = self.line()
+        return slope * rows + base
+
+
+class BreakerState(StrEnum):
+    CLOSED = "closed"
+    OPEN = "open"
+    HALF_OPEN = "half_open"
+
+
+class CircuitBreaker:
+    """Decides whether a call to the endpoint may be made now."""
+
+    def __init__(
+        self,
+        failure_threshold: int = 3,
+        base_open_s: float = 0.5,
+        max_open_s: float = 5.0,
+        probe_timeout_s: float = 30.0,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.failure_threshold = failure_threshold
+        self.base_open_s = base_open_s
+        self.max_open_s = max_open_s
+        # A probe whose outcome was never reported (its caller died, or failed on
+        # something else first) must not close the door for good.
+        self.probe_timeout_s = probe_timeout_s
+        self._probe_started = 0.0
+        self._rng = rng or random.Random()
+        self._state = BreakerState.CLOSED
+        self._consecutive_failures = 0
+        self._opened_times = 0
+        self._retry_at = 0.0
+        self._probe_in_flight = False
+
+    def state(self, now: float) -> BreakerState:
+        if self._state is BreakerState.OPEN and now >= self._retry_at:
+            return BreakerState.HALF_OPEN
+        return self._state
+
+    def would_allow(self, now: float) -> bool:
+        """Whether ``allow`` would let a call through now, without taking the probe."""
+        state = self.state(now)
+        if state is BreakerState.CLOSED:
+            return True
+        probe_lost = self._probe_in_flight and now - self._probe_started >= self.probe_timeout_s
+        return state is BreakerState.HALF_OPEN and (not self._probe_in_flight or probe_lost)
+
+    def allow(self, now: float) -> bool:
+        """Whether a call may start now; in half-open, only the first caller's may."""
+        state = self.state(now)
+        if state is BreakerState.CLOSED:
+            return True
+        probe_lost = self._probe_in_flight and now - self._probe_started >= self.probe_timeout_s
+        if state is BreakerState.HALF_OPEN and (not self._probe_in_flight or probe_lost):
+            self._state = BreakerState.HALF_OPEN
+            self._probe_in_flight = True
+            self._probe_started = now
+            return True
+        return False
+
+    @property
+    def consecutive_failures(self) -> int:
+        """Transient failures since the last success."""
+        return self._consecutive_failures
+
+    def abort_probe(self) -> None:
+        """The probe ``allow`` let through was never made (its slot was taken elsewhere):
+        the next caller may probe."""
+        self._probe_in_flight = False
+
+    def seconds_until_allowed(self, now: float) -> float:
+        if self.state(now) is BreakerState.OPEN:
+            return max(0.0, self._retry_at - now)
+        return 0.0
+
+    def record_success(self) -> None:
+        self._state = BreakerState.CLOSED
+        self._consecutive_failures = 0
+        self._opened_times = 0
+        self._probe_in_flight = False
+
+    def trip(self, now: float) -> bool:
+        """Open a closed circuit on news from elsewhere (another batcher's circuit for the
+        same endpoint opened), as if its own threshold were reached; after the open period
+        a probe decides as usual, so wrong news costs one period at most. Returns whether
+        the state changed."""
+        if self._state is not BreakerState.CLOSED:
+            return False
+        self._consecutive_failures = self.failure_threshold
+        self._open(now)
+        return True
+
+    def record_failure(self, now: float) -> None:
+        """A transient failure (unreachable, timed out). Model errors are not the
+        endpoint's health and are not recorded here."""
+        self._consecutive_failures += 1
+        self._probe_in_flight = False
+        if self._state is BreakerState.HALF_OPEN or self._consecutive_failures >= self.failure_threshold:
+            self._open(now)
+
+    def _open(self, now: float) -> None:
+        self._opened_times += 1
+        cap = min(self.max_open_s, self.base_open_s * 2 ** (self._opened_times - 1))
+        self._retry_at = now + self._rng.uniform(cap / 2, cap)
+        self._state = BreakerState.OPEN

@@ -15,8 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from brimful.core.task_record import task_record_answer
-from brimful.core.task_status import TaskStatus
+from brimful.core.task_record import TaskStatus, task_record_answer
 from brimful.core.task_store import TaskStore
 from brimful.core.webhook_records import Endpoint, WebhookRecords
 from brimful.workers.batch import BatchItem

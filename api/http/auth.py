@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from fastapi import Request
 
-from brimful.api.http.errors import ApiError
+from brimful.api.http.answers import ApiError
 from brimful.api.state import ApiState, api_state
 from brimful.core.api_keys import Scope
 

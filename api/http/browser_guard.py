@@ -28,8 +28,7 @@ from collections.abc import Iterable
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from brimful.api.http.errors import error_body
-from brimful.api.http.json_answer import JsonAnswer
+from brimful.api.http.answers import JsonAnswer, error_body
 from brimful.core.settings import Settings
 
 LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})

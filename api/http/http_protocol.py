@@ -39,9 +39,8 @@ import httptools
 from starlette.types import Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from brimful.api.http.answers import JsonAnswer, error_body, retry_after
 from brimful.api.http.direct_lane import DirectCycle, DirectLane
-from brimful.api.http.errors import error_body, retry_after
-from brimful.api.http.json_answer import JsonAnswer
 from brimful.core import metrics
 from brimful.core.settings import get_settings
 

@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from brimful.api.http.errors import ApiError
+from brimful.api.http.answers import ApiError
 from brimful.core.redis_client import RedisClient
 
 # KEYS[1]: the bucket. ARGV: rate per second, burst, tokens wanted.

@@ -10,7 +10,7 @@ from typing import Any
 from fastapi import Request
 from starlette.requests import ClientDisconnect
 
-from brimful.api.http.errors import ApiError
+from brimful.api.http.answers import ApiError
 from brimful.core.number_text import whole_number
 
 

@@ -16,14 +16,13 @@ from typing import Any
 
 import orjson
 
-from brimful.api.http.errors import ApiError, error_body
+from brimful.api.http.answers import ApiError, error_body
 from brimful.api.jobs.job_lines import error_line, output_line
 from brimful.api.openai.embedding_answer import EmbeddingShape, embeddings_answer
 from brimful.api.state import ApiState
 from brimful.core.batch_records import BatchRecord
 from brimful.core.file_records import OUTPUT_PURPOSE, FileRecord
-from brimful.core.task_record import TaskRecord, task_record_answer
-from brimful.core.task_status import TaskStatus
+from brimful.core.task_record import TaskRecord, TaskStatus, task_record_answer
 
 # What the output says of a line whose task ended other than done.
 _STATUS_CODES = {TaskStatus.FAILED: 502, TaskStatus.EXPIRED: 408, TaskStatus.CANCELLED: 409}

@@ -9,8 +9,8 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Request
 
+from brimful.api.http.answers import ApiError
 from brimful.api.http.auth import Principal, requires
-from brimful.api.http.errors import ApiError
 from brimful.api.http.list_pages import page_answer, page_limit
 from brimful.api.http.request_body import parse_json, read_body
 from brimful.api.jobs.job_lines import ENDPOINTS

@@ -11,10 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from brimful.api.http.errors import ApiError
+from brimful.api.http.answers import ApiError
 from brimful.api.openai.embedding_request import EmbeddingRequest
-from brimful.core.task_record import TaskRecord
-from brimful.core.task_status import TaskStatus
+from brimful.core.task_record import TaskRecord, TaskStatus
 
 log = logging.getLogger("brimful.api")
 

@@ -14,10 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from brimful.api.http.errors import ApiError
+from brimful.api.http.answers import ApiError
 from brimful.api.tasks.submission import Submission
-from brimful.core.model_catalogue import ModelCatalogue, UnknownModelError
-from brimful.core.model_signature import ModelSignature, TensorSpec
+from brimful.core.model_catalogue import ModelCatalogue, ModelSignature, TensorSpec, UnknownModelError
 from brimful.core.tensor_codec import InputValidationError, encode_input
 
 ALLOWED_FIELDS = ("input", "model", "encoding_format", "dimensions", "user")

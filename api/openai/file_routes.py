@@ -12,9 +12,8 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import StreamingResponse
 
+from brimful.api.http.answers import ApiError, JsonAnswer
 from brimful.api.http.auth import Principal, requires
-from brimful.api.http.errors import ApiError
-from brimful.api.http.json_answer import JsonAnswer
 from brimful.api.http.list_pages import page_answer, page_limit
 from brimful.api.jobs.result_tables import FORMATS, table_chunks
 from brimful.api.openai.file_names import attachment

@@ -30,8 +30,7 @@ from brimful.api.openapi.shapes import (
 from brimful.api.tasks.bulk_arrow import ARROW_STREAM
 from brimful.api.tasks.submission import ALLOWED_FIELDS, MAX_DEADLINE_MS, PRIORITIES
 from brimful.api.tasks.task_routes import IDEMPOTENCY_KEY_MAX_LENGTH
-from brimful.core.model_catalogue import ModelCatalogue
-from brimful.core.model_signature import ModelSignature, TensorSpec
+from brimful.core.model_catalogue import ModelCatalogue, ModelSignature, TensorSpec
 from brimful.core.policy_params import TUNABLE, bounds
 from brimful.core.settings import Settings
 from brimful.core.webhook_targets import MAX_URL_LENGTH

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from brimful.api.tasks.task_routes import TASK_ID_PATTERN
-from brimful.core.model_signature import MODEL_KINDS
-from brimful.core.task_status import TaskStatus
+from brimful.core.model_catalogue import MODEL_KINDS
+from brimful.core.task_record import TaskStatus
 
 TASK_STATE: dict[str, Any] = {
     "type": "object",

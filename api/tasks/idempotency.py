@@ -11,13 +11,12 @@ import time
 
 from redis.exceptions import RedisError
 
-from brimful.api.http.errors import ApiError
+from brimful.api.http.answers import ApiError
 from brimful.api.state import ApiState
-from brimful.api.tasks.requests_topic import resend
-from brimful.api.tasks.submission import Submission
-from brimful.api.tasks.submission_receipts import longest_submission_s
+from brimful.api.tasks.group_commit import longest_submission_s
+from brimful.api.tasks.submission import Submission, resend
 from brimful.core.clock import now_ms
-from brimful.core.task_status import TaskStatus
+from brimful.core.task_record import TaskStatus
 
 log = logging.getLogger("brimful.api")
 

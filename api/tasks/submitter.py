@@ -12,13 +12,20 @@ from typing import Any
 from aiokafka.errors import KafkaError, MessageSizeTooLargeError
 from redis.exceptions import RedisError
 
+from brimful.api.http.answers import ApiError, error_body
 from brimful.api.http.auth import Principal
-from brimful.api.http.errors import ApiError, error_body
 from brimful.api.state import ApiState
 from brimful.api.tasks.group_commit import GroupCommitterFull, GroupCommitterStopped, InFlightLimitReached
 from brimful.api.tasks.idempotency import commit_idempotency_key, release_idempotency_key
-from brimful.api.tasks.requests_topic import RECORD_OVERHEAD_BYTES, task_record, too_large_for_broker
-from brimful.api.tasks.submission import Submission, check_callback, parse_submission, queued_answer
+from brimful.api.tasks.submission import (
+    RECORD_OVERHEAD_BYTES,
+    Submission,
+    check_callback,
+    parse_submission,
+    queued_answer,
+    task_record,
+    too_large_for_broker,
+)
 from brimful.core import metrics
 from brimful.core.clock import now_ms
 from brimful.core.model_catalogue import ModelCatalogue

@@ -11,9 +11,8 @@ from urllib.parse import parse_qsl
 
 from fastapi import APIRouter, Depends, Request
 
+from brimful.api.http.answers import ApiError, JsonAnswer
 from brimful.api.http.auth import Principal, requires
-from brimful.api.http.errors import ApiError
-from brimful.api.http.json_answer import JsonAnswer
 from brimful.api.http.request_body import parse_json, read_body
 from brimful.api.state import ApiState, api_state
 from brimful.api.tasks.bulk_arrow import ARROW_STREAM, submit_arrow
@@ -24,8 +23,7 @@ from brimful.api.tasks.task_waiters import read_own_task
 from brimful.core import metrics
 from brimful.core.api_keys import Scope
 from brimful.core.number_text import finite_number
-from brimful.core.task_record import task_record_answer
-from brimful.core.task_status import TaskStatus
+from brimful.core.task_record import TaskStatus, task_record_answer
 
 router = APIRouter(tags=["tasks"])
 

@@ -15,13 +15,12 @@ import time
 from collections import Counter, defaultdict
 from types import TracebackType
 
-from brimful.api.http.errors import ApiError
+from brimful.api.http.answers import ApiError
 from brimful.core import metrics
 from brimful.core.channel_follower import follow_channel
-from brimful.core.finished_message import FinishedMessage
 from brimful.core.redis_client import RedisClient
 from brimful.core.redis_keys import RedisKeys
-from brimful.core.task_record import TaskRecord
+from brimful.core.task_record import FinishedMessage, TaskRecord
 from brimful.core.task_store import TaskStore
 
 

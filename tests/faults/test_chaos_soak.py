@@ -55,7 +55,7 @@ import pytest
 from redis.asyncio import Redis
 from standardwebhooks import Webhook
 
-from brimful.api.tasks.submission_receipts import released_within_s
+from brimful.api.tasks.group_commit import released_within_s
 from brimful.commands.up import REFERENCE_MODELS
 from brimful.core.api_keys import ApiKeys, Scope
 from brimful.core.redis_keys import RedisKeys
@@ -1071,7 +1071,7 @@ async def check_ledger(
     redis = Redis.from_url(stack.settings.redis_url)
     keys = RedisKeys(stack.settings.key_prefix)
     # A task an API worker recorded just before it was killed counts until the sweep takes it
-    # out (api/tasks/submission_receipts.py): the counts are read until they fall to 0, or that long.
+    # out (api/tasks/group_commit.py): the counts are read until they fall to 0, or that long.
     deadline = time.monotonic() + released_within_s(stack.settings) + 10
     try:
         while True:

@@ -1,5 +1,5 @@
 """API workers killed between recording tasks and hearing from the broker: the tasks they
-recorded give their tenant's quota back (``core/unconfirmed_tasks.py``).
+recorded give their tenant's quota back (``core/admission.py``).
 
 The stack is the production shape's front: two API workers behind one port, auth on, a
 tenant with a small in-flight limit, two partitions. The producer's linger is raised so a
@@ -18,14 +18,14 @@ import aiohttp
 import pytest
 from redis.asyncio import Redis
 
-from brimful.api.tasks.submission_receipts import released_within_s
+from brimful.api.tasks.group_commit import released_within_s
+from brimful.core.admission import task_of
 from brimful.core.api_keys import ApiKeys, Scope
 from brimful.core.redis_client import as_text
 from brimful.core.redis_keys import RedisKeys
-from brimful.core.task_status import TaskStatus
+from brimful.core.task_record import TaskStatus
 from brimful.core.task_store import TaskStore
 from brimful.core.tenant_limits import TenantLimits, TenantLimitStore
-from brimful.core.unconfirmed_tasks import task_of
 from brimful.stack import EmbeddedStack
 from brimful.stack.processes import http_ok
 from tests.helpers.pipeline import expected_outputs

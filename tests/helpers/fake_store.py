@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 
-from brimful.core.model_signature import ModelSignature, TensorSpec
+from brimful.core.model_catalogue import ModelSignature, TensorSpec
 from brimful.schemas import InputTensor, TaskRequest
 from brimful.workers.batch import BatchItem
 

@@ -1,16 +1,15 @@
-"""Checks of the set of unconfirmed tasks (``core/unconfirmed_tasks.py``), shared by the
+"""Checks of the set of unconfirmed tasks (``core/admission.py``), shared by the
 tests on one Redis and on a Redis Cluster."""
 
 from __future__ import annotations
 
 import uuid
 
+from brimful.core.admission import task_of, unconfirmed_member
 from brimful.core.clock import now_ms
 from brimful.core.redis_client import as_text
-from brimful.core.task_record import NewTask
-from brimful.core.task_status import TaskStatus
+from brimful.core.task_record import NewTask, TaskStatus
 from brimful.core.task_store import TaskStore
-from brimful.core.unconfirmed_tasks import task_of, unconfirmed_member
 
 
 async def unconfirmed_ids(store: TaskStore) -> set[str]:

@@ -1,4 +1,4 @@
-"""The API's key cache (brimful.api.http.api_key_cache) against a real Redis: a key is read
+"""The API's key cache (brimful.core.api_keys) against a real Redis: a key is read
 once while trusted, and a revocation reaches every process at once, or within the
 cache's time when its announcement is lost."""
 
@@ -14,8 +14,7 @@ from dataclasses import asdict, replace
 import pytest
 from redis.asyncio import Redis
 
-from brimful.api.http.api_key_cache import ApiKeyCache
-from brimful.core.api_keys import ApiKeys, KeyRecord, Scope, digest
+from brimful.core.api_keys import ApiKeyCache, ApiKeys, KeyRecord, Scope, digest
 from brimful.core.redis_keys import RedisKeys
 from brimful.stack import EmbeddedStack
 from tests.helpers.polling import wait_for

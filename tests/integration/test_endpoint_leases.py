@@ -17,10 +17,8 @@ from brimful.batcher.policy import FlushReason
 from brimful.batcher.slot_leasing import SlotLeasing
 from brimful.core.redis_keys import RedisKeys
 from brimful.stack import EmbeddedStack
-from brimful.workers.circuit_breaker import CircuitBreaker
-from brimful.workers.endpoint_leases import EndpointLeases
-from brimful.workers.endpoint_pool import EndpointPool
-from brimful.workers.model_pool import ModelPool
+from brimful.workers.endpoint_pool import CircuitBreaker, EndpointPool
+from brimful.workers.model_pool import EndpointLeases, ModelPool
 from brimful.workers.slot import Slot
 from brimful.workers.triton_model import TritonModel
 from tests.helpers.polling import wait_for

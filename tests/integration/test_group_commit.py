@@ -16,8 +16,12 @@ from aiokafka.errors import KafkaError
 from aiokafka.structs import RecordMetadata
 from redis.exceptions import RedisError
 
-from brimful.api.tasks.group_commit import GroupCommitter, GroupCommitterStopped
-from brimful.api.tasks.submission_receipts import SubmissionReceipts, longest_submission_s
+from brimful.api.tasks.group_commit import (
+    GroupCommitter,
+    GroupCommitterStopped,
+    SubmissionReceipts,
+    longest_submission_s,
+)
 from brimful.core import metrics
 from brimful.core.clock import now_ms
 from brimful.core.kafka import ensure_topics, make_producer

@@ -10,7 +10,7 @@ from aiokafka import AIOKafkaProducer
 from redis.asyncio import Redis
 
 from brimful.core.clock import now_ms
-from brimful.core.model_signature import TensorSpec
+from brimful.core.model_catalogue import TensorSpec
 from brimful.core.redis_keys import RedisKeys
 from brimful.core.task_store import TaskStore
 from brimful.core.tensor_codec import encode_input

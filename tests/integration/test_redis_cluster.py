@@ -18,10 +18,8 @@ from redis.asyncio.cluster import RedisCluster
 
 from brimful.core.channel_follower import follow_channel
 from brimful.core.clock import now_ms
-from brimful.core.finished_message import FinishedMessage
 from brimful.core.redis_keys import RedisKeys
-from brimful.core.task_record import Field
-from brimful.core.task_status import TaskStatus
+from brimful.core.task_record import Field, FinishedMessage, TaskStatus
 from brimful.core.task_store import TaskStore
 from brimful.schemas import InputTensor, TaskRequest
 from brimful.stack import EmbeddedStack

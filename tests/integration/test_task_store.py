@@ -12,11 +12,9 @@ from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 
 from brimful.core.clock import now_ms
-from brimful.core.finished_message import FINISHED_MESSAGE_LUA, FinishedMessage
 from brimful.core.redis_keys import RedisKeys
 from brimful.core.stats import SharedStats, StatsField
-from brimful.core.task_record import KnownTask, NewTask
-from brimful.core.task_status import TaskStatus
+from brimful.core.task_record import FINISHED_MESSAGE_LUA, FinishedMessage, KnownTask, NewTask, TaskStatus
 from brimful.core.task_store import TaskStore
 from brimful.core.tenant_limits import TenantLimits, TenantLimitStore
 from brimful.stack import EmbeddedStack

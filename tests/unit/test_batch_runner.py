@@ -13,15 +13,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from brimful.core.model_signature import ModelSignature
+from brimful.core.model_catalogue import ModelSignature
 from brimful.workers.batch import Batch, BatchItem
 from brimful.workers.batch_runner import BatchRunner
-from brimful.workers.circuit_breaker import CircuitBreaker
-from brimful.workers.endpoint_pool import EndpointPool
+from brimful.workers.endpoint_pool import CircuitBreaker, EndpointPool
 from brimful.workers.model_errors import ErrorClass, ModelCallError
 from brimful.workers.model_pool import ModelPool
-from brimful.workers.result_cache import ResultCache
 from brimful.workers.retry_policy import BatchRetryPolicy
+from brimful.workers.shared_rows import ResultCache
 from tests.helpers.fake_store import SIGNATURE, FakeStore, text_item
 
 

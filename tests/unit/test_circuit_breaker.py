@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from brimful.workers.circuit_breaker import BreakerState, CircuitBreaker
+from brimful.workers.endpoint_pool import BreakerState, CircuitBreaker
 
 
 def breaker() -> CircuitBreaker:

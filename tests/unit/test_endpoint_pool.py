@@ -7,9 +7,7 @@ import random
 
 import pytest
 
-from brimful.workers.call_time import CallTimeFit
-from brimful.workers.circuit_breaker import BreakerState, CircuitBreaker
-from brimful.workers.endpoint_pool import Endpoint, EndpointPool
+from brimful.workers.endpoint_pool import BreakerState, CallTimeFit, CircuitBreaker, Endpoint, EndpointPool
 
 
 def call_ended(p: EndpointPool, e: Endpoint, started_at: float, now: float, transient_failure: bool) -> None:

@@ -14,7 +14,7 @@ from aiokafka.errors import ConsumerStoppedError
 
 from brimful.batcher.intake import Estimates, Intake
 from brimful.batcher.limits import BatcherLimits
-from brimful.batcher.waiting_rows import WaitingRows
+from brimful.batcher.partition_state import WaitingRows
 
 
 async def test_the_fetch_loop_ends_when_its_consumer_is_stopped() -> None:

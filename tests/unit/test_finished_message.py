@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from brimful.core.finished_message import FinishedMessage
-from brimful.core.task_record import TaskRecord
-from brimful.core.task_status import TaskStatus
+from brimful.core.task_record import FinishedMessage, TaskRecord, TaskStatus
 
 
 def test_an_entry_carries_the_task_s_model() -> None:

@@ -1,4 +1,4 @@
-"""Finding the failing rows of a refused batch (workers/isolation.py), on fakes: a model
+"""Finding the failing rows of a refused batch (workers/task_failures.py), on fakes: a model
 that refuses any call holding a ``!fail`` row, and a store and DLQ that record."""
 
 from __future__ import annotations
@@ -9,11 +9,10 @@ import numpy as np
 
 from brimful.schemas import InputTensor, TaskRequest
 from brimful.workers.batch import Batch, BatchItem, BatchOutcome, Seat
-from brimful.workers.isolation import Isolation, Outputs
 from brimful.workers.isolation_budget import IsolationBudget
 from brimful.workers.model_errors import ErrorClass, ModelCallError
 from brimful.workers.retry_policy import BatchRetryPolicy
-from brimful.workers.task_failures import Attempts
+from brimful.workers.task_failures import Attempts, Isolation, Outputs
 
 
 def item(text: str, tenant: str = "acme", offset: int = 0) -> BatchItem:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from brimful.core.model_catalogue import ModelCatalogue, UnknownModelError
-from brimful.core.model_signature import ModelSignature, TensorSpec
+from brimful.core.model_catalogue import ModelCatalogue, ModelSignature, TensorSpec, UnknownModelError
 
 
 def signature(name: str, batch_size: int) -> ModelSignature:

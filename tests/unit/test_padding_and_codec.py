@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from brimful.core.model_signature import ModelSignature, TensorSpec, UnsupportedModelError, fixed_batch_size
+from brimful.core.model_catalogue import ModelSignature, TensorSpec, UnsupportedModelError, fixed_batch_size
 from brimful.core.tensor_codec import (
     InputValidationError,
     encode_input,
@@ -15,7 +15,7 @@ from brimful.core.tensor_codec import (
     stack_rows,
 )
 from brimful.schemas import InputTensor
-from brimful.workers.padding import pad_batch, pad_rows, unpad
+from brimful.workers.triton_model import pad_batch, pad_rows, unpad
 
 TEXT = TensorSpec("TEXT", "BYTES", (1,))
 VECTOR = TensorSpec("V", "FP32", (3,))

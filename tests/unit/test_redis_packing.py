@@ -6,7 +6,7 @@ import pytest
 from redis.asyncio.connection import Connection
 from redis.exceptions import DataError
 
-from brimful.core.redis_packing import HiredisPackingConnection
+from brimful.core.redis_client import HiredisPackingConnection
 
 COMMANDS = [
     ("GET", "brimful:task:abc"),

@@ -6,7 +6,7 @@ from __future__ import annotations
 import orjson
 
 from brimful.schemas import InputTensor, TaskRequest
-from brimful.workers.result_cache import ENTRY_OVERHEAD_BYTES, ResultCache, cache_key, plan_batch
+from brimful.workers.shared_rows import ENTRY_OVERHEAD_BYTES, ResultCache, cache_key, plan_batch
 
 
 def request(text: bytes, tenant: str = "a", no_cache: bool = False, task_id: str = "t") -> TaskRequest:

@@ -10,8 +10,7 @@ from typing import Any
 import orjson
 
 from brimful.workers.batch import BatchItem, BatchOutcome
-from brimful.workers.result_cache import ResultCache
-from brimful.workers.shared_rows import SharedRows
+from brimful.workers.shared_rows import ResultCache, SharedRows
 from tests.helpers.fake_store import SIGNATURE, FakeStore, text_item
 
 

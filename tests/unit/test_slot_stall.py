@@ -15,8 +15,7 @@ from brimful.batcher.health_server import Probes, answer
 from brimful.batcher.limits import BatcherLimits
 from brimful.batcher.service import BatcherService
 from brimful.core.policy_params import PolicyParams
-from brimful.workers.circuit_breaker import CircuitBreaker
-from brimful.workers.endpoint_pool import EndpointPool
+from brimful.workers.endpoint_pool import CircuitBreaker, EndpointPool
 from brimful.workers.model_pool import ModelPool
 from brimful.workers.retry_policy import BatchRetryPolicy
 from brimful.workers.slot import NoSlotInTime, Slot

@@ -1,4 +1,4 @@
-"""The API's bookkeeping of confirmations and sweeps (``api/tasks/submission_receipts.py``): what
+"""The API's bookkeeping of confirmations and sweeps (``api/tasks/group_commit.py``): what
 it keeps when Redis fails, and how far one sweep goes. Redis's side is tested on a real
 one (tests/integration/test_task_store.py, tests/faults/test_unconfirmed_submissions.py)."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from brimful.api.tasks.submission_receipts import SWEEP_MAX_CALLS, SubmissionReceipts
-from brimful.core.unconfirmed_tasks import COMMAND_MEMBERS, UnconfirmedTasks
+from brimful.api.tasks.group_commit import SWEEP_MAX_CALLS, SubmissionReceipts
+from brimful.core.admission import COMMAND_MEMBERS, UnconfirmedTasks
 
 
 class RecordingSet(UnconfirmedTasks):
