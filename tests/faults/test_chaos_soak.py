@@ -113,6 +113,7 @@ MODELS = REFERENCE_MODELS.split(",")
 HANG_FILE = "model-hang-{grpc_port}"  # in the stack's workdir: the "endpoint-hang" fault's switch
 SHARED_TEXTS = [f"shared input {n}" for n in range(12)]  # identical inputs, every tenant, both models
 FINAL = ("done", "failed", "cancelled", "expired")
+READERS = 32  # the ledger's reads of final answers at once
 UPLOAD_MAX_S = 10.0
 SMALL_JOB_EVERY_S = 8.0  # a small batch job: plain, cancelled, expiring, or its input deleted
 SMALL_JOB_LINES = 20
@@ -983,22 +984,29 @@ def phase(name: str) -> None:
 
 
 async def final_answers(clients: dict[str, Tenant], ledger: Ledger, timeout_s: float) -> dict[str, dict[str, Any]]:
-    """Each accepted task's answer once it is final (or its last answer at the deadline)."""
+    """Each accepted task's answer once it is final (or its last answer at the deadline),
+    read READERS at a time: a 30-minute soak accepts tens of thousands of tasks, and one
+    read at a time on a busy machine (100 ms each) outran the wait before reading a tenth."""
     answers: dict[str, dict[str, Any]] = {}
     deadline = time.monotonic() + timeout_s
     left = set(ledger.tasks)
+
+    async def read(task_id: str) -> None:
+        status, body = await clients[ledger.tasks[task_id].tenant].call(ledger, "GET", f"/v1/tasks/{task_id}")
+        if status == 404 and task_id in ledger.seen_final:  # read final before, kept a while after
+            body, status = ledger.seen_final[task_id], 200
+            ledger.read_then_gone += 1
+        if status == 200:
+            answers[task_id] = body
+            if body["status"] in FINAL:
+                left.discard(task_id)
+
     while left and time.monotonic() < deadline:
-        for task_id in list(left):
+        pending = sorted(left)
+        for start in range(0, len(pending), READERS):
             if time.monotonic() > deadline:
                 break  # a pass over thousands of tasks must not outrun the wait it is given
-            status, body = await clients[ledger.tasks[task_id].tenant].call(ledger, "GET", f"/v1/tasks/{task_id}")
-            if status == 404 and task_id in ledger.seen_final:  # read final before, kept a while after
-                body, status = ledger.seen_final[task_id], 200
-                ledger.read_then_gone += 1
-            if status == 200:
-                answers[task_id] = body
-                if body["status"] in FINAL:
-                    left.discard(task_id)
+            await asyncio.gather(*(read(task_id) for task_id in pending[start : start + READERS]))
         if left:
             await asyncio.sleep(1.0)
     return answers
