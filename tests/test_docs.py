@@ -57,6 +57,18 @@ def test_architecture_names_every_room_and_the_path_of_a_task() -> None:
     assert {stop.split("/")[0] for stop in stops} >= {"api", "batcher", "workers", "core"}
 
 
+def test_the_path_of_a_task_names_as_many_files_as_it_says_it_crosses() -> None:
+    """The numbered steps name each file the task crosses (scripts/task-path measures them)
+    once, and the count above them is theirs; every file named exists."""
+    path_section = (ROOT / "docs" / "architecture.md").read_text().split("## The path of one task_id", 1)[1]
+    stated = int(re.search(r"crosses \*\*(\d+) of Brimful's Python files\*\*", path_section).group(1))
+    steps = re.search(r"^1\. .*?(?=\n\n)", path_section, flags=re.M | re.S).group(0)
+    named = re.findall(r"`([a-z_]+/[\w/]+\.py)`", steps)
+    assert len(named) == len(set(named)), "a file is named twice in the steps"
+    assert len(named) == stated
+    assert [name for name in named if not (ROOT / name).is_file()] == []
+
+
 def test_every_module_the_api_table_names_is_in_its_sub_package() -> None:
     text = (ROOT / "docs" / "architecture.md").read_text()
     rows = re.findall(r"^\| `(api/\w+/)` \| (.*) \|$", text, flags=re.M)
