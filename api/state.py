@@ -18,7 +18,7 @@ from brimful.api.http.rate_limit import RateLimiter
 from brimful.api.openai.upload_gate import UploadGate
 from brimful.api.tasks.backlog import BacklogMonitor
 from brimful.api.tasks.group_commit import GroupCommitter, SubmissionReceipts, longest_submission_s
-from brimful.api.tasks.task_waiters import TaskWaiters
+from brimful.api.tasks.task_waiters import ReadResults, TaskWaiters
 from brimful.core import metrics
 from brimful.core.api_keys import ApiKeyCache, ApiKeys
 from brimful.core.batch_records import BatchRecords
@@ -28,7 +28,6 @@ from brimful.core.model_catalogue import ModelCatalogue, UnknownModelError
 from brimful.core.model_metadata import ModelMetadata, wait_for_signature
 from brimful.core.object_store import ObjectStore
 from brimful.core.policy_tuning import PolicyTuning
-from brimful.core.read_results import ReadResults
 from brimful.core.redis_client import make_redis
 from brimful.core.redis_keys import RedisKeys
 from brimful.core.redis_memory import RedisMemory

@@ -15,8 +15,7 @@ from dataclasses import dataclass, field
 
 from aiokafka import TopicPartition
 
-from brimful.batcher.accumulator import Accumulator
-from brimful.batcher.backfill import LowPriorityQueue
+from brimful.batcher.accumulator import Accumulator, LowPriorityQueue
 from brimful.batcher.offsets import GapPatience, OffsetTracker
 from brimful.workers.batch import BatchItem
 

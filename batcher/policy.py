@@ -54,7 +54,7 @@ class FlushReason(StrEnum):
     TARGET = "target"  # later, the oldest row could not meet the latency target
     REQUEST_DEADLINE = "request_deadline"
     SHUTDOWN = "shutdown"
-    BACKFILL = "backfill"  # low-priority rows alone, in a slot no normal row needs (batcher/backfill.py)
+    BACKFILL = "backfill"  # low-priority rows alone, in a slot no normal row needs (batcher/accumulator.py)
 
 
 class ArrivalRate:

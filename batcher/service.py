@@ -20,8 +20,7 @@ from dataclasses import replace
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from brimful.batcher.accumulator import Accumulator
-from brimful.batcher.backfill import backfill_due
+from brimful.batcher.accumulator import Accumulator, backfill_due
 from brimful.batcher.in_flight import InFlightBatches, Runner
 from brimful.batcher.intake import Estimates, Intake
 from brimful.batcher.limits import BatcherLimits
@@ -344,7 +343,7 @@ class BatcherService:
             self._in_flight.start(state, rows, reason, slot)
 
     def _backfill(self, now: float) -> None:
-        """Slots no normal row wants carry low-priority work (``batcher/backfill.py``)."""
+        """Slots no normal row wants carry low-priority work (``batcher/accumulator.py``)."""
         batch_size = self._params.batch_size
         for state in self._partitions.values():
             while self._has_slot(state) and backfill_due(

@@ -318,7 +318,7 @@ class Settings(BaseSettings):
         gt=0,
         le=3_600_000,
         json_schema_extra=LIVE,
-        description="A low-priority row waits at most this long for a slot no normal row needs (batcher/backfill.py); "
+        description="A low-priority row waits at most this long for a slot no normal row needs (batcher/accumulator.py); "
         "then it queues as a normal row. The bound on how long low-priority work can starve.",
     )
     max_in_flight_per_partition: int = Field(

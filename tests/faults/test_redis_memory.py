@@ -13,7 +13,7 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
-from brimful.core.read_results import FLUSH_S
+from brimful.api.tasks.task_waiters import FLUSH_S
 from brimful.core.redis_keys import RedisKeys
 from brimful.stack import EmbeddedStack
 from tests.helpers.pipeline import expected_outputs
@@ -111,7 +111,7 @@ async def test_a_result_once_read_is_kept_a_shorter_while_with_its_idempotency_k
             idempotency_key = await redis.hget(keys.task(read_id), "idem")
             assert idempotency_key
 
-            async def key_shortened() -> bool:  # a second pipeline, after the records' (core/read_results.py)
+            async def key_shortened() -> bool:  # a second pipeline, after the records' (api/tasks/task_waiters.py)
                 return 0 < await redis.ttl(idempotency_key) <= READ_TTL_S
 
             await wait_for(key_shortened, 10 * FLUSH_S + 5, "the Idempotency-Key's retention to be shortened")

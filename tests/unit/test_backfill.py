@@ -4,8 +4,7 @@ their bound, so they never starve."""
 
 from __future__ import annotations
 
-from brimful.batcher.accumulator import Accumulator
-from brimful.batcher.backfill import LowPriorityQueue, backfill_due
+from brimful.batcher.accumulator import Accumulator, LowPriorityQueue, backfill_due
 from brimful.batcher.policy import WaitOrFullPolicy
 from brimful.core.policy_params import PolicyParams
 
