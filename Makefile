@@ -5,12 +5,13 @@
 # and, once set up:
 #   make test-unit  the unit tests alone: pure logic, no server, under a minute
 #   make check      ruff (lint and format) and mypy
+#   make coverage   the unit tests' line coverage of the product, printed (CI runs it)
 #   make bench      the throughput benchmark (bench/throughput.py) into bench/results/
 #   make bench-scale  API workers x batchers x partitions x endpoints (bench/scale.py)
 #                   (BENCH_ARGS passes flags: --broker kafka, or --brokers tansu,kafka for scale)
 #   make soak       the chaos soak for SOAK_S seconds (default 600) into SOAK_REPORT;
 #                   SOAK_BROKER=kafka runs it on three Apache Kafka nodes (default s3: Tansu)
-.PHONY: up test test-unit check bench bench-scale soak bootstrap schemas
+.PHONY: up test test-unit coverage check bench bench-scale soak bootstrap schemas
 
 SOAK_S ?= 600
 SOAK_BROKER ?= $(or $(BRIMFUL_SOAK_BROKER),s3)
@@ -27,6 +28,10 @@ test: bootstrap
 
 test-unit: bootstrap
 	.venv/bin/python -m pytest -q -m unit $(PYTEST_ARGS)
+
+coverage: bootstrap
+	.venv/bin/python -m coverage run -m pytest -q -m unit $(PYTEST_ARGS)
+	.venv/bin/python -m coverage report --sort=cover --skip-empty
 
 check: bootstrap
 	@scripts/check
