@@ -68,6 +68,26 @@ def _port_of(address: str) -> int:
     return int(address.rsplit(":", 1)[1])
 
 
+def model_host_argv(python: str, ports: tuple[int, int, int], workspace: Path, *args: str) -> list[str]:
+    """The command line of a model host (``model_server/model_host.py``) on its gRPC, HTTP and
+    metrics ``ports``, keeping PyTriton's workspace in ``workspace``, with ``args`` after."""
+    grpc_port, http_port, metrics_port = ports
+    return [
+        python,
+        "-m",
+        "brimful.model_server.model_host",
+        "--grpc-port",
+        str(grpc_port),
+        "--http-port",
+        str(http_port),
+        "--metrics-port",
+        str(metrics_port),
+        "--workspace",
+        str(workspace),
+        *args,
+    ]
+
+
 @dataclass
 class EmbeddedStack:
     """Starts and stops the whole local stack for one Settings."""
@@ -285,26 +305,18 @@ class EmbeddedStack:
         workspace = scratch / "ws"
         self._launch(
             name,
-            [
+            model_host_argv(
                 self.model_host_python,
-                "-m",
-                "brimful.model_server.model_host",
-                "--grpc-port",
-                str(grpc_port),
-                "--http-port",
-                str(http_port),
-                "--metrics-port",
-                str(metrics_port),
+                (grpc_port, http_port, metrics_port),
+                workspace,
                 "--batch-size",
                 str(self.settings.batch_size),
-                "--workspace",
-                str(workspace),
                 "--server-log",
                 str(self.workdir / "logs" / f"{name}-server.log"),
                 *(f"--also-fixed={rows}" for rows in self.reference_sizes()),
                 *self.beside_flags(),
                 *self.model_host_args,
-            ],
+            ),
         )
         if wait:
             self.wait_for_model_host(name)

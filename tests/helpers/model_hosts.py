@@ -11,6 +11,7 @@ from pathlib import Path
 
 from brimful.model_server.reference_model import MODEL_NAME
 from brimful.stack import ManagedProcess, free_port, wait_until
+from brimful.stack.embedded import model_host_argv
 from brimful.stack.processes import http_ok
 
 
@@ -35,20 +36,7 @@ def start_model_host(name: str, log_path: Path, *args: str) -> ModelHost:
     scratch = Path(tempfile.mkdtemp(prefix="brimful-"))
     process = ManagedProcess(
         name=name,
-        argv=[
-            sys.executable,
-            "-m",
-            "brimful.model_server.model_host",
-            "--grpc-port",
-            str(grpc_port),
-            "--http-port",
-            str(http_port),
-            "--metrics-port",
-            str(metrics_port),
-            "--workspace",
-            str(scratch / "ws"),
-            *args,
-        ],
+        argv=model_host_argv(sys.executable, (grpc_port, http_port, metrics_port), scratch / "ws", *args),
         env=dict(os.environ),
         log_path=log_path,
         stop_timeout_s=20.0,
