@@ -41,10 +41,10 @@ soak: bootstrap
 		.venv/bin/python -m pytest -q -s tests/faults/test_chaos_soak.py
 
 bench: bootstrap
-	.venv/bin/python bench/throughput.py $(BENCH_ARGS)
+	.venv/bin/python -m bench.throughput $(BENCH_ARGS)
 
 bench-scale: bootstrap
-	.venv/bin/python bench/scale.py $(BENCH_ARGS)
+	.venv/bin/python -m bench.scale $(BENCH_ARGS)
 
 schemas: bootstrap
 	PATH=.venv/bin:$$PATH scripts/gen-schemas

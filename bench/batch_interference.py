@@ -2,7 +2,7 @@
 batch job running, side by side on one stack, and what a large upload costs the API in
 memory.
 
-    .venv/bin/python bench/batch_interference.py [--lines 50000] [--rate 600] [--seconds 20] [--reps 2]
+    .venv/bin/python -m bench.batch_interference [--lines 50000] [--rate 600] [--seconds 20] [--reps 2]
 
 The GPU-like model (every call at least 20 ms, 64 rows), as ``make bench`` runs it, with
 the requests topics rotating every 10 s as ``bench/sustained.py`` runs them. Each
@@ -28,8 +28,6 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import httpx
 import orjson
@@ -179,7 +177,7 @@ def main() -> int:
         report.render_again()
         return 0
     results: dict[str, Any] = {
-        "command": command_line("bench/batch_interference.py", args, DEFAULTS),
+        "command": command_line("bench.batch_interference", args, DEFAULTS),
         "machine": machine_description(),
         "lines": args.lines,
         "rate": args.rate,

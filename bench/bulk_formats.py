@@ -2,7 +2,7 @@
 CPU a task, for the same rows sent as ``POST /v1/tasks:batch`` JSON and as an Arrow IPC
 stream.
 
-    .venv/bin/python bench/bulk_formats.py [--rows 500] [--calls 20] [--reps 3] [--concurrency 4]
+    .venv/bin/python -m bench.bulk_formats [--rows 500] [--calls 20] [--reps 3] [--concurrency 4]
 
 One stack (the reference model, one API worker, auth off). Each repetition sends, for each
 format in turn (the order alternates), ``--calls`` bulk calls of ``--rows`` unique texts,
@@ -25,8 +25,6 @@ import time
 import uuid
 from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import httpx
 import orjson
@@ -174,7 +172,7 @@ def main() -> int:
         report.render_again()
         return 0
     results: dict[str, Any] = {
-        "command": command_line("bench/bulk_formats.py", args, DEFAULTS),
+        "command": command_line("bench.bulk_formats", args, DEFAULTS),
         "machine": machine_description(),
         "rows": args.rows,
         "calls": args.calls,

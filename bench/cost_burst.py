@@ -1,7 +1,7 @@
 """Does the cost mode fill? A burst of tasks at the default latency target and at a high
 one (the cost mode: fill first), side by side on one stack.
 
-    .venv/bin/python bench/cost_burst.py [--tasks 2000] [--rate 700] [--targets 105,3000] [--reps 3]
+    .venv/bin/python -m bench.cost_burst [--tasks 2000] [--rate 700] [--targets 105,3000] [--reps 3]
 
 Starts the embedded stack with the GPU-like model (one instance and a second slot, as
 ``make bench`` runs it). Each repetition sends, for each ``latency_target_ms`` in turn
@@ -22,8 +22,6 @@ import sys
 import tempfile
 from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.load_settings import load_settings
 from bench.saved_report import (
@@ -102,7 +100,7 @@ def main() -> int:
     if args.render:
         report.render_again()
         return 0
-    command = command_line("bench/cost_burst.py", args, DEFAULTS)
+    command = command_line("bench.cost_burst", args, DEFAULTS)
     results: dict[str, Any] = {
         "command": command,
         "machine": machine_description(),

@@ -1,6 +1,6 @@
 """Drain: the batcher and the model pool alone, without the front door.
 
-    .venv/bin/python bench/drain.py [--tasks 20000] [--out-dir bench/results] [--quick]
+    .venv/bin/python -m bench.drain [--tasks 20000] [--out-dir bench/results] [--quick]
 
 Fills the requests topic with tasks produced directly (recorded queued in Redis first,
 as the API does), then starts the batcher and measures rows/s from its first finished
@@ -23,7 +23,6 @@ import argparse
 import asyncio
 import hashlib
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -31,8 +30,6 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 from redis.asyncio import Redis
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.saved_report import SavedReport, add_report_arguments, machine_description, out_dir_flag, why
 from brimful.core.clock import now_ms
@@ -288,7 +285,7 @@ def main() -> None:
         return
     tasks = 2_000 if args.quick else args.tasks
     results: dict[str, Any] = {
-        "command": "python bench/drain.py"
+        "command": "python -m bench.drain"
         + (" --quick" if args.quick else f" --tasks {tasks}")
         + out_dir_flag(args.out_dir),
         "machine": machine_description(),

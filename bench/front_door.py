@@ -1,6 +1,6 @@
 """The API's CPU a task on each of its lanes, beside the bare HTTP server's floor, in one run.
 
-    .venv/bin/python bench/front_door.py [--config 2x1x1x1] [--seconds 10] [--reps 3]
+    .venv/bin/python -m bench.front_door [--config 2x1x1x1] [--seconds 10] [--reps 3]
 
 Each repetition measures the floor (``bench/throughput.py``'s: uvicorn answering the same
 POST with a constant 202, bare and behind a FastAPI route, as many workers as the API),
@@ -22,8 +22,6 @@ import sys
 import tempfile
 from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.saved_report import SavedReport, add_report_arguments, command_line, errors_footer, machine_description, why
 from bench.scale import LANES, Shape, role_cpu_s, start
@@ -119,7 +117,7 @@ def main() -> int:
     shape = Shape.parse(args.config)
     results: dict[str, Any] = {
         "command": command_line(
-            "bench/front_door.py",
+            "bench.front_door",
             args,
             {"config": "2x1x1x1", "seconds": 10.0, "reps": 3, "lanes": ",".join(LANES)},
         ),

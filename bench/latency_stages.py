@@ -1,7 +1,7 @@
 """Where a task's time goes: end-to-end latency split into its stages, beside Triton's
 dynamic batcher at the same load.
 
-    .venv/bin/python bench/latency_stages.py [--shares 0.05,0.15,0.25] [--seconds 10] [--out-dir bench/results]
+    .venv/bin/python -m bench.latency_stages [--shares 0.05,0.15,0.25] [--seconds 10] [--out-dir bench/results]
 
 Starts the embedded stack with the GPU-like model (every call at least 20 ms) and, at each
 share of its nominal ceiling (64 rows / 20 ms), offers open-loop Poisson load through
@@ -28,8 +28,6 @@ import tempfile
 import urllib.request
 from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.saved_report import SavedReport, add_report_arguments, machine_description, out_dir_flag, why
 from bench.throughput import loadgen
@@ -126,7 +124,7 @@ def main() -> int:
         report.render_again()
         return 0
     results: dict[str, Any] = {
-        "command": "python bench/latency_stages.py"
+        "command": "python -m bench.latency_stages"
         + ("" if args.shares == "0.05,0.15,0.25" else f" --shares {args.shares}")
         + out_dir_flag(args.out_dir),
         "machine": machine_description(),

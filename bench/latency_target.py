@@ -1,7 +1,7 @@
 """What the latency target buys and costs: rows per call against latency, beside Triton's
 dynamic batcher at the same load.
 
-    .venv/bin/python bench/latency_target.py [--rates 90,450,900] [--targets 50:4,105,130] [--reps 2] [--seconds 10]
+    .venv/bin/python -m bench.latency_target [--rates 90,450,900] [--targets 50:4,105,130] [--reps 2] [--seconds 10]
 
 Starts the embedded stack with the GPU-like model (every call at least 20 ms; one instance,
 and a second slot that queues the next call, as ``make bench`` runs it). At each offered
@@ -25,8 +25,6 @@ import sys
 import tempfile
 from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.load_settings import load_settings
 from bench.saved_report import (
@@ -118,7 +116,7 @@ def main() -> int:
     if args.render:
         report.render_again()
         return 0
-    command = "python bench/latency_target.py"
+    command = "python -m bench.latency_target"
     for flag, value, default in (
         ("--rates", args.rates, DEFAULT_RATES),
         ("--targets", args.targets, DEFAULT_TARGETS),

@@ -1,7 +1,7 @@
 """Load generator for the throughput benchmark; runs in a process of its own.
 
-    python bench/loadgen.py --path brimful --url http://127.0.0.1:8080 --rate 500 --duration 10
-    python bench/loadgen.py --path dynamic --triton 127.0.0.1:8001 --concurrency 256 --duration 8
+    python -m bench.loadgen --path brimful --url http://127.0.0.1:8080 --rate 500 --duration 10
+    python -m bench.loadgen --path dynamic --triton 127.0.0.1:8001 --concurrency 256 --duration 8
 
 Paths (the same model function behind each):
 
@@ -43,12 +43,9 @@ import uuid
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import aiohttp
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.raw_http import Answer, HttpPool
 from brimful.workers.triton_model import pad_rows

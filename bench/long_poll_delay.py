@@ -1,6 +1,6 @@
 """Long-poll delay: from a result stored in Redis to the waiting client's answer.
 
-    .venv/bin/python bench/long_poll_delay.py [--samples 300] [--out bench/results/long_poll_delay.md]
+    .venv/bin/python -m bench.long_poll_delay [--samples 300] [--out bench/results/long_poll_delay.md]
 
 Starts the embedded stack on free ports, then measures three ways:
 
@@ -31,8 +31,6 @@ from pathlib import Path
 
 import aiohttp
 from redis.asyncio import Redis
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from brimful.core.clock import now_ms
 from brimful.core.redis_keys import RedisKeys
@@ -123,7 +121,7 @@ async def measure(stack: EmbeddedStack, samples: int) -> str:
         [
             "# Long-poll delay: result stored to answer received",
             "",
-            "Command: `.venv/bin/python bench/long_poll_delay.py`, on the embedded stack (one API process).",
+            "Command: `.venv/bin/python -m bench.long_poll_delay`, on the embedded stack (one API process).",
             "Target (issue: front door): median under 5 ms.",
             "",
             "| Measure | samples | median ms | p90 ms | p99 ms | max ms |",

@@ -1,6 +1,6 @@
 """The reference model behind Ray Serve's ``@serve.batch``: the benchmark's path (e).
 
-    .venv-ray/bin/python bench/ray_serve_app.py --port 8500 [--call-ms 20]
+    .venv-ray/bin/python -m bench.ray_serve_app --port 8500 [--call-ms 20]
 
 Runs in its own virtual environment (``bench/throughput.py --with-ray`` makes it), because
 Ray pins versions the project's own environment does not share. The model function is

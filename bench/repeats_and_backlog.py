@@ -1,7 +1,7 @@
 """What identical tasks and a bulk backlog cost: model rows saved by computing repeats
 once, and normal latency beside a 10,000-task low-priority backlog.
 
-    .venv/bin/python bench/repeats_and_backlog.py [--rate 75] [--repeat-share 0.3] [--backlog 10000] [--seconds 20] [--reps 2]
+    .venv/bin/python -m bench.repeats_and_backlog [--rate 75] [--repeat-share 0.3] [--backlog 10000] [--seconds 20] [--reps 2]
 
 Starts the embedded stack with the GPU-like model (every call at least 20 ms; one
 instance and a queueing slot, as ``make bench`` runs it). Two comparisons, each side by
@@ -33,8 +33,6 @@ import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.load_settings import load_settings
 from bench.saved_report import (
@@ -229,7 +227,7 @@ def main() -> int:
     if args.render:
         report.render_again()
         return 0
-    command = "python bench/repeats_and_backlog.py"
+    command = "python -m bench.repeats_and_backlog"
     for flag, value, default in (
         ("--rate", args.rate, DEFAULTS["rate"]),
         ("--repeat-share", args.repeat_share, DEFAULTS["repeat_share"]),

@@ -1,6 +1,6 @@
 """What a change bought: two revisions of Brimful side by side, the API's and the batcher's CPU a task.
 
-    .venv/bin/python bench/revisions.py --base REV [--head REV] [--config 2x1x1x1] [--seconds 15] [--reps 5]
+    .venv/bin/python -m bench.revisions --base REV [--head REV] [--config 2x1x1x1] [--seconds 15] [--reps 5]
 
 On a shared, noisy machine a figure from one day cannot be held against one from another:
 this runs both revisions in the same session, alternated. Each revision is taken from git
@@ -22,8 +22,6 @@ import tarfile
 import tempfile
 from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.compiled_api import copy_package, measure_alternated, medians
 from bench.front_door import lane_rows
@@ -54,12 +52,12 @@ def lay_out(rev: str, tree: Path) -> None:
     copy_package(source, tree)
 
 
-def pair_command(script: str, args: argparse.Namespace, defaults: dict[str, object]) -> tuple[str, str, str]:
+def pair_command(module: str, args: argparse.Namespace, defaults: dict[str, object]) -> tuple[str, str, str]:
     """(base, head, the command a report names) for a script taking ``--base`` and ``--head``
     (``args``) and the flags of ``defaults``."""
     base, head = revision_name(args.base), revision_name(args.head)
-    rest = command_line("", args, defaults).removeprefix("python ")
-    command = f"python {script} --base {base}" + (f" --head {head}" if args.head != WORKING_TREE else "") + rest
+    rest = command_line("", args, defaults).removeprefix("python -m ")
+    command = f"python -m {module} --base {base}" + (f" --head {head}" if args.head != WORKING_TREE else "") + rest
     return base, head, command
 
 
@@ -103,7 +101,7 @@ def main() -> int:
         report.render_again()
         return 0
     shape = Shape.parse(args.config)
-    base, head, command = pair_command("bench/revisions.py", args, {"config": "2x1x1x1", "seconds": 15.0, "reps": 5})
+    base, head, command = pair_command("bench.revisions", args, {"config": "2x1x1x1", "seconds": 15.0, "reps": 5})
     results: dict[str, Any] = {
         "command": command,
         "machine": machine_description(),

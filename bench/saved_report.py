@@ -58,10 +58,10 @@ def out_dir_flag(out_dir: Path) -> str:
     return f" --out-dir {os.path.relpath(out_dir.resolve(), RESULTS_DIR.parent.parent)}"
 
 
-def command_line(script: str, args: argparse.Namespace, defaults: Mapping[str, object]) -> str:
-    """The command a report names: ``python <script>``, each flag of ``defaults`` (its name
-    as argparse stores it) whose value differs, and ``--out-dir`` where not the default."""
-    command = f"python {script}"
+def command_line(module: str, args: argparse.Namespace, defaults: Mapping[str, object]) -> str:
+    """The command a report names: ``python -m <module>``, each flag of ``defaults`` (its
+    name as argparse stores it) whose value differs, and ``--out-dir`` where not the default."""
+    command = f"python -m {module}"
     for name, default in defaults.items():
         value = getattr(args, name)
         if value != default:

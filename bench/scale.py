@@ -1,6 +1,6 @@
 """How Brimful scales: API workers x batchers x partitions x endpoints, on the GPU-like model.
 
-    .venv/bin/python bench/scale.py [--configs 1x1x1x1,2x1x1x1,1x2x2x1,2x2x2x2] [--seconds 10]
+    .venv/bin/python -m bench.scale [--configs 1x1x1x1,2x1x1x1,1x2x2x1,2x2x2x2] [--seconds 10]
         [--clients 256] [--load-processes 1] [--open-rate 0] [--rotation-s 0] [--group-gap-ms 0]
         [--lane direct|fast|fastapi] [--brokers tansu,kafka]
 
@@ -39,8 +39,6 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.broker_choice import BROKERS, broker_label
 from bench.load_settings import load_settings
@@ -378,7 +376,7 @@ def main() -> int:
     defaults["group_gap_ms"] = 0.0
     defaults["lane"] = "direct"
     defaults["brokers"] = "tansu"
-    command = command_line("bench/scale.py", args, defaults)
+    command = command_line("bench.scale", args, defaults)
     options = RunOptions(
         args.clients,
         args.load_processes,

@@ -1,6 +1,6 @@
 """Sustained load on the embedded stack: does a minute late in a long run look like the first?
 
-    .venv/bin/python bench/sustained.py [--minutes 10] [--share 0.8] [--model gpu-like]
+    .venv/bin/python -m bench.sustained [--minutes 10] [--share 0.8] [--model gpu-like]
         [--rotation-s 10] [--broker tansu|kafka]
 
 Starts the embedded stack as ``make bench`` runs it (two API workers, one batcher, the
@@ -26,8 +26,6 @@ import sys
 import tempfile
 from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.broker_choice import BROKERS, add_broker_argument, broker_label
 from bench.load_settings import load_settings
@@ -151,7 +149,7 @@ def main() -> int:
     if args.render:
         report.render_again()
         return 0
-    command = command_line("bench/sustained.py", args, DEFAULTS)
+    command = command_line("bench.sustained", args, DEFAULTS)
     results: dict[str, Any] = {
         "command": command,
         "machine": machine_description(),

@@ -1,6 +1,6 @@
 """Throughput and latency: Brimful against the ceiling, naive calls and Triton's own batcher.
 
-    .venv/bin/python bench/throughput.py [--out-dir bench/results] [--models reference,gpu-like] [--quick]
+    .venv/bin/python -m bench.throughput [--out-dir bench/results] [--models reference,gpu-like] [--quick]
         [--broker tansu|kafka]
 
 For each model it starts the embedded stack (with the model also served behind Triton's
@@ -44,8 +44,6 @@ from typing import Any
 
 import redis
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from bench.broker_choice import BROKERS, add_broker_argument
 from bench.load_settings import load_settings
 from bench.process_usage import group_members, usage
@@ -78,7 +76,7 @@ from brimful.stack import (
 )
 from brimful.stack.processes import http_ok
 
-LOADGEN = Path(__file__).resolve().parent / "loadgen.py"
+ROOT = Path(__file__).resolve().parent.parent  # the load generator runs as ``-m bench.loadgen`` from here
 
 
 def settle(stack: EmbeddedStack, timeout_s: float = 60.0) -> None:
@@ -115,7 +113,18 @@ def loadgen(
     while earlier work still runs (a backlog the run is meant to meet); ``extra``: more
     load-generator flags; ``processes``: load-generating processes (past a few thousand requests
     a second one is not enough)."""
-    argv = [sys.executable, str(LOADGEN), "--path", path, "--duration", str(seconds), "--client", client, *extra]
+    argv = [
+        sys.executable,
+        "-m",
+        "bench.loadgen",
+        "--path",
+        path,
+        "--duration",
+        str(seconds),
+        "--client",
+        client,
+        *extra,
+    ]
     argv += ["--processes", str(processes)]
     if stack is not None:
         if settle_first:
@@ -126,7 +135,7 @@ def loadgen(
         argv += ["--url", url]
     argv += ["--rate", str(rate)] if rate else ["--concurrency", str(clients)]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 90)
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 90, cwd=ROOT)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
         raise RuntimeError(f"loadgen {path} failed: {done.stderr[-2000:]}")
@@ -513,7 +522,7 @@ def main() -> int:
         return render_again(args.render, args.out_dir)
     started = time.monotonic()
     command = (
-        "python bench/throughput.py"
+        "python -m bench.throughput"
         + (" --quick" if args.quick else "")
         + (" --no-ray" if args.no_ray else "")
         + (f" --models {args.models}" if args.models != ",".join(DEFAULT_MODELS) else "")

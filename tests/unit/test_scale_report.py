@@ -41,7 +41,7 @@ def _run(config: str, rows_per_s: float) -> dict[str, object]:
 
 def test_the_report_gives_each_added_process_its_share_of_the_gain() -> None:
     results = {
-        "command": "python bench/scale.py",
+        "command": "python -m bench.scale",
         "machine": "x86_64",
         "seconds": 10.0,
         "runs": [
