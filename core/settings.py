@@ -472,7 +472,12 @@ class Settings(BaseSettings):
     )
     api_key: str = Field("", description="Key the `brimful` operator commands present to the API.")
     long_poll_max_s: float = Field(30.0, gt=0, description="Longest `?wait=` a client may ask a request to be held.")
-    max_bulk_tasks: int = Field(1000, ge=1, description="Most tasks one POST /v1/tasks:batch may carry.")
+    max_bulk_tasks: int = Field(
+        2048,
+        ge=1,
+        description="Most tasks one request may create: a POST /v1/tasks:batch's tasks, a POST /v1/embeddings' "
+        "inputs (2,048: OpenAI's limit of inputs a call).",
+    )
     submit_group_max: int = Field(
         256,
         ge=1,

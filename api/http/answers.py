@@ -1,5 +1,5 @@
 """The API's answers: JSON rendered by orjson, and every 4xx/5xx body as
-``{"error": {"code": ..., "message": ...}}``.
+OpenAI's error object, ``{"error": {"message", "type", "param", "code"}}``.
 
 ``JsonAnswer`` renders the same compact UTF-8 document as Starlette's ``JSONResponse``
 (which calls the standard library's ``json.dumps``), at about a sixteenth of its cost for a
@@ -47,11 +47,13 @@ class ApiError(Exception):
         message: str,
         headers: dict[str, str] | None = None,
         retry_after_s: float | None = None,
+        param: str | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
+        self.param = param  # the request field at fault, where one is (OpenAI's ``param``)
         self.headers = (
             headers if retry_after_s is None else {**(headers or {}), "Retry-After": retry_after(retry_after_s)}
         )
@@ -65,24 +67,45 @@ def retry_after(seconds: float) -> str:
 
 def unknown_model(error: UnknownModelError) -> ApiError:
     """The one answer to a model not served here, wherever a request names one."""
-    return ApiError(422, "unknown_model", str(error))
+    return ApiError(422, "unknown_model", str(error), param="model")
 
 
-def error_body(code: str, message: str) -> dict[str, dict[str, str]]:
-    return {"error": {"code": code, "message": message}}
+# OpenAI's error types by status: its SDK shows them as ``error.type``.
+_ERROR_TYPES = {401: "authentication_error", 403: "permission_error", 429: "rate_limit_error"}
+# Asked of a client that retries by itself (OpenAI's SDK retries every 409 and 5xx) where a
+# retry cannot help: the answer would be the same.
+NO_RETRY = {"x-should-retry": "false"}
+
+
+def error_type(status: int) -> str:
+    """OpenAI's ``type`` for an error answered with ``status``."""
+    return _ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+
+
+def error_body(status: int, code: str, message: str, param: str | None = None) -> dict[str, dict[str, str | None]]:
+    """The one shape of an error: OpenAI's error object (``message``, ``type``, ``param``,
+    ``code``), with the code a program can branch on."""
+    return {"error": {"message": message, "type": error_type(status), "param": param, "code": code}}
+
+
+def error_of(error: ApiError) -> dict[str, dict[str, str | None]]:
+    """``error``'s body."""
+    return error_body(error.status, error.code, error.message, error.param)
 
 
 def api_error_answer(error: Exception) -> JsonAnswer:
     assert isinstance(error, ApiError)
     if error.status in REFUSAL_STATUSES:
         metrics.REFUSALS.labels(error.code).inc()
-    return JsonAnswer(error_body(error.code, error.message), status_code=error.status, headers=error.headers)
+    return JsonAnswer(error_of(error), status_code=error.status, headers=error.headers)
 
 
 def http_error_answer(error: Exception) -> JsonAnswer:
     assert isinstance(error, StarletteHTTPException)
     code = {404: "not_found", 405: "method_not_allowed"}.get(error.status_code, "http_error")
-    return JsonAnswer(error_body(code, str(error.detail)), status_code=error.status_code, headers=error.headers)
+    return JsonAnswer(
+        error_body(error.status_code, code, str(error.detail)), status_code=error.status_code, headers=error.headers
+    )
 
 
 def dependency_error_answer(error: Exception) -> JsonAnswer:
@@ -90,7 +113,7 @@ def dependency_error_answer(error: Exception) -> JsonAnswer:
     metrics.REFUSALS.labels("dependency_unavailable").inc()
     return JsonAnswer(
         error_body(
-            "dependency_unavailable", f"a backing service is unreachable ({type(error).__name__}); retry shortly"
+            503, "dependency_unavailable", f"a backing service is unreachable ({type(error).__name__}); retry shortly"
         ),
         status_code=503,
         headers={"Retry-After": retry_after(1)},
@@ -103,7 +126,7 @@ def validation_error_answer(error: Exception) -> JsonAnswer:
         f"{'.'.join(str(part) for part in issue.get('loc', ()))}: {issue.get('msg', 'invalid')}"
         for issue in error.errors()
     )
-    return JsonAnswer(error_body("invalid_request", problems or "invalid request"), status_code=422)
+    return JsonAnswer(error_body(422, "invalid_request", problems or "invalid request"), status_code=422)
 
 
 # Which error gets which answer: the one table behind FastAPI's handlers and the lanes past it.

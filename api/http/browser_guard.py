@@ -122,4 +122,4 @@ def _is_multipart(content_type: str) -> bool:
 
 
 def _refuse(status: int, code: str, message: str) -> JsonAnswer:
-    return JsonAnswer(error_body(code, message), status_code=status)
+    return JsonAnswer(error_body(status, code, message), status_code=status)

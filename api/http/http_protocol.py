@@ -59,7 +59,7 @@ _DIRECT_METHODS = frozenset({b"POST", b"GET"})
 
 
 def _closing_answer(status_line: bytes, code: str, message: str) -> bytes:
-    body = bytes(JsonAnswer(error_body(code, message)).body)
+    body = bytes(JsonAnswer(error_body(int(status_line.split()[1]), code, message)).body)
     return (
         status_line + b"\r\ncontent-type: application/json\r\nconnection: close\r\n"
         b"content-length: " + str(len(body)).encode("ascii") + b"\r\n\r\n" + body
@@ -70,6 +70,7 @@ def _too_many_connections(limit: int) -> bytes:
     return bytes(
         JsonAnswer(
             error_body(
+                503,
                 "too_many_connections",
                 f"this API worker holds its limit of {limit} connections or requests at once; retry shortly",
             )

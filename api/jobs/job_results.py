@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from brimful.api.http.answers import ApiError, error_body
+from brimful.api.http.answers import ApiError, error_body, error_of
 from brimful.api.jobs.job_lines import error_line, output_line
 from brimful.api.openai.embedding_answer import EmbeddingShape, embeddings_answer
 from brimful.api.state import ApiState
@@ -106,7 +106,7 @@ class BatchResults:
         if ended is not None:
             message = (ended.error or {}).get("message", ended.status.value)
             status = _STATUS_CODES.get(ended.status, 502)
-            body = error_body(f"task_{ended.status.value}", message)
+            body = error_body(status, f"task_{ended.status.value}", message)
             step.errors.append(output_line(custom_id, request_id, status, body))
             step.failed += 1
             return
@@ -116,7 +116,7 @@ class BatchResults:
             else:
                 body = task_record_answer(task_ids[0], done[0], self._state.settings.default_model)
         except ApiError as error:
-            step.errors.append(output_line(custom_id, request_id, error.status, error_body(error.code, error.message)))
+            step.errors.append(output_line(custom_id, request_id, error.status, error_of(error)))
             step.failed += 1
             return
         step.output.append(output_line(custom_id, request_id, 200, body))

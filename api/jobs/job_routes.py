@@ -9,7 +9,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Request
 
-from brimful.api.http.answers import ApiError
+from brimful.api.http.answers import NO_RETRY, ApiError
 from brimful.api.http.auth import Principal, requires
 from brimful.api.http.list_pages import page_answer, page_limit
 from brimful.api.http.request_body import parse_json, read_body
@@ -145,5 +145,7 @@ async def cancel_batch(
         )
         if left is None:
             current = await _own_batch(state, batch_id, principal)
-            raise ApiError(409, "not_cancellable", f"batch {batch_id} is already {current.status.value}")
+            raise ApiError(
+                409, "not_cancellable", f"batch {batch_id} is already {current.status.value}", headers=NO_RETRY
+            )
     return (await _own_batch(state, batch_id, principal)).as_openai()

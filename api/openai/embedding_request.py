@@ -42,7 +42,7 @@ class EmbeddingRequest:
 
 
 def _invalid(parameter: str, message: str) -> ApiError:
-    return ApiError(400, "invalid_request", f"{parameter}: {message}")
+    return ApiError(400, "invalid_request", f"{parameter}: {message}", param=parameter)
 
 
 def parse_embedding_request(document: Any, catalogue: ModelCatalogue, max_inputs: int) -> EmbeddingRequest:
@@ -83,7 +83,7 @@ def _embedding_model(name: Any, catalogue: ModelCatalogue) -> ModelSignature:
     try:
         model = catalogue.get(name)
     except UnknownModelError as error:
-        raise ApiError(404, "model_not_found", str(error)) from error
+        raise ApiError(404, "model_not_found", str(error), param="model") from error
     if model.embedding_output is None:
         embedding = [n for n in catalogue.names if catalogue.get(n).embedding_output is not None]
         raise _invalid(

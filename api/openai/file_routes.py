@@ -30,7 +30,7 @@ router = APIRouter(tags=["openai"])
 FILES_PATH = "/v1/files"
 UPLOAD_FIELDS = ("purpose",)
 LIST_LIMIT_DEFAULT = 100
-LIST_LIMIT_MAX = 1000
+LIST_LIMIT_MAX = 10_000  # OpenAI's own bound on a page of files
 
 
 @router.post(FILES_PATH)

@@ -93,14 +93,33 @@ ERROR = {
     "properties": {
         "error": {
             "type": "object",
-            "required": ["code", "message"],
+            "required": ["message", "type", "param", "code"],
             "properties": {
-                "code": {"type": "string", "description": "machine-readable, e.g. invalid_input, overloaded"},
                 "message": {"type": "string", "description": "what is wrong, naming the field or limit"},
+                "type": {
+                    "type": "string",
+                    "enum": [
+                        "invalid_request_error",
+                        "authentication_error",
+                        "permission_error",
+                        "rate_limit_error",
+                        "server_error",
+                    ],
+                    "description": "OpenAI's error type, by status",
+                },
+                "param": {"type": ["string", "null"], "description": "the request field at fault, where one is"},
+                "code": {"type": "string", "description": "machine-readable, e.g. invalid_input, overloaded"},
             },
         }
     },
-    "example": {"error": {"code": "invalid_input", "message": "input TEXT must be a string (BYTES), got an integer"}},
+    "example": {
+        "error": {
+            "message": "input TEXT must be a string (BYTES), got an integer",
+            "type": "invalid_request_error",
+            "param": None,
+            "code": "invalid_input",
+        }
+    },
 }
 WHY = {
     400: "Malformed request: not JSON, not UTF-8, a bad task id, wait or Idempotency-Key; on the OpenAI-compatible "

@@ -16,7 +16,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.ipc
 
-from brimful.api.http.answers import ApiError, error_body
+from brimful.api.http.answers import ApiError, error_of
 from brimful.api.http.auth import Principal
 from brimful.api.state import ApiState
 from brimful.api.tasks.submission import Submission, low_priority, model_named, queued_answer
@@ -65,7 +65,7 @@ async def submit_arrow(
     tasks = [(new_task_id(), Submission(inputs=inputs, model=signature.name, low_priority=low)) for inputs in rows]
     refusals = await Submitter(state, principal).submit_each(tasks)
     results = [
-        queued_answer(task_id, signature.name) if refusal is None else error_body(refusal.code, refusal.message)
+        queued_answer(task_id, signature.name) if refusal is None else error_of(refusal)
         for (task_id, _), refusal in zip(tasks, refusals)
     ]
     return {"accepted": sum(1 for result in results if "task_id" in result), "results": results}

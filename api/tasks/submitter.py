@@ -12,7 +12,7 @@ from typing import Any
 from aiokafka.errors import KafkaError, MessageSizeTooLargeError
 from redis.exceptions import RedisError
 
-from brimful.api.http.answers import ApiError, error_body
+from brimful.api.http.answers import ApiError, error_of
 from brimful.api.http.auth import Principal
 from brimful.api.state import ApiState
 from brimful.api.tasks.group_commit import GroupCommitterFull, GroupCommitterStopped, InFlightLimitReached
@@ -93,18 +93,14 @@ class Submitter:
                 if submission.callback_url:
                     await check_callback(submission, self._state.webhook_hosts)
             except ApiError as error:
-                results.append(error_body(error.code, error.message))
+                results.append(error_of(error))
                 continue
             valid[position] = (new_task_id(), submission)
             results.append({})
 
         refusals = await self._enqueue_each(list(valid.values()), limits)
         for (position, (task_id, submission)), refusal in zip(valid.items(), refusals):
-            results[position] = (
-                queued_answer(task_id, submission.model)
-                if refusal is None
-                else error_body(refusal.code, refusal.message)
-            )
+            results[position] = queued_answer(task_id, submission.model) if refusal is None else error_of(refusal)
         return results
 
     async def submit_each(self, tasks: Sequence[tuple[str, Submission]]) -> list[ApiError | None]:

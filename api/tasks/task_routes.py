@@ -11,7 +11,7 @@ from urllib.parse import parse_qsl
 
 from fastapi import APIRouter, Depends, Request
 
-from brimful.api.http.answers import ApiError, JsonAnswer
+from brimful.api.http.answers import NO_RETRY, ApiError, JsonAnswer
 from brimful.api.http.auth import Principal, requires
 from brimful.api.http.request_body import parse_json, read_body
 from brimful.api.state import ApiState, api_state
@@ -232,4 +232,9 @@ async def cancel_task(
     if await state.store.cancel(task_id, state.settings.model_scope(model)):
         return {"task_id": task_id, "model": model, "status": TaskStatus.CANCELLED.value}
     record = await state.store.get(task_id)
-    raise ApiError(409, "not_cancellable", f"task {task_id} is already {record.status.value if record else 'gone'}")
+    raise ApiError(
+        409,
+        "not_cancellable",
+        f"task {task_id} is already {record.status.value if record else 'gone'}",
+        headers=NO_RETRY,
+    )

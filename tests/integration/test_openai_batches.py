@@ -96,6 +96,11 @@ async def test_files_are_uploaded_listed_downloaded_and_deleted_per_tenant(
     assert [f.id for f in page.data] == [second] and page.has_more
     after = await client.files.list(limit=1, after=second)
     assert [f.id for f in after.data] == [first.id]
+    # OpenAI's own bound on a page of files: 10,000.
+    assert second in [f.id for f in (await client.files.list(limit=10_000)).data]
+    with pytest.raises(openai.BadRequestError) as too_many:
+        await client.files.list(limit=10_001)
+    assert "limit" in too_many.value.message
     # Another tenant sees none of it.
     assert first.id not in [f.id for f in (await other.files.list()).data]
     for call in (other.files.retrieve, other.files.content, other.files.delete):
@@ -295,6 +300,45 @@ async def test_bad_batch_requests_get_a_clear_4xx(client: openai.AsyncOpenAI, ot
         await other.batches.cancel(done.id)
     with pytest.raises(openai.NotFoundError):
         await client.batches.retrieve("batch_not-an-id")
+
+
+async def test_errors_read_as_openais_and_a_conflict_no_retry_can_mend_is_not_retried(
+    openai_stack: EmbeddedStack, openai_keys: dict[str, str], client: openai.AsyncOpenAI
+) -> None:
+    cancels: list[str] = []
+
+    async def note(request: httpx.Request) -> None:
+        if request.url.path.endswith("/cancel"):
+            cancels.append(request.url.path)
+
+    file_id = await upload(client, jsonl([task_line("one", "conflict")]))
+    batch = await client.batches.create(input_file_id=file_id, endpoint="/v1/tasks", completion_window="24h")  # type: ignore[arg-type]
+    assert (await finished(client, batch.id)).status == "completed"
+    # The SDK retries a 409 twice by default, unless the answer says a retry cannot help.
+    async with openai.AsyncOpenAI(
+        base_url=f"{openai_stack.api_url}/v1",
+        api_key=openai_keys["submit"],
+        max_retries=2,
+        http_client=httpx.AsyncClient(event_hooks={"request": [note]}),
+    ) as retrying:
+        with pytest.raises(openai.ConflictError) as conflict:
+            await retrying.batches.cancel(batch.id)
+    assert (conflict.value.code, conflict.value.type, conflict.value.param) == (
+        "not_cancellable",
+        "invalid_request_error",
+        None,
+    )
+    assert len(cancels) == 1, cancels
+    async with openai_client(openai_stack, "bf_not-a-key") as stranger:
+        with pytest.raises(openai.AuthenticationError) as unknown:
+            await stranger.batches.list()
+    assert unknown.value.type == "authentication_error"
+    with pytest.raises(openai.NotFoundError) as unserved:
+        await client.embeddings.create(model="no-such-model", input="x")
+    assert (unserved.value.code, unserved.value.param) == ("model_not_found", "model")
+    with pytest.raises(openai.BadRequestError) as unfit:
+        await client.embeddings.create(model=EMBEDDING, input="x", dimensions=3)
+    assert unfit.value.param == "dimensions"
 
 
 async def test_a_job_survives_its_api_restarting_and_answers_each_line_once(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from brimful.api.http.answers import ApiError, retry_after
+from brimful.api.http.answers import ApiError, error_of, retry_after
 from brimful.workers.model_errors import ErrorClass, summarize
 from brimful.workers.retry_policy import BatchRetryPolicy
 
@@ -42,3 +42,20 @@ def test_retry_after_is_whole_seconds_rounded_up_and_at_least_one() -> None:
     refusal = ApiError(429, "busy", "retry later", {"X-Other": "kept"}, retry_after_s=2.5)
     assert refusal.headers == {"X-Other": "kept", "Retry-After": "3"}
     assert ApiError(400, "bad", "no").headers is None
+
+
+def test_an_error_body_is_openais_error_object_typed_by_its_status() -> None:
+    cases = {
+        400: "invalid_request_error",
+        401: "authentication_error",
+        403: "permission_error",
+        404: "invalid_request_error",
+    }
+    cases |= {409: "invalid_request_error", 422: "invalid_request_error", 429: "rate_limit_error", 503: "server_error"}
+    for status, kind in cases.items():
+        body = error_of(ApiError(status, "some_code", "what went wrong"))
+        assert body == {"error": {"message": "what went wrong", "type": kind, "param": None, "code": "some_code"}}
+    assert (
+        error_of(ApiError(400, "invalid_request", "dimensions: no", param="dimensions"))["error"]["param"]
+        == "dimensions"
+    )
