@@ -222,9 +222,6 @@ class Intake:
         self._finish_offsets(state, [record.offset])
 
 
-log = logging.getLogger("brimful.batcher")
-
-
 async def until_done(
     batch_id: str,
     work: Callable[[], Awaitable[object]],

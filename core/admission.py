@@ -71,7 +71,7 @@ return admit(KEYS[1], ARGV[1], tonumber(ARGV[2]), ARGV[4])
 # its submitted_at_ms, the tenant's limit, the oldest score still counted, its id, its
 # tenant, its model and the Redis key of its Idempotency-Key ("": none). A command that
 # fails (a key of the wrong type) fails only its task, whose in-flight entry is taken
-# back. Each task recorded joins the unconfirmed set (``core/admission.py``).
+# back. Each task recorded joins the unconfirmed set.
 # Returns per task: -1 recorded, the tenant's count when refused (nothing written), or the
 # error's text.
 _ADMIT_GROUP_LUA = (
@@ -246,7 +246,7 @@ COMMAND_MEMBERS = 1000
 
 def unconfirmed_member(task_id: str, tenant: str) -> str:
     """The set's member for a task: its id, a space, its tenant (ids never hold a space).
-    The admission script builds the same string (``core/admission.py``)."""
+    The admission script above builds the same string."""
     return f"{task_id} {tenant}"
 
 

@@ -407,8 +407,6 @@ class ModelPool:
         self._models.clear()
 
 
-log = logging.getLogger("brimful.worker")
-
 # KEYS[1]: the endpoint's leases. ARGV: holder, capacity, ttl_ms. Returns 1 if leased.
 _TAKE_LUA = """
 local now = redis.call('TIME')

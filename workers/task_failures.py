@@ -142,8 +142,6 @@ class TaskFailures:
         return fit
 
 
-log = logging.getLogger("brimful.worker")
-
 Outputs = dict[str, NDArray[Any]]
 # call(batch, seat, rows, attempts, outcome, isolating): one successful call through any
 # outage; raises ModelCallError for what the model refused, TransientOutageTooLong when

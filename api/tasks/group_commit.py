@@ -296,8 +296,6 @@ class GroupCommitter:
             submission.settle(result=metadata)
 
 
-log = logging.getLogger("brimful.api")
-
 # How often accepted tasks' entries are taken out of the set: a round trip a second.
 CONFIRM_EVERY_S = 1.0
 # Confirmations kept while Redis cannot take them: past this, the oldest are dropped, and

@@ -315,12 +315,12 @@ async def test_errors_read_as_openais_and_a_conflict_no_retry_can_mend_is_not_re
     batch = await client.batches.create(input_file_id=file_id, endpoint="/v1/tasks", completion_window="24h")  # type: ignore[arg-type]
     assert (await finished(client, batch.id)).status == "completed"
     # The SDK retries a 409 twice by default, unless the answer says a retry cannot help.
-    async with openai.AsyncOpenAI(
-        base_url=f"{openai_stack.api_url}/v1",
-        api_key=openai_keys["submit"],
-        max_retries=2,
-        http_client=httpx.AsyncClient(event_hooks={"request": [note]}),
-    ) as retrying:
+    async with (
+        httpx.AsyncClient(event_hooks={"request": [note]}) as noting,
+        openai.AsyncOpenAI(
+            base_url=f"{openai_stack.api_url}/v1", api_key=openai_keys["submit"], max_retries=2, http_client=noting
+        ) as retrying,
+    ):
         with pytest.raises(openai.ConflictError) as conflict:
             await retrying.batches.cancel(batch.id)
     assert (conflict.value.code, conflict.value.type, conflict.value.param) == (
