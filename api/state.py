@@ -291,4 +291,5 @@ class ApiState:
 
 def api_state(request: Request) -> ApiState:
     """The running API's state, from any route."""
-    return request.app.state.brimful
+    state: ApiState = request.app.state.brimful
+    return state

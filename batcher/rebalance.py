@@ -17,7 +17,7 @@ class PartitionOwner(Protocol):
     def assign(self, assigned: list[TopicPartition]) -> None: ...
 
 
-class Rebalance(ConsumerRebalanceListener):
+class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka ships no types
     """Hands the consumer's rebalance callbacks to the service."""
 
     def __init__(self, owner: PartitionOwner) -> None:

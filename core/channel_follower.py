@@ -63,4 +63,4 @@ async def follow_channel(
             if pubsub is not None:
                 if pubsub.connection is not None:
                     pubsub.connection.deregister_connect_callback(reconnects.connected)
-                await pubsub.aclose()
+                await pubsub.aclose()  # type: ignore[no-untyped-call]  # redis-py leaves it untyped

@@ -74,7 +74,7 @@ def _tensor(spec: TensorSpec) -> dict[str, Any]:
     return {"name": spec.name, "datatype": spec.datatype, "shape": list(spec.row_shape)}
 
 
-_NUMPY_DTYPES: dict[str, np.dtype] = {
+_NUMPY_DTYPES: dict[str, np.dtype[Any]] = {
     "BOOL": np.dtype(np.bool_),
     "INT8": np.dtype("<i1"),
     "INT16": np.dtype("<i2"),
@@ -121,7 +121,7 @@ class TensorSpec:
     row_shape: tuple[int, ...]
 
     @property
-    def numpy_dtype(self) -> np.dtype:
+    def numpy_dtype(self) -> np.dtype[Any]:
         return _NUMPY_DTYPES[self.datatype]
 
 

@@ -122,7 +122,7 @@ class PolicyTuning:
                     old = await self.values()
                     new = apply_changes(old, changes, self.batch_size)
                     entry = {"at_ms": now_ms(), "actor": actor, "old": old, "new": new}
-                    pipe.multi()
+                    pipe.multi()  # type: ignore[no-untyped-call]  # redis-py leaves it untyped
                     pipe.hset(self._key, mapping={name: repr(new[name]) for name in TUNABLE})
                     pipe.lpush(self._history_key, json.dumps(entry))
                     pipe.ltrim(self._history_key, 0, _HISTORY_LENGTH - 1)

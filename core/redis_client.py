@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import codecs
+from collections.abc import Callable
 from typing import Any, TypeAlias
 
 import hiredis
@@ -155,7 +156,7 @@ class HiredisPackingConnection(Connection):
         # A bool, which redis-py refuses, is not as is; a set of the types is checked in C
         # (a script's 200 arguments: 3.7 against 8.5 us for a generator's test of each).
         if not as_is.issuperset(map(type, args)):
-            encode = self.encoder.encode
+            encode: Callable[[object], bytes | memoryview] = self.encoder.encode
             args = tuple(arg if type(arg) in as_is else bytes(encode(arg)) for arg in args)
         try:
             return [hiredis.pack_command(args)]

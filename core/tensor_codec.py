@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from brimful.core.model_catalogue import TensorSpec
 from brimful.schemas import InputTensor
@@ -142,7 +143,7 @@ def row_mismatch(spec: TensorSpec, row: InputTensor | None) -> str | None:
     return None
 
 
-def stack_rows(spec: TensorSpec, rows: Sequence[InputTensor]) -> np.ndarray:
+def stack_rows(spec: TensorSpec, rows: Sequence[InputTensor]) -> NDArray[Any]:
     """Stack the rows of one input into a ``(len(rows), *row_shape)`` array."""
     shape = (len(rows), *spec.row_shape)
     if spec.datatype == "BYTES":
@@ -166,7 +167,7 @@ def _json_element(value: Any) -> Any:
     return value
 
 
-def output_rows_to_json(spec: TensorSpec, array: np.ndarray) -> list[Any]:
+def output_rows_to_json(spec: TensorSpec, array: NDArray[Any]) -> list[Any]:
     """Each row of an output as JSON, in order; a row of shape ``[1]`` becomes a bare
     scalar. Numbers convert in one ``tolist`` for the whole output, not a row at a time."""
     if len(array) == 0:
@@ -175,13 +176,15 @@ def output_rows_to_json(spec: TensorSpec, array: np.ndarray) -> list[Any]:
         first = array.reshape(len(array), -1)[:, 0]  # a row's first element
         if first.dtype == object or first.dtype.kind in "SU":
             return [_json_element(value) for value in first]
-        return first.tolist()
-    if array.dtype == object:
-        return np.vectorize(_json_element, otypes=[object])(array).tolist()
-    return array.tolist()
+        rows: list[Any] = first.tolist()
+    elif array.dtype == object:
+        rows = np.vectorize(_json_element, otypes=[object])(array).tolist()
+    else:
+        rows = array.tolist()
+    return rows
 
 
-def non_finite_rows(specs: Sequence[TensorSpec], outputs: Mapping[str, np.ndarray]) -> dict[int, str]:
+def non_finite_rows(specs: Sequence[TensorSpec], outputs: Mapping[str, NDArray[Any]]) -> dict[int, str]:
     """Rows whose floating-point outputs hold NaN or infinity (JSON cannot carry them),
     each with the name of the first such output."""
     unfit: dict[int, str] = {}

@@ -13,8 +13,10 @@ reference model: failing rows for tests and drills.
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 MODEL_NAME = "brimful_embedding"
 DIMENSIONS = 32
@@ -30,7 +32,7 @@ def _features(text: str) -> list[str]:
     return words + [word[start : start + 3] for word in words for start in range(max(0, len(word) - 2))]
 
 
-def embed(text: bytes) -> np.ndarray:
+def embed(text: bytes) -> NDArray[Any]:
     """One row's vector: float32, unit length (zeros for an empty row)."""
     vector = np.zeros(DIMENSIONS, dtype=np.float64)
     for feature in _features(text.decode("utf-8", errors="replace")):
@@ -42,7 +44,7 @@ def embed(text: bytes) -> np.ndarray:
     return (vector / norm if norm else vector).astype(np.float32)
 
 
-def embedding_infer(text: np.ndarray) -> dict[str, np.ndarray]:
+def embedding_infer(text: NDArray[Any]) -> dict[str, NDArray[Any]]:
     """``EMBEDDING`` for every row of ``text`` (shape ``(rows, 1)``, bytes)."""
     rows = [bytes(value) for value in text.reshape(-1)]
     for index, row in enumerate(rows):

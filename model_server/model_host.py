@@ -21,6 +21,7 @@ from types import FrameType
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 from tritonclient.utils import InferenceServerException
 
 from brimful.model_server.library_path import library_path
@@ -46,7 +47,7 @@ class Served:
     """A model to bind: its name, its call, and its outputs as (name, dtype, row shape)."""
 
     name: str
-    call: Callable[[np.ndarray], dict[str, np.ndarray]]
+    call: Callable[[NDArray[Any]], dict[str, NDArray[Any]]]
     outputs: tuple[tuple[str, Any, tuple[int, ...]], ...]
 
 
@@ -159,7 +160,7 @@ def _triton_config(
 def _bind_fixed(
     triton: Any,
     name: str,
-    calls: Sequence[Callable[[np.ndarray], dict[str, np.ndarray]]],
+    calls: Sequence[Callable[[NDArray[Any]], dict[str, NDArray[Any]]]],
     rows: int,
     outputs: tuple[tuple[str, Any, tuple[int, ...]], ...],
 ) -> None:
@@ -167,8 +168,10 @@ def _bind_fixed(
     any other row count), one instance for each of ``calls``."""
     from pytriton.model_config import ModelConfig, Tensor
 
-    def instance(call: Callable[[np.ndarray], dict[str, np.ndarray]]) -> Callable[[list], list]:
-        def infer(requests: list) -> list[dict[str, np.ndarray]]:
+    def instance(
+        call: Callable[[NDArray[Any]], dict[str, NDArray[Any]]],
+    ) -> Callable[[list[dict[str, NDArray[Any]]]], list[dict[str, NDArray[Any]]]]:
+        def infer(requests: list[dict[str, NDArray[Any]]]) -> list[dict[str, NDArray[Any]]]:
             return [call(request["TEXT"]) for request in requests]
 
         return infer
@@ -183,12 +186,15 @@ def _bind_fixed(
     )
 
 
-def _dynamic_instance(call: Callable[[np.ndarray], dict[str, np.ndarray]]) -> Callable[..., dict[str, np.ndarray]]:
+def _dynamic_instance(
+    call: Callable[[NDArray[Any]], dict[str, NDArray[Any]]],
+) -> Callable[..., dict[str, NDArray[Any]]]:
     """An instance behind Triton's dynamic batcher: PyTriton's @batch joins the queued
     requests into one call, so the model's cost is per call."""
     from pytriton.decorators import batch
 
-    return batch(lambda TEXT: call(TEXT))
+    batched: Callable[..., dict[str, NDArray[Any]]] = batch(lambda TEXT: call(TEXT))
+    return batched
 
 
 def arguments() -> argparse.ArgumentParser:

@@ -26,8 +26,10 @@ from __future__ import annotations
 import hashlib
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 MODEL_NAME = "brimful_reference"
 FAIL_PREFIX = b"!fail"
@@ -47,7 +49,7 @@ class ReferenceModelFault(RuntimeError):
     """Raised by the fault hook; Triton reports it to the caller as a model error."""
 
 
-def reference_infer(text: np.ndarray) -> dict[str, np.ndarray]:
+def reference_infer(text: NDArray[Any]) -> dict[str, NDArray[Any]]:
     """Compute SHA256 and LENGTH for every row of ``text`` (shape ``(rows, 1)``, bytes)."""
     rows = [bytes(value) for value in text.reshape(-1)]
     for index, row in enumerate(rows):
@@ -76,7 +78,7 @@ class ReferenceModel:
         self.hang_file = hang_file
         self._hung_for: set[bytes] = set()
 
-    def __call__(self, text: np.ndarray) -> dict[str, np.ndarray]:
+    def __call__(self, text: NDArray[Any]) -> dict[str, NDArray[Any]]:
         started = time.monotonic()
         if self.hang_file is not None:
             while self.hang_file.exists() and time.monotonic() - started < HANG_FILE_MAX_S:

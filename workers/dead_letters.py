@@ -93,9 +93,10 @@ class DeadLetterWriter:
         self._index = index
 
     async def _send(self, letter: DeadLetter) -> asyncio.Future[RecordMetadata]:
-        return await self._producer.send(
+        sent: asyncio.Future[RecordMetadata] = await self._producer.send(
             self._topic, value=letter.SerializeToString(), key=letter.request.task_id.encode()
         )
+        return sent
 
     async def write(self, letters: Sequence[DeadLetter]) -> None:
         """Return once every letter is acknowledged by the broker; raise otherwise. A letter

@@ -53,7 +53,7 @@ class TritonModel(ModelMetadata):
         except Exception as error:
             raise classify(error) from error
 
-    async def infer(self, inputs: Mapping[str, np.ndarray], signature: ModelSignature) -> dict[str, np.ndarray]:
+    async def infer(self, inputs: Mapping[str, NDArray[Any]], signature: ModelSignature) -> dict[str, NDArray[Any]]:
         """One call with exactly the signature's ``batch_size`` rows; raises ModelCallError."""
         wire_inputs = []
         for spec in signature.inputs:
@@ -80,13 +80,13 @@ class TritonModel(ModelMetadata):
         return {spec.name: answered(result, spec.name, signature.batch_size) for spec in signature.outputs}
 
 
-def answered(result: InferResult, name: str, rows: int) -> np.ndarray:
+def answered(result: InferResult, name: str, rows: int) -> NDArray[Any]:
     """Output ``name`` of a call's answer, with a row for each of the call's ``rows``; a
     ModelCallError when the answer lacks it or its rows (a server that garbled its answer:
     seen from a PyTriton host thawed after SIGSTOP), never an exception the batch runner
     does not expect."""
     try:
-        array = result.as_numpy(name)
+        array: NDArray[Any] | None = result.as_numpy(name)
     except ValueError as error:  # its bytes do not fill the shape it declares
         raise ModelCallError(
             ErrorClass.MODEL_ERROR, f"the model's answer is malformed: output {name}: {error}"

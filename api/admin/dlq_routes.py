@@ -68,7 +68,8 @@ def parse_page(values: dict[str, Any]) -> tuple[str | None, int]:
 
 
 def _admin(request: Request) -> DeadLetterAdmin:
-    return request.app.state.brimful.dead_letters
+    admin: DeadLetterAdmin = request.app.state.brimful.dead_letters
+    return admin
 
 
 async def _limited(request: Request, principal: Principal) -> DeadLetterAdmin:

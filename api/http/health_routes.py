@@ -26,7 +26,7 @@ async def prometheus_metrics() -> Response:
     """The API's Prometheus metrics: summed over every worker when there are several."""
     if os.environ.get(MULTIPROCESS_DIR_ENV):
         registry = CollectorRegistry()
-        multiprocess.MultiProcessCollector(registry)
+        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]  # untyped in prometheus_client
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
     return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 

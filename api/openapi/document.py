@@ -284,7 +284,8 @@ def install(app: FastAPI, settings: Settings, catalogue: Callable[[], ModelCatal
     def document() -> dict[str, Any]:
         current = catalogue()
         if cache.get("catalogue") is current and "document" in cache:
-            return cache["document"]
+            cached: dict[str, Any] = cache["document"]
+            return cached
         base = get_openapi(title=app.title, version=app.version, summary=app.summary, routes=app.routes)
         base.setdefault("components", {}).setdefault("schemas", {})["Error"] = ERROR
         base["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}

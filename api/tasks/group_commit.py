@@ -257,7 +257,7 @@ class GroupCommitter:
         if self._turn_over:
             self._turn += 1
             self._turn_over = False
-        return sorted(partitions)[self._turn % len(partitions)]
+        return int(sorted(partitions)[self._turn % len(partitions)])
 
     async def _settle(
         self,

@@ -166,7 +166,7 @@ def task_record(state: ApiState, submission: Submission, task_id: str, tenant: s
     )
     for name, tensor in submission.inputs.items():
         message.inputs[name].CopyFrom(tensor)
-    record = message.SerializeToString()
+    record: bytes = message.SerializeToString()
     limit = state.record_limit - RECORD_OVERHEAD_BYTES
     if len(record) > limit:
         raise too_large_for_broker(len(record), limit)

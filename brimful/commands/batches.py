@@ -29,7 +29,7 @@ POLL_S = 1.0
 BAR_WIDTH = 30
 
 
-def register(commands: argparse._SubParsersAction) -> None:
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = commands.add_parser("batches", help="run a JSONL file as a batch job (OpenAI's Batch API)")
     actions = parser.add_subparsers(dest="action", required=True)
     create = actions.add_parser("create", help="upload a JSONL file and start a batch job on it")

@@ -43,7 +43,7 @@ def when_to_ms(text: str) -> int:
         raise CommandError(f"cannot read time {text!r}: use 90m, 2h, 1d, an ISO date-time or epoch ms") from error
 
 
-def register(commands: argparse._SubParsersAction) -> None:
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = commands.add_parser("dlq", help="inspect, replay, purge or export dead letters")
     actions = parser.add_subparsers(dest="action", required=True)
 

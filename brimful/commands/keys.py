@@ -22,7 +22,7 @@ from brimful.core.settings import get_settings
 _TENANT = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 
-def register(commands: argparse._SubParsersAction) -> None:
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = commands.add_parser("keys", help="create, list or revoke API keys")
     actions = parser.add_subparsers(dest="action", required=True)
     create = actions.add_parser("create", help="make a key; it is printed once and stored only as a hash")

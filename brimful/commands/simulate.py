@@ -23,7 +23,7 @@ from brimful.core.settings import get_settings
 _COLUMNS = ("mean_rows_per_batch", "padded_share", "p50_ms", "p99_ms", "p99_wait_ms", "batches_per_s")
 
 
-def register(commands: argparse._SubParsersAction) -> None:
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = commands.add_parser("simulate", help="replay or generate arrival traces for the flush policy")
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--trace", type=Path, help="a Parquet trace, or a directory of them (recorded by batchers)")

@@ -12,7 +12,7 @@ from urllib.parse import quote
 from brimful.commands.api_client import CommandError, add_api_argument, call
 
 
-def register(commands: argparse._SubParsersAction) -> None:
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = commands.add_parser("stats", help="show batching totals and live partition state")
     add_api_argument(parser)
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes (default 1)")

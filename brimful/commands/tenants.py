@@ -19,7 +19,7 @@ from brimful.core.settings import get_settings
 from brimful.core.tenant_limits import TenantLimits, TenantLimitStore
 
 
-def register(commands: argparse._SubParsersAction) -> None:
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = commands.add_parser("tenants", help="see or set per-tenant payload and in-flight limits")
     actions = parser.add_subparsers(dest="action", required=True)
     actions.add_parser("list", help="the defaults and every tenant with its own limits, with tasks in flight")

@@ -16,7 +16,7 @@ from urllib.parse import quote
 from brimful.commands.api_client import CommandError, add_api_argument, call
 
 
-def register(commands: argparse._SubParsersAction) -> None:
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = commands.add_parser("tune", help="read or change the live flush policy (NAME=VALUE ...)")
     add_api_argument(parser)
     parser.add_argument(

@@ -23,7 +23,7 @@ from brimful.stack.kafka_jars import DEFAULT_KAFKA_VERSION, KAFKA_VERSIONS
 from brimful.stack.stack_settings import TANSU_SESSION_TIMEOUT_MS
 
 
-def register(commands: argparse._SubParsersAction) -> None:
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = commands.add_parser("up", help="run the embedded stack on loopback until Ctrl-C")
     parser.add_argument("--workdir", default=".brimful", help="where logs and scratch data go (default: .brimful)")
     parser.add_argument("--echo-logs", action="store_true", help="print API and batcher logs here instead of to files")

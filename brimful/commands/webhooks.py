@@ -18,7 +18,7 @@ import sys
 from brimful.commands.api_client import CommandError, add_api_argument, call
 
 
-def register(commands: argparse._SubParsersAction) -> None:
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = commands.add_parser("webhooks", help="webhook endpoints, deliveries and replays")
     actions = parser.add_subparsers(dest="action", required=True)
     add = actions.add_parser("add", help="register an endpoint (prints its secret)")

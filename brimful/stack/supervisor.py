@@ -34,7 +34,7 @@ class RestartBackoff:
         if now - self._started_at.get(name, now) >= self.stable_s:
             self._deaths[name] = 0
         self._deaths[name] += 1
-        return min(self.max_s, self.first_s * 2 ** (self._deaths[name] - 1))
+        return min(self.max_s, self.first_s * 2.0 ** (self._deaths[name] - 1))
 
 
 class Supervisor:

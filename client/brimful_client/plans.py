@@ -61,7 +61,7 @@ def retry_delay(policy: RetryPolicy, attempt: int, response: httpx.Response | No
         header = response.headers.get("retry-after", "")
         if header.isdigit():
             return min(policy.max_delay_s, float(header))
-    return min(policy.max_delay_s, policy.first_delay_s * 2 ** (attempt - 1))
+    return min(policy.max_delay_s, policy.first_delay_s * 2.0 ** (attempt - 1))
 
 
 def raise_for_error(response: httpx.Response) -> Any:
