@@ -96,15 +96,7 @@ class BatchRunner:
         self.task_events = task_events  # the webhooks of finished tasks (None: none announced)
         self.shared = SharedRows(signature, store, cache, cache_across_tenants)
         self.failures = TaskFailures(signature, store, stats, dead_letters, self.shared)
-        self.isolation = Isolation(
-            self._call_through_outages,
-            self._store_outputs,
-            self.failures.fail,
-            retry,
-            isolation or IsolationBudget(),
-            clock,
-            sleep,
-        )
+        self.isolation = Isolation(retry, isolation or IsolationBudget(), clock)
 
     async def run(self, batch: Batch) -> BatchOutcome:
         """Run the batch to a final state for every task in it; raises only on store or
@@ -137,7 +129,7 @@ class BatchRunner:
                 orphans = await self._follow_beside(batch, seat, computed, followers, outcome)
                 computed = self.shared.lead(orphans, outcome)
             if computed:
-                await self.isolation.resolve(batch, seat, computed, Attempts(), outcome)
+                await self._resolve(batch, seat, computed, Attempts(), outcome)
         finally:
             if seat.slot is not None:
                 self.pool.release(seat.slot)
@@ -177,7 +169,7 @@ class BatchRunner:
         followers' groups left to compute."""
         if not computed:
             return await self.shared.follow(followers, outcome)
-        resolving = asyncio.ensure_future(self.isolation.resolve(batch, seat, computed, Attempts(), outcome))
+        resolving = asyncio.ensure_future(self._resolve(batch, seat, computed, Attempts(), outcome))
         try:
             orphans = await self.shared.follow(followers, outcome)
         except BaseException:
@@ -247,6 +239,50 @@ class BatchRunner:
             failure = ModelCallError(ErrorClass.INTERNAL, f"{type(error).__name__}: {error}"[:500])
             await self.failures.fail(batch, items, failure, Attempts(), BatchOutcome())
         log.error("batch given up", extra={"batch_id": batch.batch_id, "tasks": len(items), "error": repr(error)})
+
+    async def _resolve(
+        self,
+        batch: Batch,
+        seat: Seat,
+        items: list[BatchItem],
+        attempts: Attempts,
+        outcome: BatchOutcome,
+        isolating: bool = False,
+    ) -> None:
+        """Call the model with ``items`` and store what comes back; rows it refuses are
+        isolated as ``self.isolation`` decides, until each is done or failed."""
+        refusals = 0
+        while True:
+            over = self.isolation.over_budget(items) if isolating else None
+            if over is not None:
+                attempts.record(items, over)
+                await self.failures.fail(batch, items, over, attempts, outcome)
+                return
+            try:
+                outputs = await self._call_through_outages(batch, seat, items, attempts, outcome, isolating)
+            except TransientOutageTooLong as gave_up:
+                await self.failures.fail(batch, items, gave_up.error, attempts, outcome)
+                return
+            except ModelCallError as error:
+                refusals += 1
+                refusal = self.isolation.after_refusal(items, refusals)
+                if refusal.groups:
+                    log.warning(
+                        "model refused a batch; splitting it to find the failing rows",
+                        extra={"batch_id": batch.batch_id, "rows": len(items), "error": error.message},
+                    )
+                for group in refusal.groups:
+                    await self._resolve(batch, seat, group, attempts, outcome, isolating=True)
+                if refusal.groups:
+                    return
+                if refusal.retry_in_s is None:
+                    await self.failures.fail(batch, items, error, attempts, outcome)
+                    return
+                metrics.MODEL_RETRIES.labels("model_error").inc()
+                await self._sleep(refusal.retry_in_s)
+                continue
+            await self._store_outputs(batch, items, outputs, attempts, outcome)
+            return
 
     async def _call_through_outages(
         self,

@@ -6,59 +6,13 @@ tests/integration/."""
 
 from __future__ import annotations
 
-import random
-from collections.abc import Mapping
-from typing import Any
-
-import numpy as np
 import pytest
 
-from brimful.core.model_catalogue import ModelSignature
 from brimful.workers.batch import Batch, BatchItem
 from brimful.workers.batch_runner import BatchRunner
-from brimful.workers.endpoint_pool import CircuitBreaker, EndpointPool
-from brimful.workers.model_errors import ErrorClass, ModelCallError
-from brimful.workers.model_pool import ModelPool
 from brimful.workers.retry_policy import BatchRetryPolicy
 from brimful.workers.shared_rows import ResultCache
-from tests.helpers.fake_store import SIGNATURE, FakeStore, text_item
-
-
-class FakeModel:
-    """Each row's output is its text's length; a call holding a ``!fail`` row is refused."""
-
-    def __init__(self) -> None:
-        self.calls: list[list[bytes]] = []  # the real (non-padding) rows of each call
-
-    async def infer(self, inputs: Mapping[str, np.ndarray], signature: ModelSignature) -> dict[str, np.ndarray]:
-        texts = [row[0] for row in inputs["TEXT"]]
-        assert len(texts) == signature.batch_size  # always padded to exactly the model's size
-        self.calls.append([text for text in texts if text])
-        if any(text.startswith(b"!fail") for text in texts):
-            raise ModelCallError(ErrorClass.MODEL_ERROR, "refused")
-        return {"N": np.array([[len(text)] for text in texts], dtype=np.int64)}
-
-    async def close(self) -> None:
-        pass
-
-
-class FakeDeadLetters:
-    def __init__(self, store: FakeStore) -> None:
-        self.store = store
-        self.written: list[Any] = []
-
-    async def write(self, letters: list[Any]) -> None:
-        self.store.events += [f"letter {letter.request.task_id}" for letter in letters]
-        self.written += letters
-
-
-class FakeStats:
-    async def add(self, counters: Mapping[str, int]) -> None:
-        pass
-
-
-async def no_sleep(_: float) -> None:
-    pass
+from tests.helpers.fake_store import FakeDeadLetters, FakeModel, FakeStore, fake_runner, text_item
 
 
 def item(n: int, text: str) -> BatchItem:
@@ -67,21 +21,7 @@ def item(n: int, text: str) -> BatchItem:
 
 @pytest.fixture
 def parts() -> tuple[BatchRunner, FakeModel, FakeStore, FakeDeadLetters]:
-    model, store = FakeModel(), FakeStore()
-    letters = FakeDeadLetters(store)
-    endpoints = EndpointPool(1, lambda: CircuitBreaker(5, 1000.0, 1000.0, rng=random.Random(1)))
-    pool = ModelPool(["model:8001"], endpoints, connect=lambda url: model, batch_size=8)  # type: ignore[arg-type, return-value]
-    runner = BatchRunner(
-        pool,
-        SIGNATURE,
-        store,  # type: ignore[arg-type]
-        FakeStats(),  # type: ignore[arg-type]
-        letters,  # type: ignore[arg-type]
-        BatchRetryPolicy(max_attempts=2, base_delay=0.0),
-        sleep=no_sleep,
-        cache=ResultCache(1 << 20),
-    )
-    return runner, model, store, letters
+    return fake_runner(BatchRetryPolicy(max_attempts=2, base_delay=0.0), cache=ResultCache(1 << 20))
 
 
 async def test_a_partial_batch_is_padded_to_the_model_size_and_each_task_gets_its_own_result(
