@@ -14,7 +14,6 @@ from fastapi import Request
 
 from brimful.api.admin.dead_letter_admin import DeadLetterAdmin
 from brimful.api.http.answers import unknown_model
-from brimful.api.http.rate_limit import RateLimiter
 from brimful.api.openai.upload_gate import UploadGate
 from brimful.api.tasks.backlog import BacklogMonitor
 from brimful.api.tasks.group_commit import GroupCommitter, SubmissionReceipts, longest_submission_s
@@ -36,7 +35,7 @@ from brimful.core.shutdown_step import CLOSE_S, bounded_step
 from brimful.core.stats import SharedStats
 from brimful.core.status_board import StatusBoard
 from brimful.core.task_store import TaskStore
-from brimful.core.tenant_limits import TenantLimits, TenantLimitStore
+from brimful.core.tenant_limits import RateLimiter, TenantLimits, TenantLimitStore
 from brimful.core.tracing import configure_tracing
 from brimful.core.webhook_records import WebhookRecords
 

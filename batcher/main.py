@@ -21,7 +21,6 @@ from brimful.batcher.service import BatcherService
 from brimful.batcher.topic_admin import LiveGenerations, TopicAdmin
 from brimful.batcher.traces import ArrivalRecorder
 from brimful.batcher.upkeep import supervise
-from brimful.core.channel_follower import follow_channel
 from brimful.core.dead_letter_index import DeadLetterIndex
 from brimful.core.fetch_pacer import FetchPacer
 from brimful.core.heap import freeze_startup_heap
@@ -32,7 +31,7 @@ from brimful.core.model_catalogue import ModelSignature
 from brimful.core.model_metadata import wait_for_signature
 from brimful.core.policy_params import PolicyParams
 from brimful.core.policy_tuning import PolicyTuning
-from brimful.core.redis_client import RedisClient, make_redis
+from brimful.core.redis_client import RedisClient, follow_channel, make_redis
 from brimful.core.redis_keys import RedisKeys
 from brimful.core.settings import Settings, get_settings
 from brimful.core.shutdown_step import CLOSE_S, bounded_step

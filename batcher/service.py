@@ -6,7 +6,7 @@ their accumulators and dispatches every batch that is due, within the in-flight 
 and the free slots of the model pool. The policy plans with the pool's capacity, so a
 batch keeps filling while every slot is busy and leaves when one frees.
 Finished batches advance their partition's OffsetTracker, and the committer
-(``batcher/offset_committer.py``) commits the safe offsets, so a crash can only cause
+(``batcher/partition_state.py``) commits the safe offsets, so a crash can only cause
 redelivery, never a skipped task.
 """
 
@@ -21,16 +21,13 @@ from dataclasses import replace
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from brimful.batcher.accumulator import Accumulator, backfill_due
-from brimful.batcher.in_flight import InFlightBatches, Runner
+from brimful.batcher.dispatch import InFlightBatches, ModelHealth, Runner, SlotLeasing
 from brimful.batcher.intake import Estimates, Intake
 from brimful.batcher.limits import BatcherLimits
-from brimful.batcher.model_health import ModelHealth
-from brimful.batcher.offset_committer import OffsetCommitter
 from brimful.batcher.offsets import GapPatience
-from brimful.batcher.partition_state import PartitionState, WaitingRows
+from brimful.batcher.partition_state import OffsetCommitter, PartitionState, WaitingRows
 from brimful.batcher.policy import FlushReason, WaitOrFullPolicy
 from brimful.batcher.rebalance import Rebalance
-from brimful.batcher.slot_leasing import SlotLeasing
 from brimful.batcher.status_snapshot import partition_status, pool_status
 from brimful.core import metrics
 from brimful.core.clock import now_ms

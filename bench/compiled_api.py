@@ -38,8 +38,8 @@ from bench.scale import LANES, Shape
 ROOT = Path(__file__).resolve().parent.parent
 ROOMS = ("api", "batcher", "workers", "model_server", "core", "schemas")  # pyproject's package-dir
 COMPILED = (
-    "api/http/auth.py",
-    "api/http/browser_guard.py",
+    "api/http/guards.py",
+    "api/http/guards.py",
     "api/tasks/group_commit.py",
     "api/http/request_body.py",
     "api/tasks/submission.py",

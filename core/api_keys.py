@@ -26,9 +26,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 
-from brimful.core.channel_follower import follow_channel
 from brimful.core.clock import now_ms
-from brimful.core.redis_client import RedisClient, as_text
+from brimful.core.redis_client import RedisClient, as_text, follow_channel
 from brimful.core.redis_keys import RedisKeys
 
 KEY_PREFIX = "bf_"

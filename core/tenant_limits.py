@@ -1,5 +1,5 @@
 """Per-tenant limits: the largest task payload, the most tasks in flight and the most bytes
-of files kept.
+of files kept; and each tenant's rates (``RateLimiter``).
 
 Defaults come from settings; an operator overrides them per tenant with
 ``brimful tenants set``, stored in Redis (``RedisKeys.tenant_limits``) so every API
@@ -12,6 +12,12 @@ same atomic step that records the task as queued, after checking the limit
 are a set, so a replayed or redelivered task can never be counted twice; entries older
 than the retention time are dropped, so a task that somehow expired unfinished cannot
 hold a slot forever.
+
+Rates are token buckets in Redis, taken atomically by a Lua script. Each tenant's bucket
+holds up to ``burst`` tokens and refills at ``rate`` per second; a submission of n tasks
+takes n tokens or none, and each read of a task (GET, long-poll, DELETE) takes one from a
+second bucket of its own. The script reads Redis's own clock, so every API replica shares
+one bucket per tenant and no race can admit more than the bucket holds.
 """
 
 from __future__ import annotations
@@ -19,7 +25,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import math
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 
 from brimful.core.redis_client import RedisClient, as_text
@@ -115,3 +123,63 @@ class TenantLimitStore:
             max_in_flight=int(data.get("max_in_flight", self.defaults.max_in_flight)),
             max_stored_bytes=int(data.get("max_stored_bytes", self.defaults.max_stored_bytes)),
         )
+
+
+# --- from core/tenant_limits.py ---
+# Per-tenant rate limits: token buckets in Redis, taken atomically by a Lua script.
+# KEYS[1]: the bucket. ARGV: rate per second, burst, tokens wanted.
+# Returns {1, 0} when taken, or {0, seconds until enough tokens (as a string)}.
+# ``allow-oom``: a Redis at its memory limit still counts reads (a bucket is a small hash a
+# tenant, kept a few seconds), so clients can read the results of what was accepted.
+_TAKE_LUA = """#!lua flags=allow-oom
+local rate, burst, wanted = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local time = redis.call('TIME')
+local now = tonumber(time[1]) + tonumber(time[2]) / 1000000
+local state = redis.call('HMGET', KEYS[1], 'tokens', 'at')
+local tokens = tonumber(state[1]) or burst
+local at = tonumber(state[2]) or now
+tokens = math.min(burst, tokens + math.max(0, now - at) * rate)
+local taken, wait = 0, 0
+if tokens >= wanted then
+  tokens = tokens - wanted
+  taken = 1
+else
+  wait = (wanted - tokens) / rate
+end
+redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'at', tostring(now))
+redis.call('PEXPIRE', KEYS[1], math.ceil(burst / rate * 1000) + 1000)
+return {taken, tostring(wait)}
+"""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    allowed: bool
+    retry_after_s: int  # whole seconds, at least 1, when not allowed
+
+
+class RateLimiter:
+    """``take(tenant, n)`` admits n units now or says how long to wait
+    (``api/http/guards.py``'s ``admit`` answers 429 with Retry-After instead). ``bucket`` names a tenant's bucket key; ``unit`` is what
+    is counted, for the message ("tasks", "reads")."""
+
+    def __init__(
+        self, redis: RedisClient, bucket: Callable[[str], str], rate_per_s: float, burst: int, unit: str
+    ) -> None:
+        self._bucket = bucket
+        self.rate_per_s = rate_per_s
+        self.burst = burst
+        self.unit = unit
+        self._take = redis.register_script(_TAKE_LUA)
+
+    @property
+    def enabled(self) -> bool:
+        return self.rate_per_s > 0
+
+    async def take(self, tenant: str, count: int = 1) -> Verdict:
+        if not self.enabled:
+            return Verdict(True, 0)
+        taken, wait = await self._take(keys=[self._bucket(tenant)], args=[self.rate_per_s, self.burst, count])
+        if int(taken):
+            return Verdict(True, 0)
+        return Verdict(False, max(1, math.ceil(float(wait))))

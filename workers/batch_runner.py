@@ -35,8 +35,16 @@ from brimful.core.stats import SharedStats, StatsField
 from brimful.core.task_store import TaskStore
 from brimful.core.tensor_codec import non_finite_rows, output_rows_to_json, stack_rows
 from brimful.core.tracing import BatchTrace, TracedTask, Tracing
-from brimful.workers.batch import Batch, BatchItem, BatchOutcome, Seat, observe_latency
-from brimful.workers.batch_rows import expire_late, known_tasks, recreate_missing
+from brimful.workers.batch import (
+    Batch,
+    BatchItem,
+    BatchOutcome,
+    Seat,
+    expire_late,
+    known_tasks,
+    observe_latency,
+    recreate_missing,
+)
 from brimful.workers.dead_letters import DeadLetterWriter
 from brimful.workers.isolation_budget import IsolationBudget
 from brimful.workers.model_errors import ErrorClass, ModelCallError, TransientOutageTooLong

@@ -30,8 +30,7 @@ from brimful.core.model_catalogue import ModelSignature
 from brimful.core.stats import StatsField
 from brimful.core.task_store import TaskStore
 from brimful.schemas import TaskRequest
-from brimful.workers.batch import BatchItem, BatchOutcome, observe_latency
-from brimful.workers.batch_rows import known_tasks
+from brimful.workers.batch import BatchItem, BatchOutcome, known_tasks, observe_latency
 
 # A group of identical tasks: the key they share (None: not shareable), the task whose row
 # is computed first, then its twins.

@@ -23,8 +23,7 @@ from brimful.core.stats import SharedStats, StatsField
 from brimful.core.task_store import TaskStore
 from brimful.core.tensor_codec import row_mismatch
 from brimful.schemas import Attempt
-from brimful.workers.batch import Batch, BatchItem, BatchOutcome
-from brimful.workers.batch_rows import known_tasks
+from brimful.workers.batch import Batch, BatchItem, BatchOutcome, known_tasks
 from brimful.workers.dead_letters import DeadLetterWriter, dead_letter
 from brimful.workers.isolation_budget import IsolationBudget
 from brimful.workers.model_errors import ErrorClass, ModelCallError

@@ -10,8 +10,8 @@ from fastapi.responses import StreamingResponse
 
 from brimful.api.admin.dead_letter_admin import PAGE_LIMIT_DEFAULT, PAGE_LIMIT_MAX, DeadLetterAdmin
 from brimful.api.admin.dead_letter_entries import DeadLetterFilter, parse_cursor
-from brimful.api.http.answers import ApiError
-from brimful.api.http.auth import Principal, requires
+from brimful.api.http.answers import ApiError, admit
+from brimful.api.http.guards import Principal, requires
 from brimful.api.http.request_body import parse_json, read_body
 from brimful.api.state import api_state
 from brimful.core.api_keys import Scope
@@ -75,7 +75,7 @@ def _admin(request: Request) -> DeadLetterAdmin:
 async def _limited(request: Request, principal: Principal) -> DeadLetterAdmin:
     """The DLQ's operations, once the caller's tenant has a token for the call (429 with
     Retry-After past ``dlq_rate_limit_per_s``): each may read the topic."""
-    await api_state(request).dlq_limiter.admit(principal.tenant)
+    await admit(api_state(request).dlq_limiter, principal.tenant)
     return _admin(request)
 
 

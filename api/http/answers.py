@@ -6,7 +6,10 @@ OpenAI's error object, ``{"error": {"message", "type", "param", "code"}}``.
 task's answer (0.6 against 10 us on this project's 2-core machine), which every task gets.
 Values are the plain ones the routes build (dicts, lists, str, int, float, bool, None); a
 NaN, which Starlette would refuse, is written as null, and outputs never hold one (the
-batch runner fails such a row with its reason)."""
+batch runner fails such a row with its reason).
+
+``admit`` takes from a tenant's rate (``core/tenant_limits.py``) or answers 429
+``rate_limited`` with Retry-After."""
 
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ from starlette.responses import JSONResponse
 
 from brimful.core import metrics
 from brimful.core.model_catalogue import UnknownModelError
+from brimful.core.tenant_limits import RateLimiter
 
 
 class JsonAnswer(JSONResponse):
@@ -157,3 +161,16 @@ async def answer_error(request: Request, error: Exception) -> JsonAnswer:
 
 Handler = Callable[[Request, Exception], Awaitable[JsonAnswer]]
 HANDLERS: dict[type[Exception], Handler] = dict.fromkeys(ANSWERS, answer_error)
+
+
+async def admit(limiter: RateLimiter, tenant: str, count: int = 1) -> None:
+    """Take ``count`` units of the tenant's rate, or answer 429 ``rate_limited`` with Retry-After."""
+    verdict = await limiter.take(tenant, count)
+    if not verdict.allowed:
+        raise ApiError(
+            429,
+            "rate_limited",
+            f"over the rate of {limiter.rate_per_s:g} {limiter.unit}/s (burst {limiter.burst}); "
+            f"retry in {verdict.retry_after_s} s",
+            retry_after_s=verdict.retry_after_s,
+        )

@@ -38,7 +38,7 @@ from aiokafka.errors import KafkaError
 from redis.exceptions import RedisError
 
 from brimful.api.http.answers import ApiError
-from brimful.api.http.auth import Principal
+from brimful.api.http.guards import Principal
 from brimful.api.jobs.job_lines import BatchLine, LineError, parse_line
 from brimful.api.jobs.job_results import BatchResults, StepLines
 from brimful.api.openai.embedding_answer import EmbeddingShape

@@ -10,7 +10,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 
 from brimful.api.http.answers import NO_RETRY, ApiError
-from brimful.api.http.auth import Principal, requires
+from brimful.api.http.guards import Principal, requires
 from brimful.api.http.list_pages import page_answer, page_limit
 from brimful.api.http.request_body import parse_json, read_body
 from brimful.api.jobs.job_lines import ENDPOINTS

@@ -14,10 +14,9 @@ from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from brimful.api.http.answers import ApiError
-from brimful.api.http.rate_limit import RateLimiter
+from brimful.api.http.answers import ApiError, admit
 from brimful.core.file_records import FileRecords
-from brimful.core.tenant_limits import TenantLimitStore
+from brimful.core.tenant_limits import RateLimiter, TenantLimitStore
 
 
 class UploadGate:
@@ -51,7 +50,7 @@ class UploadGate:
             )
         self._under_way[tenant] += 1  # before any await: uploads arriving together each see the others
         try:
-            await self._limiter.admit(tenant)
+            await admit(self._limiter, tenant)
             yield await self._room(tenant)
         finally:
             self._under_way[tenant] -= 1

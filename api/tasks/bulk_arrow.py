@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.ipc
 
 from brimful.api.http.answers import ApiError, error_of
-from brimful.api.http.auth import Principal
+from brimful.api.http.guards import Principal
 from brimful.api.state import ApiState
 from brimful.api.tasks.submission import Submission, low_priority, model_named, queued_answer
 from brimful.api.tasks.submitter import Submitter, new_task_id, served_catalogue

@@ -12,8 +12,8 @@ from typing import Any
 from aiokafka.errors import KafkaError, MessageSizeTooLargeError
 from redis.exceptions import RedisError
 
-from brimful.api.http.answers import ApiError, error_of
-from brimful.api.http.auth import Principal
+from brimful.api.http.answers import ApiError, admit, error_of
+from brimful.api.http.guards import Principal
 from brimful.api.state import ApiState
 from brimful.api.tasks.group_commit import GroupCommitterFull, GroupCommitterStopped, InFlightLimitReached
 from brimful.api.tasks.idempotency import commit_idempotency_key, release_idempotency_key
@@ -129,7 +129,7 @@ class Submitter:
         """Steps 1 and 2; the tenant's limits."""
         await check_admission(self._state)
         limits = await self._state.tenant_limits.get(self._principal.tenant)
-        await self._state.rate_limiter.admit(self._principal.tenant, tasks)
+        await admit(self._state.rate_limiter, self._principal.tenant, tasks)
         return limits
 
     async def _enqueue(

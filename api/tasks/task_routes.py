@@ -11,8 +11,8 @@ from urllib.parse import parse_qsl
 
 from fastapi import APIRouter, Depends, Request
 
-from brimful.api.http.answers import NO_RETRY, ApiError, JsonAnswer
-from brimful.api.http.auth import Principal, requires
+from brimful.api.http.answers import NO_RETRY, ApiError, JsonAnswer, admit
+from brimful.api.http.guards import Principal, requires
 from brimful.api.http.request_body import parse_json, read_body
 from brimful.api.state import ApiState, api_state
 from brimful.api.tasks.bulk_arrow import ARROW_STREAM, submit_arrow
@@ -205,7 +205,7 @@ async def read_task(state: ApiState, principal: Principal, task_id: str, query_s
     lane brought it."""
     check_task_id(task_id)
     wait_s = parse_wait(query_string, state.settings.long_poll_max_s)
-    await state.read_limiter.admit(principal.tenant)
+    await admit(state.read_limiter, principal.tenant)
     if wait_s > 0:
         record = await state.waiters.read_held(task_id, principal.tenant, wait_s)
     else:
@@ -224,7 +224,7 @@ async def cancel_task(
     """Cancel a task that has not been sent to the model; 409 once it has."""
     check_task_id(task_id)
     state = api_state(request)
-    await state.read_limiter.admit(principal.tenant)
+    await admit(state.read_limiter, principal.tenant)
     own = await read_own_task(state.store, task_id, principal.tenant)
     if own is None:
         raise ApiError(404, "task_not_found", f"no task {task_id} (unknown, or expired after the retention time)")

@@ -27,8 +27,7 @@ from redis.exceptions import RedisError
 
 from brimful.api.http.answers import ApiError
 from brimful.core import metrics
-from brimful.core.channel_follower import follow_channel
-from brimful.core.redis_client import RedisClient
+from brimful.core.redis_client import RedisClient, follow_channel
 from brimful.core.redis_keys import RedisKeys
 from brimful.core.task_record import Field, FinishedMessage, TaskRecord
 from brimful.core.task_store import TaskStore

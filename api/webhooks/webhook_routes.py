@@ -11,7 +11,7 @@ import orjson
 from fastapi import APIRouter, Depends, Request
 
 from brimful.api.http.answers import ApiError
-from brimful.api.http.auth import Principal, requires
+from brimful.api.http.guards import Principal, requires
 from brimful.api.http.list_pages import page_limit
 from brimful.api.http.request_body import parse_json, read_body
 from brimful.api.state import ApiState, api_state

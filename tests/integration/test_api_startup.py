@@ -16,7 +16,7 @@ import pytest
 from fastapi import FastAPI
 
 from brimful.api.app import create_app
-from brimful.api.http.browser_guard import BrowserGuard
+from brimful.api.http.guards import BrowserGuard
 from brimful.api.http.response_metrics import ResponseCounter
 from brimful.api.state import ApiState
 from brimful.stack import EmbeddedStack

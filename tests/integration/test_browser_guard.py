@@ -10,7 +10,7 @@ import uuid
 import aiohttp
 import pytest
 
-from brimful.api.http.browser_guard import host_name, is_page_type
+from brimful.api.http.guards import host_name, is_page_type
 from brimful.stack import EmbeddedStack
 from tests.helpers.stacks import rows_seen_by_model
 from tests.helpers.task_client import TaskClient

@@ -22,7 +22,7 @@ from prometheus_client import REGISTRY
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from brimful.api.app import ServedApp, create_app
-from brimful.api.http.browser_guard import BrowserGuard
+from brimful.api.http.guards import BrowserGuard
 from brimful.api.http.http_protocol import BoundedHttpProtocol
 from brimful.api.state import ApiState
 from brimful.core.api_keys import ApiKeys

@@ -13,8 +13,8 @@ import pytest
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
+from brimful.batcher.dispatch import SlotLeasing
 from brimful.batcher.policy import FlushReason
-from brimful.batcher.slot_leasing import SlotLeasing
 from brimful.core.redis_keys import RedisKeys
 from brimful.stack import EmbeddedStack
 from brimful.workers.endpoint_pool import CircuitBreaker, EndpointPool

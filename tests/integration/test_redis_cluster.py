@@ -16,8 +16,8 @@ import redis
 from aiokafka import AIOKafkaProducer
 from redis.asyncio.cluster import RedisCluster
 
-from brimful.core.channel_follower import follow_channel
 from brimful.core.clock import now_ms
+from brimful.core.redis_client import follow_channel
 from brimful.core.redis_keys import RedisKeys
 from brimful.core.task_record import Field, FinishedMessage, TaskStatus
 from brimful.core.task_store import TaskStore

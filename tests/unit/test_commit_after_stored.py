@@ -11,9 +11,8 @@ import pytest
 from aiokafka import TopicPartition
 
 from brimful.batcher.accumulator import Accumulator
-from brimful.batcher.offset_committer import OffsetCommitter
 from brimful.batcher.offsets import GapPatience, OffsetTracker
-from brimful.batcher.partition_state import PartitionState
+from brimful.batcher.partition_state import OffsetCommitter, PartitionState
 from brimful.batcher.policy import WaitOrFullPolicy
 from brimful.core.policy_params import PolicyParams
 from tests.helpers.fake_consumer import TOPIC, FakeConsumer

@@ -10,7 +10,7 @@ import pytest
 from brimful.core.arrow_columns import tensors_from_table
 from brimful.core.model_catalogue import ModelSignature, TensorSpec
 from brimful.core.tensor_codec import InputValidationError
-from brimful.workers.batch_rows import expiry_reason, past_deadline
+from brimful.workers.batch import expiry_reason, past_deadline
 from tests.helpers.fake_store import text_item
 
 NOW_MS = 1_000_000

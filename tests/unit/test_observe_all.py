@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
-from brimful.core.histogram_batches import observe_all
+from brimful.workers.batch import observe_all
 
 BUCKETS = (0.001, 0.01, 0.1, 1.0)
 # On a bound, between bounds, below the first, past the last, zero, repeated.

@@ -1,6 +1,11 @@
-"""What a web page may make a browser send to the API: nothing it should not.
+"""What stands between a request and its route: who is calling, and what a web page may
+make a browser send.
 
-A page on any site can make its visitor's browser send requests to ``127.0.0.1``: a POST
+Who is calling: ``Authorization: Bearer <key>`` checked on every request. Routes declare the scope they need with ``Depends(requires(Scope.X))`` and receive the
+caller's ``Principal``. With ``auth_enabled`` off (the embedded local stack) every
+caller is the open principal: tenant "", every scope.
+
+What a web page may make a browser send to the API: nothing it should not. A page on any site can make its visitor's browser send requests to ``127.0.0.1``: a POST
 with a ``text/plain`` or form body goes out without a CORS preflight, and a name the page
 controls can be made to resolve to loopback (DNS rebinding), so the browser treats the
 API as the page's own origin. An open stack (auth off: ``brimful up``) would obey both.
@@ -19,18 +24,76 @@ API as the page's own origin. An open stack (auth off: ``brimful up``) would obe
 
 Programs (curl, SDKs, the CLI) send no ``Origin`` and a JSON body, and pass untouched.
 CORS stays off unless ``api_cors_origins`` names origins: then those, and only those, get
-CORS answers (``create_app`` adds Starlette's middleware for them).
-"""
+CORS answers (``create_app`` adds Starlette's middleware for them)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from fastapi import Request
+from starlette.types import ASGIApp, Receive, Send
+from starlette.types import Scope as AsgiScope
 
-from brimful.api.http.answers import JsonAnswer, error_body
+from brimful.api.http.answers import ApiError, JsonAnswer, error_body
+from brimful.api.state import ApiState, api_state
+from brimful.core.api_keys import Scope
 from brimful.core.settings import Settings
 
+
+@dataclass(frozen=True)
+class Principal:
+    """The caller: its tenant, what it may do, and its key id (safe to log)."""
+
+    tenant: str
+    scopes: frozenset[str]
+    key_id: str
+
+    @property
+    def tenants_seen(self) -> str | None:
+        """Whose dead letters the caller may work on: its own tenant's, or (None) every
+        tenant's for an operator key."""
+        return None if Scope.OPERATOR.value in self.scopes else self.tenant
+
+    def actor(self, request: Request) -> str:
+        """Who did it, for the audit record: the key id, which the caller cannot choose,
+        with the name it gives itself (``X-Brimful-Actor``) as a remark."""
+        said = request.headers.get("x-brimful-actor", "")[:64]
+        return f"key {self.key_id}" + (f" ({said})" if said else "")
+
+
+OPEN = Principal(tenant="", scopes=frozenset(s.value for s in Scope), key_id="open")
+_CHALLENGE = {"WWW-Authenticate": "Bearer"}
+
+
+def requires(scope: Scope) -> Callable[[Request], Awaitable[Principal]]:
+    """A dependency that admits callers whose key holds ``scope``: 401 without a valid
+    key, 403 with a key that lacks the scope."""
+
+    async def authenticate_request(request: Request) -> Principal:
+        return await authenticate(api_state(request), request.headers.get("authorization"), scope)
+
+    return authenticate_request
+
+
+async def authenticate(state: ApiState, authorization: str | None, scope: Scope) -> Principal:
+    """The caller that sent this ``Authorization`` header, if its key holds ``scope``
+    (``requires``, for any lane that has the header without a Starlette request)."""
+    if not state.settings.auth_enabled:
+        return OPEN
+    scheme, _, key = (authorization or "").partition(" ")
+    if scheme.lower() != "bearer" or not key.strip():
+        raise ApiError(401, "unauthenticated", "send Authorization: Bearer <API key>", _CHALLENGE)
+    record = await state.api_keys.find(key.strip())
+    if record is None or not record.active:
+        raise ApiError(401, "unauthenticated", "unknown or revoked API key", _CHALLENGE)
+    if not record.allows(scope):
+        raise ApiError(403, "forbidden", f"this key lacks the {scope.value!r} scope")
+    return Principal(tenant=record.tenant, scopes=frozenset(record.scopes), key_id=record.key_id)
+
+
+# --- from api/http/guards.py ---
+# What a web page may make a browser send to the API: nothing it should not.
 LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 # What a page may send cross-origin without a preflight, and a form or a script's fetch sends.
@@ -61,7 +124,7 @@ class BrowserGuard:
         self._hosts = LOOPBACK_HOSTS | {host_name(host) for host in settings.allowed_hosts}
         self._origins = frozenset(settings.cors_origins)
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def __call__(self, scope: AsgiScope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             refusal = self.refusal(scope)
             if refusal is not None:
@@ -73,7 +136,7 @@ class BrowserGuard:
         """A multipart POST to an upload route: the one page type read."""
         return method == "POST" and path in self._upload_paths and _is_multipart(content_type)
 
-    def refusal(self, scope: Scope) -> JsonAnswer | None:
+    def refusal(self, scope: AsgiScope) -> JsonAnswer | None:
         """The answer that refuses this request, or None to serve it."""
         return self.refusal_of(scope["method"], scope["path"], scope["headers"], scope.get("scheme", "http"))
 
