@@ -12,7 +12,7 @@ from starlette.types import ASGIApp
 
 from brimful.api.admin import dlq_routes, operator_routes
 from brimful.api.http import health_routes
-from brimful.api.http.answers import HANDLERS
+from brimful.api.http.bodies import HANDLERS
 from brimful.api.http.direct_lane import DirectLane
 from brimful.api.http.guards import BrowserGuard
 from brimful.api.http.response_metrics import ResponseCounter

@@ -13,7 +13,7 @@ from aiokafka import AIOKafkaProducer
 from fastapi import Request
 
 from brimful.api.admin.dead_letter_admin import DeadLetterAdmin
-from brimful.api.http.answers import unknown_model
+from brimful.api.http.bodies import unknown_model
 from brimful.api.openai.upload_gate import UploadGate
 from brimful.api.tasks.backlog import BacklogMonitor
 from brimful.api.tasks.group_commit import GroupCommitter, SubmissionReceipts, longest_submission_s

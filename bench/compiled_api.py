@@ -41,11 +41,11 @@ COMPILED = (
     "api/http/guards.py",
     "api/http/guards.py",
     "api/tasks/group_commit.py",
-    "api/http/request_body.py",
+    "api/http/bodies.py",
     "api/tasks/submission.py",
     "api/tasks/submitter.py",
     "api/tasks/task_waiters.py",
-    "core/tensor_codec.py",
+    "core/model_catalogue.py",
 )
 SETUP = """\
 from setuptools import setup

@@ -34,10 +34,9 @@ from redis.asyncio import Redis
 from bench.saved_report import SavedReport, add_report_arguments, machine_description, out_dir_flag, why
 from brimful.core.clock import now_ms
 from brimful.core.kafka import ensure_topics, stream_topic
-from brimful.core.model_catalogue import TensorSpec
+from brimful.core.model_catalogue import TensorSpec, encode_input
 from brimful.core.redis_keys import RedisKeys
 from brimful.core.task_store import TaskStore
-from brimful.core.tensor_codec import encode_input
 from brimful.schemas import TaskRequest
 from brimful.stack import EmbeddedStack, free_port, settings_on_free_ports
 

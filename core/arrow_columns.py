@@ -16,8 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
-from brimful.core.model_catalogue import TensorSpec
-from brimful.core.tensor_codec import InputValidationError
+from brimful.core.model_catalogue import InputValidationError, TensorSpec
 from brimful.schemas import InputTensor
 
 # Arrow type ids a numeric input's column may hold, by the kind of the model's type.

@@ -26,8 +26,7 @@ from brimful.core.idempotency_keys import IdempotencyKeys
 from brimful.core.redis_client import RedisClient, as_text, is_cluster
 from brimful.core.redis_keys import RedisKeys
 from brimful.core.stats import StatsField
-from brimful.core.task_record import WRITE_RECORD_LUA, Field, KnownTask, NewTask, TaskRecord, TaskStatus
-from brimful.core.transitions import Transitions
+from brimful.core.task_record import WRITE_RECORD_LUA, Field, KnownTask, NewTask, TaskRecord, TaskStatus, Transitions
 
 log = logging.getLogger("brimful.store")
 

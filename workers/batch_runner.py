@@ -30,10 +30,9 @@ from numpy.typing import NDArray
 
 from brimful.core import metrics
 from brimful.core.clock import now_ms
-from brimful.core.model_catalogue import ModelSignature
+from brimful.core.model_catalogue import ModelSignature, non_finite_rows, output_rows_to_json, stack_rows
 from brimful.core.stats import SharedStats, StatsField
 from brimful.core.task_store import TaskStore
-from brimful.core.tensor_codec import non_finite_rows, output_rows_to_json, stack_rows
 from brimful.core.tracing import BatchTrace, TracedTask, Tracing
 from brimful.workers.batch import (
     Batch,

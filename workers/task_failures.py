@@ -18,10 +18,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from brimful.core.clock import now_ms
-from brimful.core.model_catalogue import ModelSignature
+from brimful.core.model_catalogue import ModelSignature, row_mismatch
 from brimful.core.stats import SharedStats, StatsField
 from brimful.core.task_store import TaskStore
-from brimful.core.tensor_codec import row_mismatch
 from brimful.schemas import Attempt
 from brimful.workers.batch import Batch, BatchItem, BatchOutcome, known_tasks
 from brimful.workers.dead_letters import DeadLetterWriter, dead_letter

@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 from aiokafka import AIOKafkaProducer
 
 from brimful.api.admin.dead_letter_entries import EXPORT_SCHEMA, DeadLetterEntry, DeadLetterFilter, Page, parse_cursor
-from brimful.api.http.answers import ApiError
+from brimful.api.http.bodies import ApiError
 from brimful.core.clock import now_ms
 from brimful.core.dead_letter_index import DeadLetterIndex, entry_id
 from brimful.core.kafka import read_at, stream_topic

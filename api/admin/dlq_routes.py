@@ -10,9 +10,8 @@ from fastapi.responses import StreamingResponse
 
 from brimful.api.admin.dead_letter_admin import PAGE_LIMIT_DEFAULT, PAGE_LIMIT_MAX, DeadLetterAdmin
 from brimful.api.admin.dead_letter_entries import DeadLetterFilter, parse_cursor
-from brimful.api.http.answers import ApiError, admit
+from brimful.api.http.bodies import ApiError, admit, parse_json, read_body
 from brimful.api.http.guards import Principal, requires
-from brimful.api.http.request_body import parse_json, read_body
 from brimful.api.state import api_state
 from brimful.core.api_keys import Scope
 from brimful.core.number_text import whole_number

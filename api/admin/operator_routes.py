@@ -7,9 +7,8 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Request
 
-from brimful.api.http.answers import ApiError
+from brimful.api.http.bodies import ApiError, parse_json, read_body
 from brimful.api.http.guards import Principal, requires
-from brimful.api.http.request_body import parse_json, read_body
 from brimful.api.state import api_state
 from brimful.core.api_keys import Scope
 from brimful.core.policy_tuning import TuningError

@@ -27,9 +27,8 @@ from typing import Any
 from fastapi import FastAPI
 from starlette.requests import ClientDisconnect
 
-from brimful.api.http.answers import JsonAnswer, answer_for
+from brimful.api.http.bodies import JsonAnswer, answer_for, check_declared, check_length, read_stream
 from brimful.api.http.guards import BrowserGuard, authenticate
-from brimful.api.http.request_body import check_declared, check_length, read_stream
 from brimful.api.state import ApiState
 from brimful.api.tasks.task_routes import TASKS_PATH, accept_task, hot_route, read_task
 from brimful.core import metrics

@@ -35,7 +35,7 @@ from fastapi import Request
 from starlette.types import ASGIApp, Receive, Send
 from starlette.types import Scope as AsgiScope
 
-from brimful.api.http.answers import ApiError, JsonAnswer, error_body
+from brimful.api.http.bodies import ApiError, JsonAnswer, error_body
 from brimful.api.state import ApiState, api_state
 from brimful.core.api_keys import Scope
 from brimful.core.settings import Settings

@@ -39,7 +39,7 @@ import httptools
 from starlette.types import Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from brimful.api.http.answers import JsonAnswer, error_body, retry_after
+from brimful.api.http.bodies import JsonAnswer, error_body, retry_after
 from brimful.api.http.direct_lane import DirectCycle, DirectLane
 from brimful.core import metrics
 from brimful.core.settings import get_settings

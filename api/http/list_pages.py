@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from brimful.api.http.answers import ApiError
+from brimful.api.http.bodies import ApiError
 from brimful.core.number_text import whole_number
 
 

@@ -37,7 +37,7 @@ import orjson
 from aiokafka.errors import KafkaError
 from redis.exceptions import RedisError
 
-from brimful.api.http.answers import ApiError
+from brimful.api.http.bodies import ApiError
 from brimful.api.http.guards import Principal
 from brimful.api.jobs.job_lines import BatchLine, LineError, parse_line
 from brimful.api.jobs.job_results import BatchResults, StepLines

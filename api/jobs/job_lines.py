@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from brimful.api.http.answers import ApiError
+from brimful.api.http.bodies import ApiError
 from brimful.api.openai.embedding_request import EmbeddingRequest, parse_embedding_request
 from brimful.api.tasks.submission import Submission, parse_submission
 from brimful.core.model_catalogue import ModelCatalogue

@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from brimful.api.http.answers import ApiError, error_body, error_of
+from brimful.api.http.bodies import ApiError, error_body, error_of
 from brimful.api.jobs.job_lines import error_line, output_line
 from brimful.api.openai.embedding_answer import EmbeddingShape, embeddings_answer
 from brimful.api.state import ApiState

@@ -9,10 +9,9 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Request
 
-from brimful.api.http.answers import NO_RETRY, ApiError
+from brimful.api.http.bodies import NO_RETRY, ApiError, parse_json, read_body
 from brimful.api.http.guards import Principal, requires
 from brimful.api.http.list_pages import page_answer, page_limit
-from brimful.api.http.request_body import parse_json, read_body
 from brimful.api.jobs.job_lines import ENDPOINTS
 from brimful.api.state import ApiState, api_state
 from brimful.core.api_keys import Scope

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from brimful.api.http.answers import ApiError
+from brimful.api.http.bodies import ApiError
 from brimful.api.openai.embedding_request import EmbeddingRequest
 from brimful.core.task_record import TaskRecord, TaskStatus
 

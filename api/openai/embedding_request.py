@@ -14,10 +14,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from brimful.api.http.answers import ApiError
+from brimful.api.http.bodies import ApiError
 from brimful.api.tasks.submission import Submission
-from brimful.core.model_catalogue import ModelCatalogue, ModelSignature, TensorSpec, UnknownModelError
-from brimful.core.tensor_codec import InputValidationError, encode_input
+from brimful.core.model_catalogue import (
+    InputValidationError,
+    ModelCatalogue,
+    ModelSignature,
+    TensorSpec,
+    UnknownModelError,
+    encode_input,
+)
 
 ALLOWED_FIELDS = ("input", "model", "encoding_format", "dimensions", "user")
 ENCODING_FORMATS = ("float", "base64")

@@ -17,9 +17,8 @@ from contextlib import ExitStack
 
 from fastapi import APIRouter, Depends, Request
 
-from brimful.api.http.answers import JsonAnswer
+from brimful.api.http.bodies import JsonAnswer, parse_json, read_body
 from brimful.api.http.guards import Principal, requires
-from brimful.api.http.request_body import parse_json, read_body
 from brimful.api.openai.embedding_answer import EmbeddingShape, embeddings_answer
 from brimful.api.openai.embedding_request import parse_embedding_request
 from brimful.api.state import api_state

@@ -12,7 +12,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import StreamingResponse
 
-from brimful.api.http.answers import ApiError, JsonAnswer
+from brimful.api.http.bodies import ApiError, JsonAnswer
 from brimful.api.http.guards import Principal, requires
 from brimful.api.http.list_pages import page_answer, page_limit
 from brimful.api.jobs.result_tables import FORMATS, table_chunks

@@ -8,7 +8,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Request
 
-from brimful.api.http.answers import ApiError
+from brimful.api.http.bodies import ApiError
 from brimful.api.http.guards import requires
 from brimful.api.state import api_state
 from brimful.core.api_keys import Scope

@@ -19,7 +19,7 @@ from python_multipart.exceptions import MultipartParseError
 from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.requests import ClientDisconnect, Request
 
-from brimful.api.http.answers import ApiError
+from brimful.api.http.bodies import ApiError
 from brimful.api.openai.file_names import stored_name
 from brimful.core.number_text import whole_number
 from brimful.core.object_store import ObjectStore

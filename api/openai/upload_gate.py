@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from brimful.api.http.answers import ApiError, admit
+from brimful.api.http.bodies import ApiError, admit
 from brimful.core.file_records import FileRecords
 from brimful.core.tenant_limits import RateLimiter, TenantLimitStore
 

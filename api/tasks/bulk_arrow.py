@@ -16,14 +16,14 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.ipc
 
-from brimful.api.http.answers import ApiError, error_of
+from brimful.api.http.bodies import ApiError, error_of
 from brimful.api.http.guards import Principal
 from brimful.api.state import ApiState
 from brimful.api.tasks.submission import Submission, low_priority, model_named, queued_answer
 from brimful.api.tasks.submitter import Submitter, new_task_id, served_catalogue
 from brimful.core.arrow_columns import tensors_from_table
 from brimful.core.arrow_stream_bounds import StreamRefused, check_stream
-from brimful.core.tensor_codec import InputValidationError
+from brimful.core.model_catalogue import InputValidationError
 
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
 

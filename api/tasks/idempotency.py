@@ -11,7 +11,7 @@ import time
 
 from redis.exceptions import RedisError
 
-from brimful.api.http.answers import ApiError
+from brimful.api.http.bodies import ApiError
 from brimful.api.state import ApiState
 from brimful.api.tasks.group_commit import longest_submission_s
 from brimful.api.tasks.submission import Submission, resend

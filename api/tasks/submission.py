@@ -11,11 +11,16 @@ from typing import Any
 
 from aiokafka.errors import KafkaError
 
-from brimful.api.http.answers import ApiError, unknown_model
+from brimful.api.http.bodies import ApiError, unknown_model
 from brimful.api.state import ApiState
-from brimful.core.model_catalogue import ModelCatalogue, ModelSignature, UnknownModelError
+from brimful.core.model_catalogue import (
+    InputValidationError,
+    ModelCatalogue,
+    ModelSignature,
+    UnknownModelError,
+    encode_input,
+)
 from brimful.core.task_record import TaskStatus
-from brimful.core.tensor_codec import InputValidationError, encode_input
 from brimful.core.webhook_targets import TargetRefused, check_target, parse_target
 from brimful.schemas import InputTensor, TaskRequest
 

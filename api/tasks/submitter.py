@@ -12,7 +12,7 @@ from typing import Any
 from aiokafka.errors import KafkaError, MessageSizeTooLargeError
 from redis.exceptions import RedisError
 
-from brimful.api.http.answers import ApiError, admit, error_of
+from brimful.api.http.bodies import ApiError, admit, error_of
 from brimful.api.http.guards import Principal
 from brimful.api.state import ApiState
 from brimful.api.tasks.group_commit import GroupCommitterFull, GroupCommitterStopped, InFlightLimitReached

@@ -11,9 +11,8 @@ from urllib.parse import parse_qsl
 
 from fastapi import APIRouter, Depends, Request
 
-from brimful.api.http.answers import NO_RETRY, ApiError, JsonAnswer, admit
+from brimful.api.http.bodies import NO_RETRY, ApiError, JsonAnswer, admit, parse_json, read_body
 from brimful.api.http.guards import Principal, requires
-from brimful.api.http.request_body import parse_json, read_body
 from brimful.api.state import ApiState, api_state
 from brimful.api.tasks.bulk_arrow import ARROW_STREAM, submit_arrow
 from brimful.api.tasks.idempotency import claim_idempotency_key

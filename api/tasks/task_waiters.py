@@ -25,7 +25,7 @@ from types import TracebackType
 
 from redis.exceptions import RedisError
 
-from brimful.api.http.answers import ApiError
+from brimful.api.http.bodies import ApiError
 from brimful.core import metrics
 from brimful.core.redis_client import RedisClient, follow_channel
 from brimful.core.redis_keys import RedisKeys

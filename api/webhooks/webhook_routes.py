@@ -10,10 +10,9 @@ from typing import Any
 import orjson
 from fastapi import APIRouter, Depends, Request
 
-from brimful.api.http.answers import ApiError
+from brimful.api.http.bodies import ApiError, parse_json, read_body
 from brimful.api.http.guards import Principal, requires
 from brimful.api.http.list_pages import page_limit
-from brimful.api.http.request_body import parse_json, read_body
 from brimful.api.state import ApiState, api_state
 from brimful.core.api_keys import Scope
 from brimful.core.webhook_records import EVENT_TYPES, MAX_ENDPOINTS, Delivery, Endpoint, new_endpoint_id

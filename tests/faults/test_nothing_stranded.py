@@ -14,10 +14,9 @@ from aiokafka import AIOKafkaProducer
 from redis.asyncio import Redis
 
 from brimful.core.clock import now_ms
-from brimful.core.model_catalogue import TensorSpec
+from brimful.core.model_catalogue import TensorSpec, encode_input
 from brimful.core.redis_keys import RedisKeys
 from brimful.core.task_store import TaskStore
-from brimful.core.tensor_codec import encode_input
 from brimful.schemas import TaskRequest
 from brimful.stack import EmbeddedStack
 from tests.helpers.live_policy import tune_live

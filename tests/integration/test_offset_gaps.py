@@ -28,12 +28,11 @@ from redis.asyncio import Redis
 from brimful.batcher import main as batcher_main
 from brimful.core.clock import now_ms
 from brimful.core.kafka import ensure_topics, make_producer
-from brimful.core.model_catalogue import TensorSpec
+from brimful.core.model_catalogue import TensorSpec, encode_input
 from brimful.core.redis_keys import RedisKeys
 from brimful.core.settings import Settings
 from brimful.core.task_record import TaskStatus
 from brimful.core.task_store import TaskStore
-from brimful.core.tensor_codec import encode_input
 from brimful.schemas import TaskRequest
 from brimful.stack import EmbeddedStack
 from tests.helpers.pipeline import committed_offset, expected_outputs

@@ -12,10 +12,10 @@ from redis.asyncio import Redis
 
 from brimful.batcher.main import model_pool
 from brimful.core.clock import now_ms
+from brimful.core.model_catalogue import encode_input
 from brimful.core.redis_keys import RedisKeys
 from brimful.core.stats import SharedStats
 from brimful.core.task_store import TaskStore
-from brimful.core.tensor_codec import encode_input
 from brimful.schemas import TaskRequest
 from brimful.stack import EmbeddedStack
 from brimful.workers.batch import Batch, BatchItem

@@ -8,8 +8,7 @@ import pyarrow as pa
 import pytest
 
 from brimful.core.arrow_columns import tensors_from_table
-from brimful.core.model_catalogue import ModelSignature, TensorSpec
-from brimful.core.tensor_codec import InputValidationError
+from brimful.core.model_catalogue import InputValidationError, ModelSignature, TensorSpec
 from brimful.workers.batch import expiry_reason, past_deadline
 from tests.helpers.fake_store import text_item
 

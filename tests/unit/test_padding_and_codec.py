@@ -5,10 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from brimful.core.model_catalogue import ModelSignature, TensorSpec, UnsupportedModelError, fixed_batch_size
-from brimful.core.tensor_codec import (
+from brimful.core.model_catalogue import (
     InputValidationError,
+    ModelSignature,
+    TensorSpec,
+    UnsupportedModelError,
     encode_input,
+    fixed_batch_size,
     non_finite_rows,
     output_rows_to_json,
     row_mismatch,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from brimful.api.http.answers import ApiError, error_of, retry_after
+from brimful.api.http.bodies import ApiError, error_of, retry_after
 from brimful.workers.model_errors import ErrorClass, summarize
 from brimful.workers.retry_policy import BatchRetryPolicy
 
