@@ -23,8 +23,7 @@ from google.protobuf.message import DecodeError
 
 from brimful.batcher.accumulator import Pending
 from brimful.batcher.limits import BatcherLimits
-from brimful.batcher.offsets import OffsetTracker, first_gap
-from brimful.batcher.partition_state import PartitionState, WaitingRows
+from brimful.batcher.partition_state import OffsetTracker, PartitionState, WaitingRows, first_gap
 from brimful.core import metrics
 from brimful.core.clock import now_ms
 from brimful.core.fetch_pacer import FetchPacer

@@ -28,7 +28,7 @@ class BatcherLimits:
     shutdown_wait_s: float = 30.0
     store_retry_s: float = 0.5
     # How long a gap in a partition's offsets is read again before it counts as real
-    # (batcher/offsets.py): the embedded broker's unreadable records become readable within
+    # (batcher/partition_state.py): the embedded broker's unreadable records become readable within
     # milliseconds; on Apache Kafka a real gap (compaction, transaction markers) costs this once.
     gap_patience_s: float = 1.0
 

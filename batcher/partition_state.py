@@ -1,25 +1,36 @@
-"""What a batcher holds for one assigned partition, and how far behind it is; and the rows
-waiting in the batcher across its partitions (``WaitingRows``), indexed by task id, with
-the cancels heard for them.
+"""What a batcher holds for one assigned partition, and how far behind it is: its offsets,
+which of them are safe to commit, and their commits; and the rows waiting in the batcher
+across its partitions (``WaitingRows``), indexed by task id, with the cancels heard for
+them.
+
+Which offsets are safe to commit (``OffsetTracker``, pure bookkeeping): batches of one
+partition complete out of order (several are in flight). Committing offset N tells Kafka
+that everything below N is finished, so the committable offset is the first one received
+but not yet finished. Offsets need not be contiguous (compaction and transaction markers
+leave gaps), so the tracker keeps the offsets it actually received rather than assuming
+N+1 follows N. But a gap may also be a record not yet readable: a broker can hand out an
+offset before the record under it can be fetched (the embedded broker does, with two
+producers writing one partition at once), and a fetch then skips it. Taken as a real gap,
+that task would never be read, and the commit would pass it. So a gap is read again
+(``GapPatience``) for a while before it is taken as real.
+
+``OffsetCommitter`` commits each partition's finished offsets, so a crash can only cause
+redelivery, never a skipped task. The commits of batches that finish close together go as
+one (``commit_every_s``); an offset is committed no sooner than ``commit_after_stored_s``
+after its results were stored (a Redis that syncs its log every second can lose that much
+to a kill, and the records of what it lost must be read again); each commit is bounded in
+time, since a broker that lost the topic can make it retry for ever.
 
 A cancel of a task this batcher does not hold costs a lookup, not a scan; the rows
 cancelled meanwhile leave together at the loop's next turn, one pass over each queue that
-holds any, so a flood of cancels costs a pass per turn, not a scan per cancel.
-
-``OffsetCommitter`` commits each partition's finished offsets (``OffsetTracker.safe_to_commit``), so a
-crash can only cause redelivery, never a skipped task.
-
-The commits of batches that finish close together go as one (``commit_every_s``); an
-offset is committed no sooner than ``commit_after_stored_s`` after its results were
-stored (a Redis that syncs its log every second can lose that much to a kill, and the
-records of what it lost must be read again); each commit is bounded in time, since a
-broker that lost the topic can make it retry for ever."""
+holds any, so a flood of cancels costs a pass per turn, not a scan per cancel."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -27,7 +38,6 @@ from aiokafka import TopicPartition
 from aiokafka.structs import OffsetAndMetadata
 
 from brimful.batcher.accumulator import Accumulator, LowPriorityQueue
-from brimful.batcher.offsets import GapPatience, OffsetTracker
 from brimful.workers.batch import BatchItem
 
 log = logging.getLogger("brimful.batcher")
@@ -198,3 +208,79 @@ class OffsetCommitter:
         for state in states:
             if state.tp in offsets:
                 state.committed = offsets[state.tp].offset
+
+
+# --- from batcher/partition_state.py ---
+# Which offsets of a partition are safe to commit: pure bookkeeping.
+class OffsetTracker:
+    """Received and finished offsets of one partition, and the safe commit point."""
+
+    def __init__(self, start: int) -> None:
+        # ``start`` is where consumption began: the committed offset, or the log start.
+        self._received: deque[int] = deque()
+        self._finished: set[int] = set()
+        self._next_expected = start
+        self._safe = start
+
+    def gap_before(self, offset: int) -> int | None:
+        """The first offset skipped if ``offset`` came next, or None when nothing is."""
+        return self._next_expected if offset > self._next_expected else None
+
+    def receive(self, offset: int) -> bool:
+        """Record an offset handed out for processing. False for one already seen (a
+        replayed fetch), which the caller must then skip."""
+        if offset < self._next_expected:
+            return False
+        self._received.append(offset)
+        self._next_expected = offset + 1
+        return True
+
+    def finish(self, offset: int) -> None:
+        """Record that an offset's work is stored (result, failure or dead letter)."""
+        if offset < self._safe or offset >= self._next_expected:
+            return
+        self._finished.add(offset)
+        while self._received and self._received[0] in self._finished:
+            self._finished.discard(self._received.popleft())
+        self._safe = self._received[0] if self._received else self._next_expected
+
+    @property
+    def safe_to_commit(self) -> int:
+        """The offset to commit: every offset below it is finished."""
+        return self._safe
+
+
+class GapPatience:
+    """How long one gap in a partition's offsets is read again before it is taken as real.
+
+    Pure: the caller passes the time in. While ``keep_reading`` says so, the caller reads
+    the partition again from the gap rather than past it."""
+
+    def __init__(self, patience_s: float) -> None:
+        self._patience_s = patience_s
+        self._gap: int | None = None  # the first offset of the gap being read again
+        self._since = 0.0
+
+    def keep_reading(self, gap: int, now: float) -> bool:
+        """Whether to read again from ``gap`` (its first skipped offset), seen at ``now``."""
+        if gap != self._gap:
+            self._gap, self._since = gap, now
+        return now - self._since < self._patience_s
+
+
+def first_gap(offsets: Sequence[int], gap_before: int | None) -> tuple[int, int | None]:
+    """Where a fetch's records (their ``offsets``, rising) stop following on from what was
+    read before them (``gap_before``: ``OffsetTracker.gap_before`` of the first) or from
+    each other: how many of them to take, and the first offset missing (None: take all).
+    From a gap that may still fill the partition is read again: a record skipped would
+    never be read, and the commit would pass it."""
+    if not offsets:
+        return 0, None
+    if gap_before is not None:
+        return 0, gap_before
+    if offsets[-1] - offsets[0] + 1 == len(offsets):  # contiguous: the common case
+        return len(offsets), None
+    index = next((i for i in range(1, len(offsets)) if offsets[i] > offsets[i - 1] + 1), None)
+    if index is None:  # no hole, only repeats (which the tracker skips)
+        return len(offsets), None
+    return index, offsets[index - 1] + 1

@@ -24,8 +24,7 @@ from brimful.batcher.accumulator import Accumulator, backfill_due
 from brimful.batcher.dispatch import InFlightBatches, ModelHealth, Runner, SlotLeasing
 from brimful.batcher.intake import Estimates, Intake
 from brimful.batcher.limits import BatcherLimits
-from brimful.batcher.offsets import GapPatience
-from brimful.batcher.partition_state import OffsetCommitter, PartitionState, WaitingRows
+from brimful.batcher.partition_state import GapPatience, OffsetCommitter, PartitionState, WaitingRows
 from brimful.batcher.policy import FlushReason, WaitOrFullPolicy
 from brimful.batcher.rebalance import Rebalance
 from brimful.batcher.status_snapshot import partition_status, pool_status

@@ -11,8 +11,7 @@ import pytest
 from aiokafka import TopicPartition
 
 from brimful.batcher.accumulator import Accumulator
-from brimful.batcher.offsets import GapPatience, OffsetTracker
-from brimful.batcher.partition_state import OffsetCommitter, PartitionState
+from brimful.batcher.partition_state import GapPatience, OffsetCommitter, OffsetTracker, PartitionState
 from brimful.batcher.policy import WaitOrFullPolicy
 from brimful.core.policy_params import PolicyParams
 from tests.helpers.fake_consumer import TOPIC, FakeConsumer

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from brimful.batcher.offsets import GapPatience, OffsetTracker, first_gap
+from brimful.batcher.partition_state import GapPatience, OffsetTracker, first_gap
 
 
 def test_nothing_finished_commits_the_start() -> None:
