@@ -39,7 +39,7 @@ from brimful.core.stats import SharedStats
 from brimful.core.status_board import StatusBoard
 from brimful.core.task_store import TaskStore
 from brimful.core.tracing import configure_tracing
-from brimful.core.webhook_records import WebhookRecords
+from brimful.core.webhook_records import TaskEvents, WebhookRecords
 from brimful.workers.batch_runner import BatchRunner
 from brimful.workers.dead_letters import DeadLetterWriter
 from brimful.workers.endpoint_pool import CircuitBreaker, EndpointPool
@@ -47,7 +47,6 @@ from brimful.workers.isolation_budget import IsolationBudget
 from brimful.workers.model_pool import EndpointLeases, ModelPool, Resolver, resolve_all
 from brimful.workers.retry_policy import BatchRetryPolicy
 from brimful.workers.shared_rows import ResultCache
-from brimful.workers.task_events import TaskEvents
 from brimful.workers.triton_model import TritonModel
 
 log = logging.getLogger("brimful.batcher")

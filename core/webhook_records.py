@@ -9,6 +9,18 @@ by moving them a lease ahead (``claim_due``), so a sender that dies leaves them 
 Each tenant's deliveries are listed newest first (the last ``LOG_KEEP``), the dead ones
 apart, for on-call to read and replay. Every webhook key shares one hash slot, so each of
 these steps is one script or transaction on a Redis Cluster too.
+
+Webhook events of finished tasks (``TaskEvents``): ``task.completed``, ``task.failed``, ``task.expired``,
+for the tenants with an endpoint that takes them.
+
+After each batch the runner announces its tasks that are final, the ones it finished and
+the ones it found finished already (a record read again after a crash). An event's
+deliveries take ids derived from the task and its state (above), so announcing again
+makes none: a batcher that dies between storing a result and announcing
+it is followed by one that reads the record again and announces it then. At least once.
+Each tenant's endpoints are read once and kept, and read again whenever any endpoint
+changed (one read of a counter a batch), so a task finished after its tenant registered an
+endpoint is announced.
 """
 
 from __future__ import annotations
@@ -24,7 +36,10 @@ import orjson
 
 from brimful.core.redis_client import RedisClient, as_text
 from brimful.core.redis_keys import RedisKeys
+from brimful.core.task_record import TaskStatus, task_record_answer
+from brimful.core.task_store import TaskStore
 from brimful.core.webhook_signing import new_secret
+from brimful.schemas import TaskRequest
 
 EVENT_TYPES = (
     "task.completed",
@@ -355,3 +370,56 @@ def _fields(delivery: Delivery) -> dict[Any, Any]:
 def next_delay_s(attempts: int, delays_s: Sequence[float]) -> float | None:
     """The wait before the next attempt after ``attempts`` failed ones; None: no more."""
     return delays_s[attempts - 1] if 1 <= attempts <= len(delays_s) else None
+
+
+EVENTS = {TaskStatus.DONE: "task.completed", TaskStatus.FAILED: "task.failed", TaskStatus.EXPIRED: "task.expired"}
+TASK_EVENTS = frozenset(EVENTS.values())
+
+
+class TaskEvents:
+    """Announces a batch's finished tasks to their tenants' webhooks."""
+
+    def __init__(self, webhooks: WebhookRecords, store: TaskStore, default_model: str) -> None:
+        self._webhooks = webhooks
+        self._store = store
+        self._default_model = default_model
+        self._endpoints: dict[str, list[Endpoint]] = {}  # tenant -> its endpoints, as last read
+        self._version = -1  # of the endpoints read into _endpoints
+
+    async def _endpoints_of(self, tenant: str) -> list[Endpoint]:
+        endpoints = self._endpoints.get(tenant)
+        if endpoints is None:
+            endpoints = self._endpoints[tenant] = await self._webhooks.endpoints(tenant)
+        return endpoints
+
+    async def announce(self, requests: Sequence[TaskRequest]) -> int:
+        """Emit the events of the requests' final tasks that their tenants want; how many."""
+        version = await self._webhooks.endpoints_version()
+        if version != self._version:  # an endpoint was added or removed: read them again
+            self._endpoints.clear()
+            self._version = version
+        by_tenant: dict[str, list[TaskRequest]] = {}
+        for request in requests:
+            by_tenant.setdefault(request.tenant, []).append(request)
+        emitted = 0
+        for tenant, tenant_requests in by_tenant.items():
+            endpoints = await self._endpoints_of(tenant)
+            wanted = frozenset(event for endpoint in endpoints for event in endpoint.events)
+            # Tasks with a callback are announced whatever the tenant's endpoints take.
+            told = [request for request in tenant_requests if request.callback_url or wanted & TASK_EVENTS]
+            if not told:
+                continue
+            records = await self._store.get_many([request.task_id for request in told])
+            for request, record in zip(told, records):
+                event = EVENTS.get(record.status) if record is not None else None
+                if record is None or event is None:
+                    continue
+                callback = request.callback_url
+                if event not in wanted and not callback:
+                    continue
+                answer = task_record_answer(request.task_id, record, self._default_model)
+                made = await self._webhooks.emit(
+                    tenant, event, answer, f"{request.task_id}:{event}", callback_url=callback, endpoints=endpoints
+                )
+                emitted += len(made)
+        return emitted

@@ -34,6 +34,7 @@ from brimful.core.model_catalogue import ModelSignature, non_finite_rows, output
 from brimful.core.stats import SharedStats, StatsField
 from brimful.core.task_store import TaskStore
 from brimful.core.tracing import BatchTrace, TracedTask, Tracing
+from brimful.core.webhook_records import TaskEvents
 from brimful.workers.batch import (
     Batch,
     BatchItem,
@@ -51,7 +52,6 @@ from brimful.workers.model_pool import ModelPool
 from brimful.workers.retry_policy import BatchRetryPolicy
 from brimful.workers.shared_rows import Followers, Group, ResultCache, SharedRows
 from brimful.workers.slot import Slot
-from brimful.workers.task_events import TaskEvents
 from brimful.workers.task_failures import Attempts, Isolation, TaskFailures
 from brimful.workers.triton_model import pad_batch, unpad
 
@@ -145,7 +145,7 @@ class BatchRunner:
             await self.stats.add(outcome.stats)
         _observe_stages(batch, outcome)
         if self.task_events is not None:
-            await self.task_events.announce(batch.items)
+            await self.task_events.announce([item.request for item in batch.items])
         self._report(batch, items, outcome)
         return outcome
 
