@@ -1,1 +1,1 @@
-"""The front door: the lanes a request enters by, reading bodies, answers and errors, who is calling, rate limits, health."""
+"""The front door: the lanes a request enters by, who may call, the bodies read and written (errors and rate limits among them), health."""

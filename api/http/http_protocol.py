@@ -11,7 +11,7 @@ what the client still sends for a moment, so that it sees the answer). A head (r
 line and headers) over ``MAX_HEAD_BYTES`` gets 431 the same way: the parser would
 otherwise keep every byte of it until the deadline.
 
-The body's own deadline is the handler's (``api.request_body.read_body``), which can
+The body's own deadline is the handler's (``read_body`` in ``api/http/bodies.py``), which can
 answer it in JSON; a connection answered before its body was all read ends as a refused
 one does (what still comes is dropped for a moment, then the connection is dropped), so
 the rest cannot trickle in unbounded and the client still reads its answer. A small rest

@@ -112,7 +112,7 @@ async def accept_task(
 ) -> JsonAnswer:
     """``POST /v1/tasks`` from what it reads of the request, whichever lane brought it:
     the raw query string, the Idempotency-Key header, and ``body``, called with the size
-    and time it may take (``api.request_body.read_body``'s bounds and answers)."""
+    and time it may take (``read_body`` in ``api/http/bodies.py``'s bounds and answers)."""
     settings = state.settings
     wait_s = parse_wait(query_string, settings.long_poll_max_s)
     document = parse_json(await body(settings.max_body_bytes, settings.api_read_timeout_s))
