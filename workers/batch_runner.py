@@ -22,7 +22,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -112,6 +112,7 @@ class BatchRunner:
         outcome.stats[StatsField.flushes(batch.reason)] += 1
         slot, batch.slot = batch.slot, None  # a run repeated after a store error takes a new one
         seat = Seat(slot)
+        run = _Run(batch, seat, outcome)
         try:
             candidates = await expire_late(self.store, batch, outcome, self._wall_ms())
             # Only tasks that this atomic move takes from queued to running reach the model:
@@ -133,10 +134,10 @@ class BatchRunner:
                     # wait on it must never hold every slot it could take.
                     self._leave_seat(seat)
                 # Rows whose computing batch failed or stopped come back: computed here after all.
-                orphans = await self._follow_beside(batch, seat, computed, followers, outcome)
+                orphans = await self._follow_beside(run, computed, followers)
                 computed = self.shared.lead(orphans, outcome)
             if computed:
-                await self._resolve(batch, seat, computed, Attempts(), outcome)
+                await self._resolve(run, computed)
         finally:
             if seat.slot is not None:
                 self.pool.release(seat.slot)
@@ -169,16 +170,14 @@ class BatchRunner:
             },
         )
 
-    async def _follow_beside(
-        self, batch: Batch, seat: Seat, computed: list[BatchItem], followers: list[Followers], outcome: BatchOutcome
-    ) -> list[Group]:
+    async def _follow_beside(self, run: _Run, computed: list[BatchItem], followers: list[Followers]) -> list[Group]:
         """Compute the batch's own rows while its followers wait for theirs; return the
         followers' groups left to compute."""
         if not computed:
-            return await self.shared.follow(followers, outcome)
-        resolving = asyncio.ensure_future(self._resolve(batch, seat, computed, Attempts(), outcome))
+            return await self.shared.follow(followers, run.outcome)
+        resolving = asyncio.ensure_future(self._resolve(run, computed))
         try:
-            orphans = await self.shared.follow(followers, outcome)
+            orphans = await self.shared.follow(followers, run.outcome)
         except BaseException:
             resolving.cancel()
             await asyncio.gather(resolving, return_exceptions=True)
@@ -247,28 +246,20 @@ class BatchRunner:
             await self.failures.fail(batch, items, failure, Attempts(), BatchOutcome())
         log.error("batch given up", extra={"batch_id": batch.batch_id, "tasks": len(items), "error": repr(error)})
 
-    async def _resolve(
-        self,
-        batch: Batch,
-        seat: Seat,
-        items: list[BatchItem],
-        attempts: Attempts,
-        outcome: BatchOutcome,
-        isolating: bool = False,
-    ) -> None:
+    async def _resolve(self, run: _Run, items: list[BatchItem], isolating: bool = False) -> None:
         """Call the model with ``items`` and store what comes back; rows it refuses are
         isolated as ``self.isolation`` decides, until each is done or failed."""
         refusals = 0
         while True:
             over = self.isolation.over_budget(items) if isolating else None
             if over is not None:
-                attempts.record(items, over)
-                await self.failures.fail(batch, items, over, attempts, outcome)
+                run.attempts.record(items, over)
+                await self.failures.fail(run.batch, items, over, run.attempts, run.outcome)
                 return
             try:
-                outputs = await self._call_through_outages(batch, seat, items, attempts, outcome, isolating)
+                outputs = await self._call_through_outages(run, items, isolating)
             except TransientOutageTooLong as gave_up:
-                await self.failures.fail(batch, items, gave_up.error, attempts, outcome)
+                await self.failures.fail(run.batch, items, gave_up.error, run.attempts, run.outcome)
                 return
             except ModelCallError as error:
                 refusals += 1
@@ -276,32 +267,27 @@ class BatchRunner:
                 if refusal.groups:
                     log.warning(
                         "model refused a batch; splitting it to find the failing rows",
-                        extra={"batch_id": batch.batch_id, "rows": len(items), "error": error.message},
+                        extra={"batch_id": run.batch.batch_id, "rows": len(items), "error": error.message},
                     )
                 for group in refusal.groups:
-                    await self._resolve(batch, seat, group, attempts, outcome, isolating=True)
+                    await self._resolve(run, group, isolating=True)
                 if refusal.groups:
                     return
                 if refusal.retry_in_s is None:
-                    await self.failures.fail(batch, items, error, attempts, outcome)
+                    await self.failures.fail(run.batch, items, error, run.attempts, run.outcome)
                     return
                 metrics.MODEL_RETRIES.labels("model_error").inc()
                 await self._sleep(refusal.retry_in_s)
                 continue
-            await self._store_outputs(batch, items, outputs, attempts, outcome)
+            await self._store_outputs(run, items, outputs)
             return
 
     async def _call_through_outages(
-        self,
-        batch: Batch,
-        seat: Seat,
-        items: list[BatchItem],
-        attempts: Attempts,
-        outcome: BatchOutcome,
-        isolating: bool,
+        self, run: _Run, items: list[BatchItem], isolating: bool
     ) -> dict[str, NDArray[Any]]:
         """One successful call, waiting out transient failures; raises ModelCallError
         for what the model itself refused."""
+        batch, seat, outcome = run.batch, run.seat, run.outcome
         inputs = {
             spec.name: stack_rows(spec, [item.request.inputs[spec.name] for item in items])
             for spec in self.signature.inputs
@@ -319,7 +305,7 @@ class BatchRunner:
             try:
                 outputs = await self._call(seat.slot, padded)
             except ModelCallError as error:
-                attempts.record(items, error)
+                run.attempts.record(items, error)
                 # The endpoint's breaker hears the outcome before any I/O that could fail: a
                 # probe whose result it never heard would keep the door shut. A refusal is an
                 # answer: the endpoint serves, the batch is the problem.
@@ -398,14 +384,8 @@ class BatchRunner:
         metrics.MODEL_CALLS.labels(endpoint, "ok").inc()
         return outputs
 
-    async def _store_outputs(
-        self,
-        batch: Batch,
-        items: list[BatchItem],
-        outputs: dict[str, NDArray[Any]],
-        attempts: Attempts,
-        outcome: BatchOutcome,
-    ) -> None:
+    async def _store_outputs(self, run: _Run, items: list[BatchItem], outputs: dict[str, NDArray[Any]]) -> None:
+        outcome = run.outcome
         outputs = unpad(outputs, len(items))
         unfit = non_finite_rows(self.signature.outputs, outputs)
         if unfit:
@@ -413,8 +393,8 @@ class BatchRunner:
             # its neighbours keep their results.
             for row, name in sorted(unfit.items()):
                 error = ModelCallError(ErrorClass.MODEL_ERROR, f"the model's output {name} holds NaN or infinity")
-                attempts.record([items[row]], error)
-                await self.failures.fail(batch, [items[row]], error, attempts, outcome)
+                run.attempts.record([items[row]], error)
+                await self.failures.fail(run.batch, [items[row]], error, run.attempts, outcome)
             keep = [row for row in range(len(items)) if row not in unfit]
             items = [items[row] for row in keep]
             outputs = {name: array[keep] for name, array in outputs.items()}
@@ -435,6 +415,17 @@ class BatchRunner:
                 shared, done_counter=StatsField.TASKS_DONE, cached=True, known=known
             )
         observe_latency(items + twins)
+
+
+@dataclass
+class _Run:
+    """One run of a batch: the batch, the seat its calls hold, what it did, and the failed
+    calls of each of its tasks so far (for their dead letters)."""
+
+    batch: Batch
+    seat: Seat
+    outcome: BatchOutcome
+    attempts: Attempts = field(default_factory=Attempts)
 
 
 @dataclass

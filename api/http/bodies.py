@@ -203,14 +203,21 @@ async def read_stream(declared: str | None, chunks: AsyncIterator[bytes], limit:
                 body += chunk
                 check_length(len(body), limit)
     except TimeoutError as error:
-        raise ApiError(
-            408, "request_timeout", f"the body did not arrive within {timeout_s:g} s ({len(body)} bytes came)"
-        ) from error
+        raise too_slow(f"the body did not arrive within {timeout_s:g} s ({len(body)} bytes came)") from error
     except ClientDisconnect as error:
-        raise ApiError(
-            499, "client_closed_request", "the client closed the connection before sending the body"
-        ) from error
+        raise client_closed("before sending the body") from error
     return bytes(body)
+
+
+def too_slow(message: str) -> ApiError:
+    """408 ``request_timeout``: a body that did not arrive within its time."""
+    return ApiError(408, "request_timeout", message)
+
+
+def client_closed(when: str) -> ApiError:
+    """499 ``client_closed_request``: the client hung up ``when`` (it hears nothing; the
+    answer is only counted), not a 500."""
+    return ApiError(499, "client_closed_request", f"the client closed the connection {when}")
 
 
 def check_declared(declared: str | None, limit: int) -> None:

@@ -19,7 +19,7 @@ from python_multipart.exceptions import MultipartParseError
 from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.requests import ClientDisconnect, Request
 
-from brimful.api.http.bodies import ApiError
+from brimful.api.http.bodies import ApiError, client_closed, too_slow
 from brimful.api.openai.file_names import stored_name
 from brimful.core.number_text import whole_number
 from brimful.core.object_store import ObjectStore
@@ -167,15 +167,9 @@ async def _chunks(request: Request, idle_timeout_s: float, total_timeout_s: floa
             return
         except TimeoutError as error:
             if left <= idle_timeout_s:
-                raise ApiError(
-                    408, "request_timeout", f"the upload took longer than {total_timeout_s:g} s in all"
-                ) from error
-            raise ApiError(
-                408, "request_timeout", f"the upload stalled: nothing came for {idle_timeout_s:g} s"
-            ) from error
+                raise too_slow(f"the upload took longer than {total_timeout_s:g} s in all") from error
+            raise too_slow(f"the upload stalled: nothing came for {idle_timeout_s:g} s") from error
         except ClientDisconnect as error:
-            raise ApiError(
-                499, "client_closed_request", "the client closed the connection during the upload"
-            ) from error
+            raise client_closed("during the upload") from error
         if chunk:
             yield chunk
