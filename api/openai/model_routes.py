@@ -11,6 +11,7 @@ from fastapi import APIRouter, Depends, Request
 from brimful.api.http.bodies import ApiError
 from brimful.api.http.guards import requires
 from brimful.api.state import api_state
+from brimful.api.tasks.submitter import model_not_ready
 from brimful.core.api_keys import Scope
 from brimful.core.model_catalogue import ModelCatalogue
 
@@ -22,7 +23,7 @@ MODELS_PATH = "/v1/models"
 def _catalogue(request: Request) -> ModelCatalogue:
     catalogue = api_state(request).catalogue
     if catalogue is None:
-        raise ApiError(503, "model_not_ready", "the models' metadata is not loaded yet", retry_after_s=1)
+        raise model_not_ready()
     return catalogue
 
 

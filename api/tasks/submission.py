@@ -148,6 +148,11 @@ def model_named(name: Any, catalogue: ModelCatalogue) -> ModelSignature:
 RECORD_OVERHEAD_BYTES = 256
 
 
+def broker_refused() -> ApiError:
+    """503: the broker did not take the task's record (retry: the task is not accepted)."""
+    return ApiError(503, "broker_unavailable", "the broker did not accept the task", retry_after_s=1)
+
+
 def too_large_for_broker(size: int, limit: int) -> ApiError:
     # 413, not 503: the same task will never fit, so a client must not retry it.
     return ApiError(
@@ -185,4 +190,4 @@ async def resend(state: ApiState, submission: Submission, task_id: str, tenant: 
     try:
         await state.producer.send_and_wait(state.topic_now(submission.model), record, key=task_id.encode())
     except KafkaError as error:
-        raise ApiError(503, "broker_unavailable", "the broker did not accept the task", retry_after_s=1) from error
+        raise broker_refused() from error

@@ -20,6 +20,7 @@ from brimful.api.tasks.idempotency import commit_idempotency_key, release_idempo
 from brimful.api.tasks.submission import (
     RECORD_OVERHEAD_BYTES,
     Submission,
+    broker_refused,
     check_callback,
     parse_submission,
     queued_answer,
@@ -171,7 +172,7 @@ class Submitter:
             log.error("could not enqueue task", extra={"task_id": task_id, "error": str(error)})
             if isinstance(error, MessageSizeTooLargeError):  # the broker's own limit is below the setting
                 raise too_large_for_broker(len(record), limit) from error
-            raise ApiError(503, "broker_unavailable", "the broker did not accept the task", retry_after_s=1) from error
+            raise broker_refused() from error
         state.backlog.produced(sent.topic, sent.partition, sent.offset)
         metrics.TASKS_SUBMITTED.labels(submission.model).inc()
 
@@ -187,13 +188,18 @@ def check_payload(submission: Submission, limits: TenantLimits) -> None:
         )
 
 
+def model_not_ready() -> ApiError:
+    """503: the models' metadata is not read from their servers yet."""
+    return ApiError(503, "model_not_ready", "the models' metadata is not loaded yet", retry_after_s=1)
+
+
 async def check_admission(state: ApiState) -> None:
     """503 while the models' metadata or the broker says no (after up to
     ``STARTUP_WAIT_S`` of waiting for them), or Redis is near its memory limit."""
     if not state.serving:
         await state.wait_until_serving(STARTUP_WAIT_S)
     if state.catalogue is None:
-        raise ApiError(503, "model_not_ready", "the model's metadata is not loaded yet", retry_after_s=1)
+        raise model_not_ready()
     if not state.producer_started:
         raise ApiError(503, "broker_unavailable", "the broker is not reachable yet", retry_after_s=1)
     if state.redis_memory.full:

@@ -31,7 +31,7 @@ from urllib.parse import urlparse
 import redis
 
 from brimful.core.redis_keys import RedisKeys
-from brimful.core.settings import Settings, changed_settings
+from brimful.core.settings import Settings, changed_settings, comma_list
 from brimful.model_server.embedding_model import MODEL_NAME as EMBEDDING_MODEL
 from brimful.model_server.minilm_model import MODEL_NAME as MINILM_MODEL
 from brimful.stack.kafka_cluster import KAFKA_MIN_SESSION_TIMEOUT_MS, KafkaCluster, KafkaTls
@@ -203,7 +203,7 @@ class EmbeddedStack:
             self.workdir / "kafka",
             version=self.kafka_version,
             nodes=self.kafka_nodes,
-            first_port=_port_of(self.settings.kafka_bootstrap.split(",")[0]),
+            first_port=_port_of(comma_list(self.settings.kafka_bootstrap)[0]),
             startup_timeout_s=self.startup_timeout_s,
             tls=self.kafka_tls,
             broker_config=self.kafka_broker_config,
