@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
@@ -110,8 +110,8 @@ class ApiState:
         return {
             name: GroupCommitter(
                 self.store,
-                lambda: self.producer,
-                self._topic_now(name),
+                self.producer,
+                self.generations[name],
                 settings.submit_group_max,
                 settings.submit_waiting_max,
                 min_gap_s=settings.submit_group_gap_ms / 1000,
@@ -197,10 +197,6 @@ class ApiState:
             # Flushing the exporter is blocking I/O: a thread, which cannot be cancelled.
             await bounded_step("tracing", asyncio.to_thread(self.tracing.shutdown), CLOSE_S)
 
-    def _topic_now(self, model: str) -> Callable[[], str]:
-        generations = self.generations[model]
-        return lambda: generations.topic_at(time.time())
-
     def topic_now(self, model: str) -> str:
         """The topic a task of ``model`` sent now goes to (its generation, where topics rotate)."""
         return self.generations[model].topic_at(time.time())
@@ -283,6 +279,8 @@ class ApiState:
                 log.info("waiting for the broker", extra={"error": str(error)})
                 await self.producer.stop()
                 self.producer = make_producer(self.settings)
+                for committer in self.committers.values():
+                    committer.producer = self.producer
                 self.dead_letters = self._dead_letter_admin()
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)

@@ -51,6 +51,7 @@ from brimful.core.admission import COMMAND_MEMBERS, UnconfirmedTasks, unconfirme
 from brimful.core.settings import Settings
 from brimful.core.task_record import NewTask
 from brimful.core.task_store import TaskStore
+from brimful.core.topic_generations import TopicGenerations
 
 log = logging.getLogger("brimful.api")
 
@@ -100,19 +101,22 @@ class GroupCommitter:
     def __init__(
         self,
         store: TaskStore,
-        producer: Callable[[], AIOKafkaProducer],
-        topic: Callable[[], str],
+        producer: AIOKafkaProducer,
+        generations: TopicGenerations,
         max_group: int,
         max_waiting: int,
         receipts: SubmissionReceipts,
         min_gap_s: float = 0.0,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
-        """``topic``: the topic a group sent now goes to (it changes where topics rotate);
-        ``receipts``: where the tasks the broker accepted are confirmed; ``min_gap_s``: least
-        time between the starts of two groups (0: none)."""
+        """``generations``: the model's requests topic, whose generation of the moment on
+        ``wall_clock`` a group goes to (it changes where topics rotate); ``receipts``: where
+        the tasks the broker accepted are confirmed; ``min_gap_s``: least time between the
+        starts of two groups (0: none)."""
         self._store = store
-        self._producer = producer  # the API replaces its producer until the broker is reached
-        self._topic = topic
+        self.producer = producer  # the API sets its new one while the broker is awaited
+        self._generations = generations
+        self._wall_clock = wall_clock
         self._max_group = max_group
         self._max_waiting = max_waiting
         self._min_gap_s = min_gap_s
@@ -208,8 +212,8 @@ class GroupCommitter:
             for submission in group:
                 submission.settle(error=error)
             return
-        producer = self._producer()
-        topic = self._topic()  # one topic a group: chosen as it is sent
+        producer = self.producer
+        topic = self._generations.topic_at(self._wall_clock())  # one topic a group: chosen as it is sent
         partition = await self._next_partition(producer, topic)
         sent: list[tuple[_Submission, asyncio.Future[RecordMetadata]]] = []
         refused: list[tuple[_Submission, KafkaError]] = []

@@ -64,8 +64,8 @@ async def open_committer(
     receipts = SubmissionReceipts(store.unconfirmed, longest_submission_s(settings))
     group_commit = GroupCommitter(
         store,
-        lambda: producer,
-        lambda: settings.requests_topic,
+        producer,
+        settings.topic_generations_for(settings.model_name),
         max_group,
         max_waiting=10_000,
         min_gap_s=min_gap_s,
