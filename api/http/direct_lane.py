@@ -21,7 +21,8 @@ from __future__ import annotations
 import asyncio
 import http
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI
@@ -30,7 +31,7 @@ from starlette.requests import ClientDisconnect
 from brimful.api.http.bodies import JsonAnswer, answer_for, check_declared, check_length, read_stream
 from brimful.api.http.guards import BrowserGuard, authenticate
 from brimful.api.state import ApiState
-from brimful.api.tasks.task_routes import TASKS_PATH, accept_task, hot_route, read_task
+from brimful.api.tasks.task_routes import TASKS_PATH, accept_task, hot_route, read_task, task_body_bounds
 from brimful.core import metrics
 from brimful.core.api_keys import Scope
 
@@ -134,7 +135,8 @@ async def _submit(
     state: ApiState, cycle: DirectCycle, headers: dict[bytes, bytes], query: bytes, _task_id: str
 ) -> JsonAnswer:
     principal = await authenticate(state, _text(headers.get(b"authorization")), Scope.SUBMIT)
-    return await accept_task(state, principal, query, _text(headers.get(b"idempotency-key")), cycle.read_body)
+    body = await cycle.read_body(*task_body_bounds(state.settings))
+    return await accept_task(state, principal, query, _text(headers.get(b"idempotency-key")), body)
 
 
 async def _read(
@@ -148,9 +150,27 @@ def _text(value: bytes | None) -> str | None:
     return None if value is None else value.decode("latin-1")
 
 
+@dataclass(frozen=True)
+class DirectRoute:
+    """A request the direct lane takes: its handler, and what that reads of the head."""
+
+    handler: Handler
+    template: str
+    verb: str
+    target: str
+    task_id: str
+    state: ApiState
+    headers: dict[bytes, bytes]
+
+    @property
+    def declared_length(self) -> str | None:
+        return _text(self.headers.get(b"content-length"))
+
+
 class DirectLane:
     """Routes a parsed request head to the direct lane, or declines (None): the ASGI app
-    answers it. ``BoundedHttpProtocol`` asks; this answers through a ``DirectCycle``."""
+    answers it. ``BoundedHttpProtocol`` asks (``route``), begins the request's
+    ``DirectCycle`` and runs ``answer`` on it."""
 
     def __init__(self, app: FastAPI, guard: BrowserGuard) -> None:
         """``app``: the FastAPI app whose state (``app.state.brimful``) the handlers use;
@@ -159,17 +179,8 @@ class DirectLane:
         self._guard = guard
         self._counted: dict[tuple[str, int], Any] = {}
 
-    def take(
-        self,
-        method: bytes,
-        path: bytes,
-        query: bytes,
-        head: list[tuple[bytes, bytes]],
-        scheme: str,
-        start_cycle: Callable[[str | None], DirectCycle],
-    ) -> Coroutine[Any, Any, None] | None:
-        """The coroutine that answers this request (the caller runs it as a task), with
-        its cycle begun by ``start_cycle(Content-Length)``; None to leave it to ASGI."""
+    def route(self, method: bytes, path: bytes, head: list[tuple[bytes, bytes]]) -> DirectRoute | None:
+        """The route this request takes on the direct lane; None to leave it to ASGI."""
         if not path.isascii():
             return None  # uvicorn's decoding, then FastAPI's routes
         verb, target = method.decode("ascii"), path.decode("ascii")
@@ -177,7 +188,6 @@ class DirectLane:
         if route is None:
             return None
         template, task_id = route
-        handler: Handler = _submit if template == TASKS_PATH else _read
         state: ApiState | None = getattr(self._app.state, "brimful", None)
         if state is None or state.tracing is not None or "%" in target:
             return None
@@ -187,36 +197,28 @@ class DirectLane:
                 headers[name] = value
         if b"origin" in headers:
             return None
-        cycle = start_cycle(_text(headers.get(b"content-length")))
-        refusal = self._guard.refusal_of(verb, target, head, scheme)
-        if refusal is not None:
-            return self._refuse(cycle, refusal)
-        return self._serve(handler, template, state, cycle, headers, query, task_id)
+        handler: Handler = _submit if template == TASKS_PATH else _read
+        return DirectRoute(handler, template, verb, target, task_id, state, headers)
 
-    async def _refuse(self, cycle: DirectCycle, refusal: JsonAnswer) -> None:
-        self._send(cycle, "unmatched", refusal)  # as the ASGI lane counts the guard's refusals
-
-    async def _serve(
-        self,
-        handler: Handler,
-        template: str,
-        state: ApiState,
-        cycle: DirectCycle,
-        headers: dict[bytes, bytes],
-        query: bytes,
-        task_id: str,
+    async def answer(
+        self, route: DirectRoute, cycle: DirectCycle, query: bytes, head: list[tuple[bytes, bytes]], scheme: str
     ) -> None:
+        """Answer the request ``route`` took through ``cycle`` (the caller runs this as a task)."""
+        refusal = self._guard.refusal_of(route.verb, route.target, head, scheme)
+        if refusal is not None:
+            self._send(cycle, "unmatched", refusal)  # as the ASGI lane counts the guard's refusals
+            return
         try:
-            answer = await handler(state, cycle, headers, query, task_id)
+            answer = await route.handler(route.state, cycle, route.headers, query, route.task_id)
         except Exception as error:
             known = answer_for(error)
             if known is None:
-                log.exception("unhandled error", extra={"path": template})
-                self._count(template, 500)
+                log.exception("unhandled error", extra={"path": route.template})
+                self._count(route.template, 500)
                 cycle.answer(500, *_SERVER_ERROR)
                 return
             answer = known
-        self._send(cycle, template, answer)
+        self._send(cycle, route.template, answer)
 
     def _send(self, cycle: DirectCycle, template: str, answer: JsonAnswer) -> None:
         self._count(template, answer.status_code)

@@ -196,26 +196,22 @@ class BoundedHttpProtocol(HttpToolsProtocol):
             url = httptools.parse_url(self.url)
         except httptools.HttpParserInvalidURLError:
             return False  # uvicorn's to answer, as it answers any other
-
-        def start_cycle(declared_length: str | None) -> DirectCycle:
-            keep_alive = self.parser.get_http_version() != "1.0" and self.parser.should_keep_alive()
-            cycle = DirectCycle(
-                self.transport,
-                self.flow.resume_reading,
-                self.server_state.default_headers,
-                keep_alive,
-                self.on_response_complete,
-                declared_length,
-            )
-            # uvicorn's callbacks (body, end of message, connection lost, shutdown) feed
-            # whatever cycle the protocol holds; this one has the attributes they use.
-            self.cycle = cycle  # type: ignore[assignment]
-            return cycle
-
-        answer = lane.take(method, url.path, url.query or b"", self.headers, self.scheme or "http", start_cycle)
-        if answer is None:
+        route = lane.route(method, url.path, self.headers)
+        if route is None:
             return False
-        task = self.loop.create_task(answer)
+        keep_alive = self.parser.get_http_version() != "1.0" and self.parser.should_keep_alive()
+        cycle = DirectCycle(
+            self.transport,
+            self.flow.resume_reading,
+            self.server_state.default_headers,
+            keep_alive,
+            self.on_response_complete,
+            route.declared_length,
+        )
+        # uvicorn's callbacks (body, end of message, connection lost, shutdown) feed
+        # whatever cycle the protocol holds; this one has the attributes they use.
+        self.cycle = cycle  # type: ignore[assignment]
+        task = self.loop.create_task(lane.answer(route, cycle, url.query or b"", self.headers, self.scheme or "http"))
         task.add_done_callback(self.tasks.discard)
         self.tasks.add(task)
         return True
