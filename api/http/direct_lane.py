@@ -31,7 +31,7 @@ from starlette.requests import ClientDisconnect
 from brimful.api.http.bodies import JsonAnswer, answer_for, check_declared, check_length, read_stream
 from brimful.api.http.guards import BrowserGuard, authenticate
 from brimful.api.state import ApiState
-from brimful.api.tasks.task_routes import TASKS_PATH, accept_task, hot_route, read_task, task_body_bounds
+from brimful.api.tasks.task_routes import TASKS_PATH, accept_task, hot_route, read_task
 from brimful.core import metrics
 from brimful.core.api_keys import Scope
 
@@ -135,8 +135,7 @@ async def _submit(
     state: ApiState, cycle: DirectCycle, headers: dict[bytes, bytes], query: bytes, _task_id: str
 ) -> JsonAnswer:
     principal = await authenticate(state, _text(headers.get(b"authorization")), Scope.SUBMIT)
-    body = await cycle.read_body(*task_body_bounds(state.settings))
-    return await accept_task(state, principal, query, _text(headers.get(b"idempotency-key")), body)
+    return await accept_task(state, principal, query, _text(headers.get(b"idempotency-key")), cycle.read_body)
 
 
 async def _read(

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -20,7 +22,6 @@ from brimful.api.tasks.task_waiters import read_own_task
 from brimful.core import metrics
 from brimful.core.api_keys import Scope
 from brimful.core.number_text import finite_number
-from brimful.core.settings import Settings
 from brimful.core.task_record import TaskStatus, task_record_answer
 
 router = APIRouter(tags=["tasks"])
@@ -30,6 +31,7 @@ TASK_PATH_TEMPLATE = TASKS_PATH + "/{task_id}"
 _TASK_PREFIX = TASKS_PATH + "/"
 
 # Reads a request's whole body within (limit bytes, timeout s), or raises the ApiError to answer.
+BodyReader = Callable[[int, float], Awaitable[bytes]]
 
 BULK_BODY_FACTOR = 4  # a bulk body may be this many times a single task's
 TASK_ID_PATTERN = re.compile(r"^[0-9a-f]{32}$")
@@ -92,19 +94,13 @@ async def submit_task(request: Request, principal: Principal = Depends(requires(
     """Accept one task; 202 with its task_id once durably queued. With ``?wait=S``, hold
     the answer up to S seconds and return the result inline (200) if it is ready."""
     state = api_state(request)
+    body = partial(read_body, request)
     query = request.scope.get("query_string", b"")
     key = request.headers.get("idempotency-key")
     if state.tracing is not None:
         with state.tracing.server_span("brimful.accept", request.headers, **{"http.route": TASKS_PATH}):
-            body = await read_body(request, *task_body_bounds(state.settings))
             return await accept_task(state, principal, query, key, body)
-    return await accept_task(state, principal, query, key, await read_body(request, *task_body_bounds(state.settings)))
-
-
-def task_body_bounds(settings: Settings) -> tuple[int, float]:
-    """The most bytes a task's body may take, and the seconds it may take to arrive, on
-    either lane."""
-    return settings.max_body_bytes, settings.api_read_timeout_s
+    return await accept_task(state, principal, query, key, body)
 
 
 async def accept_task(
@@ -112,14 +108,14 @@ async def accept_task(
     principal: Principal,
     query_string: bytes,
     idempotency_key: str | None,
-    body: bytes,
+    body: BodyReader,
 ) -> JsonAnswer:
-    """``POST /v1/tasks`` from what the lane that brought it read of the request: the raw
-    query string, the Idempotency-Key header, and the body (read within
-    ``task_body_bounds``)."""
+    """``POST /v1/tasks`` from what it reads of the request, whichever lane brought it:
+    the raw query string, the Idempotency-Key header, and ``body``, called with the size
+    and time it may take (``read_body`` in ``api/http/bodies.py``'s bounds and answers)."""
     settings = state.settings
     wait_s = parse_wait(query_string, settings.long_poll_max_s)
-    document = parse_json(body)
+    document = parse_json(await body(settings.max_body_bytes, settings.api_read_timeout_s))
     submission = parse_submission(document, await served_catalogue(state))
 
     task_id = new_task_id()
