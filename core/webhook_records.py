@@ -84,6 +84,12 @@ def new_endpoint_id() -> str:
     return f"we_{secrets.token_hex(12)}"
 
 
+def event_object_id(event_id: str) -> str:
+    """The ``id`` an event's body carries (``evt_...``, as OpenAI's events): the same for
+    every endpoint it goes to, and for the event emitted again."""
+    return "evt_" + hashlib.sha256(event_id.encode()).hexdigest()[:24]
+
+
 def delivery_id(event_id: str, endpoint_id: str) -> str:
     """The same for one event and endpoint, whoever emits it and how often."""
     return "msg_" + hashlib.sha256(f"{event_id}|{endpoint_id}".encode()).hexdigest()[:24]
@@ -237,7 +243,14 @@ class WebhookRecords:
             return []
         now_ms = int(time.time() * 1000)
         payload = orjson.dumps(
-            {"type": event_type, "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "data": data}
+            {
+                "id": event_object_id(event_id),
+                "object": "event",
+                "created_at": now_ms // 1000,
+                "type": event_type,
+                "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now_ms / 1000)),
+                "data": data,
+            }
         )
         made = []
         for endpoint_id, url in targets:

@@ -14,9 +14,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+import openai
 import orjson
 import pytest
 from aiohttp import web
+from openai.types.webhooks import BatchCompletedWebhookEvent
 from standardwebhooks import Webhook
 
 from brimful.core.redis_client import make_redis
@@ -35,6 +37,7 @@ class Receiver:
     url: str
     secrets: dict[str, str] = field(default_factory=dict)  # path -> the endpoint's secret
     received: list[tuple[str, dict[str, str], dict[str, Any]]] = field(default_factory=list)  # verified
+    bodies: dict[str, bytes] = field(default_factory=dict)  # webhook-id -> the body as it came
     calls: dict[str, int] = field(default_factory=dict)  # webhook-id -> calls
     flaky_failures: int = 2
     down: bool = True
@@ -60,6 +63,7 @@ async def receiver() -> AsyncIterator[Receiver]:
         if path == "/down" and got.down:
             return web.Response(status=500)
         got.received.append((path, headers, event))
+        got.bodies[message_id] = body
         return web.Response(status=204)
 
     app = web.Application()
@@ -124,6 +128,10 @@ async def test_finished_tasks_are_announced_signed_once_each(
     for task in [*done, small]:
         assert events[task]["data"]["outputs"] == expected_outputs(text)
     assert events[failed]["data"]["error"]["message"] and events[late]["data"]["error"]["class"] == "expired"
+    # The envelope OpenAI's events have beside Standard Webhooks' own: an id an event, its object, its time.
+    assert all(event["object"] == "event" and isinstance(event["created_at"], int) for event in events.values())
+    assert len({event["id"] for event in events.values()}) == len(events)
+    assert all(event["id"].startswith("evt_") for event in events.values())
     # Each delivery came once, and says which; the log lists them delivered.
     assert all(calls == 1 for calls in receiver.calls.values())
     log = (await api.get("/v1/webhooks/deliveries")).json()["data"]
@@ -151,6 +159,13 @@ async def test_a_batch_job_announces_its_end(
     assert event["type"] == "batch.completed" and event["data"]["id"] == batch_id
     assert event["data"]["status"] == "completed" and event["data"]["output_file_id"]
     assert event["data"]["request_counts"] == {"total": 1, "completed": 1, "failed": 0}
+    # OpenAI's own client reads the same delivery as the event it would get from OpenAI.
+    ((_, headers, _),) = receiver.received
+    client = openai.OpenAI(api_key="unused", base_url=openai_stack.api_url + "/v1")
+    unwrapped = client.webhooks.unwrap(receiver.bodies[headers["webhook-id"]], headers, secret=receiver.secrets["/ok"])
+    assert isinstance(unwrapped, BatchCompletedWebhookEvent) and unwrapped.data.id == batch_id
+    assert unwrapped.object == "event" and unwrapped.id.startswith("evt_") and unwrapped.id == event["id"]
+    assert abs(unwrapped.created_at - time.time()) < 120
 
 
 async def test_failed_attempts_are_retried_then_dead_and_on_call_replays_them(
