@@ -76,6 +76,7 @@ class BatchRecord:
     output_parts: int = 0
     error_parts: int = 0
     ending: str = ""
+    output_expires_s: int | None = None  # ``output_expires_after``: its result files' life
 
     def as_openai(self) -> dict[str, Any]:
         """OpenAI's Batch object."""
@@ -117,6 +118,7 @@ class BatchRecord:
             "output_parts": self.output_parts,
             "error_parts": self.error_parts,
             "ending": self.ending,
+            **({"output_expires_s": self.output_expires_s} if self.output_expires_s is not None else {}),
             **self.times,
         }
         return {name: str(value) for name, value in values.items()}
@@ -144,6 +146,7 @@ class BatchRecord:
             output_parts=int(raw.get("output_parts", 0)),
             error_parts=int(raw.get("error_parts", 0)),
             ending=raw.get("ending", ""),
+            output_expires_s=int(raw["output_expires_s"]) if "output_expires_s" in raw else None,
         )
 
 

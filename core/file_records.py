@@ -1,6 +1,12 @@
 """The records of uploaded and written files: whose each is, its name, size and purpose,
 listed per tenant newest first. The bytes are in the object store (``core/object_store.py``)
 under the file's id; a record is written only once they all are.
+
+A file may expire (OpenAI's ``expires_after``, on an upload, or a batch's
+``output_expires_after``, on its result files): ``expires_at`` seconds after its creation,
+between an hour and 30 days. From then on it reads as gone; the storage sweep
+(``api/openai/storage_sweep.py``) removes it, its bytes and its record, a bounded number a
+round (``expired``).
 """
 
 from __future__ import annotations
@@ -8,10 +14,11 @@ from __future__ import annotations
 import re
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
+from brimful.core.number_text import whole_number
 from brimful.core.redis_client import RedisClient, as_text
 from brimful.core.redis_keys import RedisKeys
 
@@ -21,6 +28,24 @@ UPLOAD_PURPOSES = ("batch",)
 OUTPUT_PURPOSE = "batch_output"
 # The most index entries one page reads while filtering by purpose.
 MAX_SCANNED = 10_000
+# ``expires_after``: counted from the file's creation, between OpenAI's bounds.
+EXPIRY_ANCHOR = "created_at"
+EXPIRES_AFTER_MIN_S = 3600
+EXPIRES_AFTER_MAX_S = 30 * 24 * 3600
+
+
+def expires_after_s(anchor: object, seconds: object) -> int:
+    """The seconds of an ``expires_after`` of ``anchor`` and ``seconds`` (a JSON integer, or
+    a multipart field's digits); ValueError naming what is wrong (an anchor other than
+    ``created_at``, seconds not a whole number between the bounds)."""
+    if anchor != EXPIRY_ANCHOR:
+        raise ValueError(f"anchor must be {EXPIRY_ANCHOR}")
+    number = whole_number(seconds, EXPIRES_AFTER_MIN_S, EXPIRES_AFTER_MAX_S)
+    if number is None:
+        raise ValueError(
+            f"seconds must be a whole number from {EXPIRES_AFTER_MIN_S} to {EXPIRES_AFTER_MAX_S} (an hour to 30 days)"
+        )
+    return number
 
 
 def new_file_id() -> str:
@@ -37,6 +62,10 @@ class FileRecord:
     size: int
     purpose: str
     created_at: int  # unix seconds
+    expires_at: int | None = None  # unix seconds; None: kept until deleted
+
+    def expired(self, now: float) -> bool:
+        return self.expires_at is not None and now >= self.expires_at
 
     def as_openai(self) -> dict[str, Any]:
         return {
@@ -47,7 +76,7 @@ class FileRecord:
             "filename": self.filename,
             "purpose": self.purpose,
             "status": "processed",
-            "expires_at": None,
+            "expires_at": self.expires_at,
             "status_details": None,
         }
 
@@ -58,6 +87,7 @@ class FileRecord:
             "bytes": str(self.size),
             "purpose": self.purpose,
             "created_at": str(self.created_at),
+            **({"expires_at": str(self.expires_at)} if self.expires_at is not None else {}),
         }
 
     @classmethod
@@ -69,15 +99,18 @@ class FileRecord:
             int(fields["bytes"]),
             fields["purpose"],
             int(fields["created_at"]),
+            int(fields["expires_at"]) if "expires_at" in fields else None,
         )
 
 
 class FileRecords:
     """Reads and writes file records; another tenant's file reads as none."""
 
-    def __init__(self, redis: RedisClient, keys: RedisKeys) -> None:
+    def __init__(self, redis: RedisClient, keys: RedisKeys, clock: Callable[[], float] = time.time) -> None:
+        """``clock``: the wall clock in Unix seconds, against which files expire."""
         self._redis = redis
         self._keys = keys
+        self._clock = clock
 
     async def add(self, record: FileRecord) -> None:
         async with self._redis.pipeline(transaction=False) as pipe:
@@ -85,7 +118,9 @@ class FileRecords:
             pipe.hset(self._keys.file(record.file_id), mapping=mapping)
             # Ordered by when it was added, to the microsecond: files made in one second keep their order.
             pipe.zadd(self._keys.tenant_files(record.tenant), {record.file_id: time.time_ns() // 1000})
-            created, _ = await pipe.execute()
+            if record.expires_at is not None:
+                pipe.zadd(self._keys.file_expiry, {record.file_id: record.expires_at})
+            created, *_ = await pipe.execute()
         if created:  # a record written again (a job's result files joined after a crash) counts once
             await self._redis.hincrby(self._keys.stored_bytes, record.tenant, record.size)
 
@@ -108,13 +143,32 @@ class FileRecords:
         if not raw:
             return None
         record = FileRecord.from_fields(file_id, {as_text(k): as_text(v) for k, v in raw.items()})
-        return record if record.tenant == tenant else None
+        return record if record.tenant == tenant and not record.expired(self._clock()) else None
+
+    async def expired(self, most: int) -> list[FileRecord]:
+        """Up to ``most`` files past their expiry, soonest expired first."""
+        ids = [
+            as_text(cast(bytes, file_id))
+            for file_id in await self._redis.zrangebyscore(self._keys.file_expiry, "-inf", self._clock(), 0, most)
+        ]
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for file_id in ids:
+                pipe.hgetall(self._keys.file(file_id))
+            raws = await pipe.execute() if ids else []
+        found = []
+        for file_id, raw in zip(ids, raws):
+            if raw:
+                found.append(FileRecord.from_fields(file_id, {as_text(k): as_text(v) for k, v in raw.items()}))
+            else:  # its record was deleted: only its place in the expiry index is left
+                await self._redis.zrem(self._keys.file_expiry, file_id)
+        return found
 
     async def remove(self, record: FileRecord) -> None:
         async with self._redis.pipeline(transaction=False) as pipe:
             pipe.delete(self._keys.file(record.file_id))
             pipe.zrem(self._keys.tenant_files(record.tenant), record.file_id)
-            removed, _ = await pipe.execute()
+            pipe.zrem(self._keys.file_expiry, record.file_id)
+            removed, *_ = await pipe.execute()
         if removed:  # this call removed it: its bytes leave the tenant's count once
             await self._redis.hincrby(self._keys.stored_bytes, record.tenant, -record.size)
 
@@ -154,6 +208,8 @@ class FileRecords:
                 if not raw:
                     continue  # removed a moment ago
                 record = FileRecord.from_fields(file_id, {as_text(k): as_text(v) for k, v in raw.items()})
-                if record.tenant == tenant and (purpose is None or record.purpose == purpose):
+                if record.tenant != tenant or record.expired(self._clock()):
+                    continue
+                if purpose is None or record.purpose == purpose:
                     found.append(record)
         return found[:limit], len(found) > limit

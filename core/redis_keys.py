@@ -82,6 +82,11 @@ class RedisKeys:
     def tenant_files(self, tenant: str) -> str:
         return f"{self.prefix}:files:{tenant}"
 
+    @property
+    def file_expiry(self) -> str:
+        """The files that expire, scored by when (Unix seconds)."""
+        return f"{self.prefix}:files-expiry"
+
     def batch(self, batch_id: str) -> str:
         return f"{self.prefix}:batch:{batch_id}"
 

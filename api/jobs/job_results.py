@@ -154,7 +154,9 @@ class BatchResults:
             for number in range(parts):
                 async for chunk in store.chunks(part_name(record.batch_id, kind, number)):
                     await writer.write(chunk)
+        now = int(time.time())
+        expires_at = now + record.output_expires_s if record.output_expires_s is not None else None
         await self._state.file_records.add(
-            FileRecord(file_id, record.tenant, filename, writer.written, OUTPUT_PURPOSE, int(time.time()))
+            FileRecord(file_id, record.tenant, filename, writer.written, OUTPUT_PURPOSE, now, expires_at)
         )
         return file_id

@@ -17,12 +17,12 @@ from brimful.api.state import ApiState, api_state
 from brimful.core.api_keys import Scope
 from brimful.core.batch_records import MAX_ACTIVE_JOBS, BatchRecord, new_batch_id
 from brimful.core.batch_status import BatchStatus, parse_window
-from brimful.core.file_records import UPLOAD_PURPOSES
+from brimful.core.file_records import UPLOAD_PURPOSES, expires_after_s
 
 router = APIRouter(tags=["openai"])
 
 BATCHES_PATH = "/v1/batches"
-ALLOWED_FIELDS = ("input_file_id", "endpoint", "completion_window", "metadata")
+ALLOWED_FIELDS = ("input_file_id", "endpoint", "completion_window", "metadata", "output_expires_after")
 LONGEST_WINDOW_S = 24 * 3600
 MAX_METADATA = 16
 MAX_METADATA_KEY = 64
@@ -54,6 +54,7 @@ async def create_batch(request: Request, principal: Principal = Depends(requires
     if window_s is None:
         raise _invalid("completion_window must be 24h, or a shorter window such as 90s, 30m or 2h")
     metadata = _metadata(document.get("metadata"))
+    output_expires_s = _output_expires_after(document.get("output_expires_after"))
     file_id = document.get("input_file_id")
     if not isinstance(file_id, str):
         raise _invalid("input_file_id is required: the id of a file uploaded with purpose batch")
@@ -85,9 +86,29 @@ async def create_batch(request: Request, principal: Principal = Depends(requires
         created_at=now,
         expires_at=now + window_s,
         metadata=metadata,
+        output_expires_s=output_expires_s,
     )
     await state.batch_records.add(record)
     return record.as_openai()
+
+
+def _output_expires_after(value: Any) -> int | None:
+    """The seconds the job's output and error files are kept, from ``output_expires_after``."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or set(value) != {"anchor", "seconds"}:
+        raise ApiError(
+            400,
+            "invalid_request",
+            'output_expires_after must be an object {"anchor": "created_at", "seconds": N}',
+            param="output_expires_after",
+        )
+    try:
+        return expires_after_s(value["anchor"], value["seconds"])
+    except ValueError as error:
+        raise ApiError(
+            400, "invalid_request", f"output_expires_after: {error}", param="output_expires_after"
+        ) from error
 
 
 def _metadata(value: Any) -> dict[str, str] | None:

@@ -20,7 +20,7 @@ from brimful.api.openai.file_names import attachment
 from brimful.api.openai.upload import receive_upload
 from brimful.api.state import ApiState, api_state
 from brimful.core.api_keys import Scope
-from brimful.core.file_records import OUTPUT_PURPOSE, UPLOAD_PURPOSES, FileRecord, new_file_id
+from brimful.core.file_records import OUTPUT_PURPOSE, UPLOAD_PURPOSES, FileRecord, expires_after_s, new_file_id
 from brimful.core.object_store import ObjectNotFound
 
 log = logging.getLogger("brimful.api")
@@ -28,14 +28,16 @@ log = logging.getLogger("brimful.api")
 router = APIRouter(tags=["openai"])
 
 FILES_PATH = "/v1/files"
-UPLOAD_FIELDS = ("purpose",)
+EXPIRES_AFTER_FIELDS = ("expires_after[anchor]", "expires_after[seconds]")  # as OpenAI's SDK sends them
+UPLOAD_FIELDS = ("purpose", *EXPIRES_AFTER_FIELDS)
 LIST_LIMIT_DEFAULT = 100
 LIST_LIMIT_MAX = 10_000  # OpenAI's own bound on a page of files
 
 
 @router.post(FILES_PATH)
 async def upload_file(request: Request, principal: Principal = Depends(requires(Scope.SUBMIT))) -> JsonAnswer:
-    """Upload a file (``multipart/form-data``: ``file`` and ``purpose``); OpenAI's File object."""
+    """Upload a file (``multipart/form-data``: ``file``, ``purpose`` and optionally
+    ``expires_after[anchor]`` with ``expires_after[seconds]``); OpenAI's File object."""
     state = api_state(request)
     settings = state.settings
     file_id = new_file_id()
@@ -52,10 +54,19 @@ async def upload_file(request: Request, principal: Principal = Depends(requires(
         if purpose in UPLOAD_PURPOSES
         else f"purpose must be one of: {', '.join(UPLOAD_PURPOSES)}"
     )
+    param = None
+    expires_s = None
+    if refusal is None:
+        try:
+            expires_s = _expires_after(upload.fields)
+        except ValueError as error:
+            refusal, param = f"expires_after: {error}", "expires_after"
     if refusal is not None:
         await state.object_store.delete(file_id)
-        raise ApiError(400, "invalid_request", refusal)
-    record = FileRecord(file_id, principal.tenant, upload.filename, upload.bytes, str(purpose), int(time.time()))
+        raise ApiError(400, "invalid_request", refusal, param=param)
+    now = int(time.time())
+    expires_at = now + expires_s if expires_s is not None else None
+    record = FileRecord(file_id, principal.tenant, upload.filename, upload.bytes, str(purpose), now, expires_at)
     try:
         await state.file_records.add(record)
     except BaseException:
@@ -63,6 +74,17 @@ async def upload_file(request: Request, principal: Principal = Depends(requires(
         raise
     log.info("file uploaded", extra={"file_id": file_id, "bytes": upload.bytes})
     return JsonAnswer(record.as_openai())
+
+
+def _expires_after(fields: dict[str, str]) -> int | None:
+    """The seconds of the upload's ``expires_after``, if it has one; ValueError naming what
+    is wrong (one part without the other, a bad anchor or number)."""
+    anchor, seconds = (fields.get(name) for name in EXPIRES_AFTER_FIELDS)
+    if anchor is None and seconds is None:
+        return None
+    if anchor is None or seconds is None:
+        raise ValueError("give both anchor and seconds")
+    return expires_after_s(anchor, seconds)
 
 
 async def _own_file(state: ApiState, file_id: str, principal: Principal) -> FileRecord:

@@ -6,7 +6,9 @@ record leaves a file with no record; a job that ended by a path that never delet
 result parts leaves them. Every ``SWEEP_S`` one API worker (the one that takes the round's
 lease in Redis) lists up to ``MAX_LISTED`` objects and removes those older than twice the
 longest upload (``file_upload_max_s``) that are one of these: written objects never
-finished, files without a record, parts of a job that has ended or is gone.
+finished, files without a record, parts of a job that has ended or is gone. Before that,
+it removes up to ``MAX_EXPIRED`` files past their ``expires_at``: their bytes, then their
+records.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ log = logging.getLogger("brimful.api")
 
 SWEEP_S = 300.0
 MAX_LISTED = 10_000
+MAX_EXPIRED = 1000  # expired files removed a round
 _PART = re.compile(r"^(batch_[0-9a-f]{24})\.(output|errors)\.[0-9]+$")
 
 
@@ -42,6 +45,9 @@ class StorageSweep:
             await asyncio.sleep(self._every_s)
             try:
                 if await self._take_round():
+                    expired = await self.remove_expired()
+                    if expired:
+                        log.info("storage sweep: expired files removed", extra={"files": expired})
                     removed = await self.sweep()
                     if removed:
                         log.warning("storage sweep: objects nothing points to removed", extra={"objects": removed})
@@ -51,6 +57,15 @@ class StorageSweep:
     async def _take_round(self) -> bool:
         key = f"{self._state.settings.key_prefix}:storage-sweep"
         return bool(await self._state.redis.set(key, "1", nx=True, px=int(self._every_s * 1000 * 0.9)))
+
+    async def remove_expired(self) -> int:
+        """Remove up to ``MAX_EXPIRED`` files past their expiry, bytes first (a crash in
+        between leaves a record that reads as gone, removed next round); how many."""
+        expired = await self._state.file_records.expired(MAX_EXPIRED)
+        for record in expired:
+            await self._state.object_store.delete(record.file_id)
+            await self._state.file_records.remove(record)
+        return len(expired)
 
     async def sweep(self) -> int:
         """Remove the objects nothing points to; how many."""

@@ -28,7 +28,13 @@ from brimful.api.openapi.shapes import OBJECT, OPENAI_MODEL, json_content, query
 from brimful.api.webhooks.webhook_routes import LIST_LIMIT_MAX as WEBHOOK_LIST_MAX
 from brimful.api.webhooks.webhook_routes import MAX_DESCRIPTION, WEBHOOKS_PATH
 from brimful.core.batch_status import BatchStatus
-from brimful.core.file_records import OUTPUT_PURPOSE, UPLOAD_PURPOSES
+from brimful.core.file_records import (
+    EXPIRES_AFTER_MAX_S,
+    EXPIRES_AFTER_MIN_S,
+    EXPIRY_ANCHOR,
+    OUTPUT_PURPOSE,
+    UPLOAD_PURPOSES,
+)
 from brimful.core.model_catalogue import ModelCatalogue
 from brimful.core.settings import Settings
 from brimful.core.webhook_records import EVENT_TYPES
@@ -52,6 +58,7 @@ FILE = {
         "object": {"type": "string", "enum": ["file"]},
         "bytes": {"type": "integer"},
         "created_at": {"type": "integer"},
+        "expires_at": {"type": ["integer", "null"], "description": "when it is removed (Unix seconds); null: kept"},
         "filename": {"type": "string"},
         "purpose": {"type": "string", "enum": [*UPLOAD_PURPOSES, OUTPUT_PURPOSE]},
     },
@@ -110,6 +117,12 @@ def _limit(most: int) -> dict[str, Any]:
     return query_parameter("limit", {"type": "integer", "minimum": 1, "maximum": most})
 
 
+EXPIRES_AFTER_SECONDS = {
+    "type": "integer",
+    "minimum": EXPIRES_AFTER_MIN_S,
+    "maximum": EXPIRES_AFTER_MAX_S,
+    "description": "seconds after its creation the file is removed",
+}
 AFTER = query_parameter("after", {"type": "string"}, "the id of the last item of the page before")
 
 
@@ -121,6 +134,8 @@ def _file_operations(settings: Settings) -> dict[tuple[str, str], dict[str, Any]
         "properties": {
             "file": {"type": "string", "format": "binary", "description": f"at most {settings.file_max_bytes} bytes"},
             "purpose": {"type": "string", "enum": list(UPLOAD_PURPOSES)},
+            "expires_after[anchor]": {"type": "string", "enum": [EXPIRY_ANCHOR], "description": "with seconds"},
+            "expires_after[seconds]": EXPIRES_AFTER_SECONDS,
         },
     }
     return {
@@ -172,6 +187,13 @@ def _batch_operations() -> dict[tuple[str, str], dict[str, Any]]:
             "type": "string",
             "pattern": "^[0-9]{1,7}[smh]$",
             "description": "24h as OpenAI's, or shorter: 90s, 30m, 2h",
+        },
+        "output_expires_after": {
+            "type": "object",
+            "required": ["anchor", "seconds"],
+            "additionalProperties": False,
+            "properties": {"anchor": {"type": "string", "enum": [EXPIRY_ANCHOR]}, "seconds": EXPIRES_AFTER_SECONDS},
+            "description": "how long the job's output and error files are kept, from their creation",
         },
         "metadata": {
             "type": "object",

@@ -770,6 +770,11 @@ class SmallJobs:
         form = aiohttp.FormData()
         form.add_field("purpose", "batch")
         form.add_field("file", body, filename=f"small-{turn}.jsonl")
+        expiring: dict[str, object] = {}
+        if turn % 2:  # every other job's input and results expire (in an hour: after the soak)
+            form.add_field("expires_after[anchor]", "created_at")
+            form.add_field("expires_after[seconds]", "3600")
+            expiring = {"output_expires_after": {"anchor": "created_at", "seconds": 3600}}
         status, uploaded = await self.tenant.call(self.ledger, "POST", "/v1/files", data=form)
         if status != 200:
             return  # refused for now (a fault): the next turn makes another
@@ -778,7 +783,7 @@ class SmallJobs:
             self.ledger,
             "POST",
             "/v1/batches",
-            json={"input_file_id": uploaded["id"], "endpoint": "/v1/tasks", "completion_window": window},
+            json={"input_file_id": uploaded["id"], "endpoint": "/v1/tasks", "completion_window": window, **expiring},
         )
         if status != 200:
             return

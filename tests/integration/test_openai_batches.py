@@ -11,7 +11,9 @@ its ``custom_id``: a line answered with another line's result, twice, or not at 
 from __future__ import annotations
 
 import io
+import time
 from collections.abc import AsyncIterator
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -21,6 +23,11 @@ import pyarrow.ipc
 import pyarrow.parquet as pq
 import pytest
 
+from brimful.api.openai.storage_sweep import StorageSweep
+from brimful.core.file_records import FileRecords
+from brimful.core.object_store import ObjectNotFound, ObjectStore
+from brimful.core.redis_client import as_text, make_redis
+from brimful.core.redis_keys import RedisKeys
 from brimful.model_server.embedding_model import MODEL_NAME as EMBEDDING
 from brimful.model_server.embedding_model import embed
 from brimful.stack import EmbeddedStack
@@ -389,3 +396,89 @@ async def test_a_job_whose_input_is_deleted_mid_run_ends_failed_and_keeps_what_f
     output = await lines_of(client, batch.output_file_id)
     assert len(output) == counts.completed >= 8
     assert all(output[i]["response"]["body"]["outputs"] == expected_outputs(texts[i]) for i in output)
+
+
+async def test_files_and_a_jobs_results_take_openais_expires_after(client: openai.AsyncOpenAI) -> None:
+    hour = {"anchor": "created_at", "seconds": 3600}
+    kept = await client.files.create(file=("kept.jsonl", io.BytesIO(jsonl([task_line("one", "x")]))), purpose="batch")
+    assert kept.expires_at is None
+    uploaded = await client.files.create(
+        file=("short.jsonl", io.BytesIO(jsonl([task_line("one", "x")]))),
+        purpose="batch",
+        expires_after=hour,  # type: ignore[arg-type]
+    )
+    assert uploaded.expires_at == uploaded.created_at + 3600
+    assert (await client.files.retrieve(uploaded.id)).expires_at == uploaded.expires_at
+    batch = await client.batches.create(
+        input_file_id=uploaded.id,
+        endpoint="/v1/tasks",  # type: ignore[arg-type]
+        completion_window="24h",
+        output_expires_after={"anchor": "created_at", "seconds": 7200},
+    )
+    batch = await finished(client, batch.id)
+    assert batch.status == "completed", batch
+    output = await client.files.retrieve(str(batch.output_file_id))
+    assert output.expires_at == output.created_at + 7200
+
+
+async def test_bad_expires_after_gets_a_clear_4xx_naming_it(client: openai.AsyncOpenAI) -> None:
+    content = jsonl([task_line("one", "x")])
+    for expires_after in (
+        {"anchor": "last_active_at", "seconds": 3600},
+        {"anchor": "created_at", "seconds": 59},
+        {"anchor": "created_at", "seconds": 31 * 24 * 3600},
+        {"anchor": "created_at", "seconds": "²"},
+        {"anchor": "created_at"},
+    ):
+        with pytest.raises(openai.BadRequestError) as refused:
+            await client.files.create(
+                file=("a.jsonl", io.BytesIO(content)),
+                purpose="batch",
+                expires_after=expires_after,  # type: ignore[arg-type]
+            )
+        assert refused.value.param == "expires_after" and "expires_after" in refused.value.message, expires_after
+    file_id = await upload(client, content)
+    for output_expires_after in ({"anchor": "created_at", "seconds": 10}, {"seconds": 3600}, "1h", {"anchor": 1}):
+        with pytest.raises(openai.BadRequestError) as refused:
+            await client.batches.create(
+                input_file_id=file_id,
+                endpoint="/v1/tasks",  # type: ignore[arg-type]
+                completion_window="24h",
+                output_expires_after=output_expires_after,  # type: ignore[arg-type]
+            )
+        assert refused.value.param == "output_expires_after", output_expires_after
+
+
+async def test_an_expired_file_reads_as_gone_and_the_sweep_removes_it_and_its_bytes(
+    openai_stack: EmbeddedStack, client: openai.AsyncOpenAI
+) -> None:
+    kept = await upload(client, jsonl([task_line("one", "kept")]))
+    short = await client.files.create(
+        file=("short.jsonl", io.BytesIO(jsonl([task_line("one", "short")]))),
+        purpose="batch",
+        expires_after={"anchor": "created_at", "seconds": 3600},  # type: ignore[arg-type]
+    )
+    settings = openai_stack.settings
+    redis = make_redis(settings)
+    keys = RedisKeys(settings.key_prefix)
+    try:
+        tenant = as_text(await redis.hget(keys.file(short.id), "tenant"))
+        now = FileRecords(redis, keys)
+        later = FileRecords(redis, keys, clock=lambda: time.time() + 3601)  # an hour on, the same Redis
+        assert await now.get(short.id, tenant) is not None
+        assert await later.get(short.id, tenant) is None and await later.get(kept, tenant) is not None
+        listed, _ = await later.page(tenant, 10_000)
+        assert short.id not in {record.file_id for record in listed} and kept in {r.file_id for r in listed}
+        store = ObjectStore.from_url(settings.file_store_url)
+        parts = SimpleNamespace(file_records=later, object_store=store)  # what the sweep reads of the API's state
+        assert await StorageSweep(parts).remove_expired() >= 1  # type: ignore[arg-type]
+        assert await now.get(short.id, tenant) is None  # its record is gone for every clock
+        assert await now.get(kept, tenant) is not None
+    finally:
+        await redis.aclose()
+    with pytest.raises(ObjectNotFound):
+        async for _ in store.chunks(short.id):
+            pass
+    with pytest.raises(openai.NotFoundError):
+        await client.files.retrieve(short.id)
+    assert (await client.files.content(kept)).content
