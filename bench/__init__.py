@@ -1,9 +1,13 @@
-"""Brimful's benchmarks and the harness they share.
+"""Brimful's benchmarks, the studies beside them, and the harness they share.
 
-Each benchmark is a module run from the repository's root: ``.venv/bin/python -m
-bench.throughput`` (what ``make bench`` runs), ``-m bench.scale`` (``make bench-scale``),
-and the studies beside them. The harness modules (``loadgen``, ``raw_http``,
-``saved_report``, ``process_usage``, ...) are imported by them, never run on their own but
-for the load generator, which each benchmark starts in processes of its own
-(``-m bench.loadgen``). What they measured lands in ``bench/results/``.
+- ``bench/*.py``: the headline benchmarks, each run from the repository's root:
+  ``.venv/bin/python -m bench.throughput`` (``make bench``), ``-m bench.scale``
+  (``make bench-scale``), ``-m bench.sustained``, ``-m bench.front_door``.
+- ``bench/studies/``: one question each (does the cost mode fill? what does a batch job do
+  to interactive calls?), run the same way: ``-m bench.studies.cost_burst``.
+- ``bench/harness/``: the library they import: the load generator (run in processes of its
+  own as ``-m bench.harness.loadgen``), its HTTP client, the floor server, the saved report,
+  process CPU and memory.
+
+What they measured lands in ``bench/results/``; the log of what was tried is there too.
 """

@@ -23,10 +23,17 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench.saved_report import SavedReport, add_report_arguments, command_line, errors_footer, machine_description, why
+from bench.harness.saved_report import (
+    SavedReport,
+    add_report_arguments,
+    command_line,
+    errors_footer,
+    machine_description,
+    why,
+)
+from bench.harness.throughput_plan import CLIENTS
 from bench.scale import LANES, Shape, role_cpu_s, start
 from bench.throughput import loadgen, measure_floor, stats
-from bench.throughput_plan import CLIENTS
 
 
 def measure_lane(shape: Shape, seconds: float, settings: dict[str, object]) -> dict[str, Any]:

@@ -20,7 +20,7 @@ a second, so a large machine needs more clients, and ``--load-processes`` to sen
 (one Python process tops out at a few thousand requests a second).
 
 With ``--brokers tansu,kafka`` each configuration runs on the embedded Tansu, then on one
-Apache Kafka node (``bench/broker_choice.py``), one after the other in the same run, and
+Apache Kafka node (``bench/harness/broker_choice.py``), one after the other in the same run, and
 the report sets Kafka's figures against Tansu's for each.
 
 The report gives each configuration's rate against the first one's (on the same broker): with the first
@@ -40,12 +40,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.broker_choice import BROKERS, broker_label
-from bench.load_settings import load_settings
-from bench.process_usage import usage
-from bench.saved_report import SavedReport, add_report_arguments, command_line, errors_footer, machine_description, why
+from bench.harness.broker_choice import BROKERS, broker_label
+from bench.harness.load_settings import load_settings
+from bench.harness.process_usage import usage
+from bench.harness.saved_report import (
+    SavedReport,
+    add_report_arguments,
+    command_line,
+    errors_footer,
+    machine_description,
+    why,
+)
+from bench.harness.throughput_plan import CLIENTS, MODELS
 from bench.throughput import loadgen, process_pids, stats
-from bench.throughput_plan import CLIENTS, MODELS
 from brimful.core.settings import changed_settings
 from brimful.stack import EmbeddedStack, free_port, read_sample_sums
 

@@ -27,13 +27,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench.broker_choice import BROKERS, add_broker_argument, broker_label
-from bench.load_settings import load_settings
-from bench.process_usage import resident_mb
-from bench.saved_report import SavedReport, add_report_arguments, command_line, machine_description, why
+from bench.harness.broker_choice import BROKERS, add_broker_argument, broker_label
+from bench.harness.load_settings import load_settings
+from bench.harness.process_usage import resident_mb
+from bench.harness.saved_report import SavedReport, add_report_arguments, command_line, machine_description, why
+from bench.harness.throughput_plan import CLIENTS, MODELS
 from bench.scale import role_cpu_s
 from bench.throughput import loadgen, process_pids
-from bench.throughput_plan import CLIENTS, MODELS
 from brimful.core.topic_generations import MEASURED_PERIOD_S
 from brimful.stack import EmbeddedStack
 

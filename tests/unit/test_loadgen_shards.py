@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from bench import loadgen
-from bench.loadgen import Record, Shard, by_second, follow_up, merged, shard_args
-from bench.raw_http import Answer
+from bench.harness import loadgen
+from bench.harness.loadgen import Record, Shard, by_second, follow_up, merged, shard_args
+from bench.harness.raw_http import Answer
 
 
 def _args(**values: object) -> argparse.Namespace:

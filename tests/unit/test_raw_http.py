@@ -1,4 +1,4 @@
-"""The benchmark's own HTTP client (bench/raw_http.py) against a real socket server
+"""The benchmark's own HTTP client (bench/harness/raw_http.py) against a real socket server
 that writes answers byte by byte as a test needs them."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 
 import pytest
 
-from bench.raw_http import HttpError, HttpPool
+from bench.harness.raw_http import HttpError, HttpPool
 
 Answer = Callable[[bytes], list[bytes]]  # request bytes -> the pieces written back, in order
 

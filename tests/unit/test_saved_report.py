@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench.saved_report import RESULTS_DIR, SavedReport, command_line, out_dir_flag, why
+from bench.harness.saved_report import RESULTS_DIR, SavedReport, command_line, out_dir_flag, why
 
 
 def test_the_default_results_folder_needs_no_flag() -> None:
@@ -24,11 +24,11 @@ def test_another_folder_is_named_relative_to_the_project() -> None:
 def test_a_command_names_only_the_flags_that_differ_from_their_defaults() -> None:
     defaults = {"tasks": 2000, "rate": 700.0, "targets": "105,3000"}
     same = argparse.Namespace(tasks=2000, rate=700.0, targets="105,3000", out_dir=RESULTS_DIR)
-    assert command_line("bench.cost_burst", same, defaults) == "python -m bench.cost_burst"
+    assert command_line("bench.studies.cost_burst", same, defaults) == "python -m bench.studies.cost_burst"
     other = argparse.Namespace(tasks=500, rate=350.0, targets="105,3000", out_dir=RESULTS_DIR / "x")
     assert (
-        command_line("bench.cost_burst", other, defaults)
-        == "python -m bench.cost_burst --tasks 500 --rate 350 --out-dir bench/results/x"
+        command_line("bench.studies.cost_burst", other, defaults)
+        == "python -m bench.studies.cost_burst --tasks 500 --rate 350 --out-dir bench/results/x"
     )
 
 

@@ -1,6 +1,6 @@
 """The reference model behind Ray Serve's ``@serve.batch``: the benchmark's path (e).
 
-    .venv-ray/bin/python -m bench.ray_serve_app --port 8500 [--call-ms 20]
+    .venv-ray/bin/python -m bench.harness.ray_serve_app --port 8500 [--call-ms 20]
 
 Runs in its own virtual environment (``bench/throughput.py --with-ray`` makes it), because
 Ray pins versions the project's own environment does not share. The model function is
@@ -30,7 +30,7 @@ from starlette.requests import Request
 def _load_reference_model() -> Any:
     """The reference model's module, read from its file: Ray's environment does not have
     Brimful installed, and the module needs nothing of Brimful but itself."""
-    path = Path(__file__).resolve().parent.parent / "model_server" / "reference_model.py"
+    path = Path(__file__).resolve().parents[2] / "model_server" / "reference_model.py"
     spec = importlib.util.spec_from_file_location("brimful_reference_model", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

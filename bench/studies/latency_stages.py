@@ -1,7 +1,7 @@
 """Where a task's time goes: end-to-end latency split into its stages, beside Triton's
 dynamic batcher at the same load.
 
-    .venv/bin/python -m bench.latency_stages [--shares 0.05,0.15,0.25] [--seconds 10] [--out-dir bench/results]
+    .venv/bin/python -m bench.studies.latency_stages [--shares 0.05,0.15,0.25] [--seconds 10] [--out-dir bench/results]
 
 Starts the embedded stack with the GPU-like model (every call at least 20 ms) and, at each
 share of its nominal ceiling (64 rows / 20 ms), offers open-loop Poisson load through
@@ -29,9 +29,9 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from bench.saved_report import SavedReport, add_report_arguments, machine_description, out_dir_flag, why
+from bench.harness.saved_report import SavedReport, add_report_arguments, machine_description, out_dir_flag, why
+from bench.harness.throughput_plan import GPU_LIKE_CALL_MS
 from bench.throughput import loadgen
-from bench.throughput_plan import GPU_LIKE_CALL_MS
 from brimful.stack import EmbeddedStack, sample_sums, settings_on_free_ports
 
 NOMINAL_CEILING = 64 / (GPU_LIKE_CALL_MS / 1000)  # rows/s of one endpoint sent only full batches
@@ -124,7 +124,7 @@ def main() -> int:
         report.render_again()
         return 0
     results: dict[str, Any] = {
-        "command": "python -m bench.latency_stages"
+        "command": "python -m bench.studies.latency_stages"
         + ("" if args.shares == "0.05,0.15,0.25" else f" --shares {args.shares}")
         + out_dir_flag(args.out_dir),
         "machine": machine_description(),

@@ -2,7 +2,7 @@
 CPU a task, for the same rows sent as ``POST /v1/tasks:batch`` JSON and as an Arrow IPC
 stream.
 
-    .venv/bin/python -m bench.bulk_formats [--rows 500] [--calls 20] [--reps 3] [--concurrency 4]
+    .venv/bin/python -m bench.studies.bulk_formats [--rows 500] [--calls 20] [--reps 3] [--concurrency 4]
 
 One stack (the reference model, one API worker, auth off). Each repetition sends, for each
 format in turn (the order alternates), ``--calls`` bulk calls of ``--rows`` unique texts,
@@ -31,8 +31,8 @@ import orjson
 import pyarrow as pa
 import pyarrow.ipc
 
-from bench.process_usage import usage
-from bench.saved_report import (
+from bench.harness.process_usage import usage
+from bench.harness.saved_report import (
     SavedReport,
     add_report_arguments,
     command_line,
@@ -172,7 +172,7 @@ def main() -> int:
         report.render_again()
         return 0
     results: dict[str, Any] = {
-        "command": command_line("bench.bulk_formats", args, DEFAULTS),
+        "command": command_line("bench.studies.bulk_formats", args, DEFAULTS),
         "machine": machine_description(),
         "rows": args.rows,
         "calls": args.calls,

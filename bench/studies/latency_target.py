@@ -1,7 +1,7 @@
 """What the latency target buys and costs: rows per call against latency, beside Triton's
 dynamic batcher at the same load.
 
-    .venv/bin/python -m bench.latency_target [--rates 90,450,900] [--targets 50:4,105,130] [--reps 2] [--seconds 10]
+    .venv/bin/python -m bench.studies.latency_target [--rates 90,450,900] [--targets 50:4,105,130] [--reps 2] [--seconds 10]
 
 Starts the embedded stack with the GPU-like model (every call at least 20 ms; one instance,
 and a second slot that queues the next call, as ``make bench`` runs it). At each offered
@@ -26,8 +26,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench.load_settings import load_settings
-from bench.saved_report import (
+from bench.harness.load_settings import load_settings
+from bench.harness.saved_report import (
     SavedReport,
     add_report_arguments,
     errors_footer,
@@ -35,8 +35,8 @@ from bench.saved_report import (
     out_dir_flag,
     value_range,
 )
+from bench.harness.throughput_plan import MODELS
 from bench.throughput import brimful_open_loop, dynamic_open_loop, tune
-from bench.throughput_plan import MODELS
 from brimful.stack import EmbeddedStack
 
 DEFAULT_RATES = "90,450,900"
@@ -116,7 +116,7 @@ def main() -> int:
     if args.render:
         report.render_again()
         return 0
-    command = "python -m bench.latency_target"
+    command = "python -m bench.studies.latency_target"
     for flag, value, default in (
         ("--rates", args.rates, DEFAULT_RATES),
         ("--targets", args.targets, DEFAULT_TARGETS),

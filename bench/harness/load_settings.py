@@ -5,7 +5,7 @@ the next call behind them (as ``make bench`` runs it)."""
 
 from __future__ import annotations
 
-from bench.throughput_plan import API_WORKERS, BenchModel
+from bench.harness.throughput_plan import API_WORKERS, BenchModel
 from brimful.core.settings import Settings
 from brimful.stack import settings_on_free_ports
 

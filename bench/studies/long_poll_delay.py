@@ -1,6 +1,6 @@
 """Long-poll delay: from a result stored in Redis to the waiting client's answer.
 
-    .venv/bin/python -m bench.long_poll_delay [--samples 300] [--out bench/results/long_poll_delay.md]
+    .venv/bin/python -m bench.studies.long_poll_delay [--samples 300] [--out bench/results/long_poll_delay.md]
 
 Starts the embedded stack on free ports, then measures three ways:
 
@@ -121,7 +121,7 @@ async def measure(stack: EmbeddedStack, samples: int) -> str:
         [
             "# Long-poll delay: result stored to answer received",
             "",
-            "Command: `.venv/bin/python -m bench.long_poll_delay`, on the embedded stack (one API process).",
+            "Command: `.venv/bin/python -m bench.studies.long_poll_delay`, on the embedded stack (one API process).",
             "Target (issue: front door): median under 5 ms.",
             "",
             "| Measure | samples | median ms | p90 ms | p99 ms | max ms |",
@@ -141,7 +141,9 @@ async def measure(stack: EmbeddedStack, samples: int) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=300)
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "long_poll_delay.md")
+    parser.add_argument(
+        "--out", type=Path, default=Path(__file__).resolve().parents[1] / "results" / "long_poll_delay.md"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="brimful-bench-") as workdir:
         stack = EmbeddedStack(settings_on_free_ports(), Path(workdir))

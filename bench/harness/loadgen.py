@@ -1,7 +1,7 @@
 """Load generator for the throughput benchmark; runs in a process of its own.
 
-    python -m bench.loadgen --path brimful --url http://127.0.0.1:8080 --rate 500 --duration 10
-    python -m bench.loadgen --path dynamic --triton 127.0.0.1:8001 --concurrency 256 --duration 8
+    python -m bench.harness.loadgen --path brimful --url http://127.0.0.1:8080 --rate 500 --duration 10
+    python -m bench.harness.loadgen --path dynamic --triton 127.0.0.1:8001 --concurrency 256 --duration 8
 
 Paths (the same model function behind each):
 
@@ -11,7 +11,7 @@ Paths (the same model function behind each):
 - ``padded``: one real row per call, padded to 64, straight to the fixed-size model (naive).
 - ``dynamic``: one row per call to the same model behind Triton's dynamic batcher.
 - ``ray``: ``POST`` one row to a Ray Serve app wrapping the model in ``@serve.batch``.
-- ``floor``: the same ``POST`` as ``brimful`` to ``bench/floor_server.py``, which answers a
+- ``floor``: the same ``POST`` as ``brimful`` to ``bench/harness/floor_server.py``, which answers a
   constant 202 without any I/O: what the HTTP server alone costs.
 
 Load is open-loop Poisson (``--rate``: arrivals do not wait for answers, so a slow server
@@ -23,7 +23,7 @@ With ``--processes N`` the load is split over N processes (the rate or the clien
 among them, each with its own texts and seed) and their records are merged before the
 summary: one Python process tops out at a few thousand requests a second.
 
-HTTP goes through ``bench/raw_http.py`` (``--client raw``, the default), a client that
+HTTP goes through ``bench/harness/raw_http.py`` (``--client raw``, the default), a client that
 costs a fraction of a general one, so the machine measures Brimful and not its client;
 ``--client aiohttp`` is kept to measure that difference side by side.
 """
@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 import aiohttp
 import numpy as np
 
-from bench.raw_http import Answer, HttpPool
+from bench.harness.raw_http import Answer, HttpPool
 from brimful.workers.triton_model import pad_rows
 
 BATCH = 64

@@ -1,7 +1,7 @@
 """The floor for the front door: the API's HTTP server answering ``POST /v1/tasks`` with a
 constant 202 and no I/O, so the benchmark can say how far Brimful is above it.
 
-    python -m bench.floor_server --port 8090 [--app asgi|fastapi] [--workers 2]
+    python -m bench.harness.floor_server --port 8090 [--app asgi|fastapi] [--workers 2]
 
 ``asgi`` is uvicorn with a bare ASGI callable: the server's own cost. ``fastapi`` adds a
 FastAPI route that reads the body and answers a JSONResponse: the framework's cost too.

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bench.profile_summary import PACKAGE_GROUPS
-from bench.throughput_plan import (
+from bench.harness.profile_summary import PACKAGE_GROUPS
+from bench.harness.throughput_plan import (
     BRIMFUL_PROCESSES,
     CLIENTS,
     GPU_LIKE_CALL_MS,

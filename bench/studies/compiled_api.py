@@ -1,6 +1,6 @@
 """Does compiling the API's hot modules with mypyc cut its CPU a task? Side by side, in one run.
 
-    .venv/bin/python -m bench.compiled_api [--config 2x1x1x1] [--seconds 10] [--reps 3]
+    .venv/bin/python -m bench.studies.compiled_api [--config 2x1x1x1] [--seconds 10] [--reps 3]
 
 #36 allowed compiling hot modules (mypyc or Cython) to bring the API near its floor. This
 builds, with mypyc (it ships with mypy, a test extra; it needs a C compiler and Python's
@@ -32,10 +32,10 @@ from pathlib import Path
 from typing import Any
 
 from bench.front_door import lane_rows, measure_floor_of, measure_lane
-from bench.saved_report import SavedReport, add_report_arguments, command_line, machine_description, why
+from bench.harness.saved_report import SavedReport, add_report_arguments, command_line, machine_description, why
 from bench.scale import LANES, Shape
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ROOMS = ("api", "batcher", "workers", "model_server", "core", "schemas")  # pyproject's package-dir
 COMPILED = (
     "api/http/guards.py",
@@ -185,7 +185,7 @@ def main() -> int:
     from mypy.version import __version__ as mypy_version
 
     results: dict[str, Any] = {
-        "command": command_line("bench.compiled_api", args, {"config": "2x1x1x1", "seconds": 10.0, "reps": 3}),
+        "command": command_line("bench.studies.compiled_api", args, {"config": "2x1x1x1", "seconds": 10.0, "reps": 3}),
         "machine": machine_description(),
         "config": str(shape),
         "mypy": mypy_version,

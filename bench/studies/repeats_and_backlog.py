@@ -1,7 +1,7 @@
 """What identical tasks and a bulk backlog cost: model rows saved by computing repeats
 once, and normal latency beside a 10,000-task low-priority backlog.
 
-    .venv/bin/python -m bench.repeats_and_backlog [--rate 75] [--repeat-share 0.3] [--backlog 10000] [--seconds 20] [--reps 2]
+    .venv/bin/python -m bench.studies.repeats_and_backlog [--rate 75] [--repeat-share 0.3] [--backlog 10000] [--seconds 20] [--reps 2]
 
 Starts the embedded stack with the GPU-like model (every call at least 20 ms; one
 instance and a queueing slot, as ``make bench`` runs it). Two comparisons, each side by
@@ -34,8 +34,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from bench.load_settings import load_settings
-from bench.saved_report import (
+from bench.harness.load_settings import load_settings
+from bench.harness.saved_report import (
     SavedReport,
     add_report_arguments,
     errors_footer,
@@ -43,8 +43,8 @@ from bench.saved_report import (
     out_dir_flag,
     value_range,
 )
+from bench.harness.throughput_plan import MODELS
 from bench.throughput import loadgen, settle, stats
-from bench.throughput_plan import MODELS
 from brimful.stack import EmbeddedStack
 
 DEFAULTS = {"rate": 75.0, "repeat_share": 0.3, "backlog": 10_000, "seconds": 20.0, "reps": 2}
@@ -227,7 +227,7 @@ def main() -> int:
     if args.render:
         report.render_again()
         return 0
-    command = "python -m bench.repeats_and_backlog"
+    command = "python -m bench.studies.repeats_and_backlog"
     for flag, value, default in (
         ("--rate", args.rate, DEFAULTS["rate"]),
         ("--repeat-share", args.repeat_share, DEFAULTS["repeat_share"]),

@@ -1,6 +1,6 @@
 """Compare the EWMA wait-or-full policy with fixed flush timers, on the same arrivals.
 
-    .venv/bin/python -m bench.policy_vs_fixed [--out bench/results/policy_vs_fixed.md]
+    .venv/bin/python -m bench.studies.policy_vs_fixed [--out bench/results/policy_vs_fixed.md]
 
 Every policy replays the same trace through ``batcher.simulator`` (the live policy code
 on a virtual clock): Poisson arrivals at 20, 200 and 2,000 req/s on one partition, a
@@ -81,7 +81,7 @@ def main() -> None:
     lines = [
         "# EWMA wait-or-full policy versus fixed flush timers",
         "",
-        f"Made by `python -m bench.policy_vs_fixed` (virtual clock, {DURATION_S:g} s per trace, one partition, "
+        f"Made by `python -m bench.studies.policy_vs_fixed` (virtual clock, {DURATION_S:g} s per trace, one partition, "
         f"model call {SERVICE_S * 1000:g} ms, 2 calls in flight). EWMA: the defaults but the threshold of waiting "
         f"(max_wait {ewma_params.max_wait * 1000:g} ms, min_wait {ewma_params.min_wait * 1000:g} ms, "
         f"half-life {ewma_params.rate_halflife * 1000:g} ms, slack {ewma_params.fill_slack:g}, "

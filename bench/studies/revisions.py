@@ -1,13 +1,13 @@
 """What a change bought: two revisions of Brimful side by side, the API's and the batcher's CPU a task.
 
-    .venv/bin/python -m bench.revisions --base REV [--head REV] [--config 2x1x1x1] [--seconds 15] [--reps 5]
+    .venv/bin/python -m bench.studies.revisions --base REV [--head REV] [--config 2x1x1x1] [--seconds 15] [--reps 5]
 
 On a shared, noisy machine a figure from one day cannot be held against one from another:
 this runs both revisions in the same session, alternated. Each revision is taken from git
 (``git archive``; the head defaults to the working tree as it is) into a scratch folder laid
 out as ``brimful.*``, and each repetition starts a stack from each folder in turn (its
 processes run as ``python -m`` there, so they import that copy before the editable install;
-``bench/compiled_api.py`` does the same). The shape and load are ``front_door.py``'s: the
+``bench/studies/compiled_api.py`` does the same). The shape and load are ``front_door.py``'s: the
 GPU-like model, the direct lane, a closed loop of 256 clients after a 3 s warm-up. Every run
 is saved as it ends.
 """
@@ -23,12 +23,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench.compiled_api import copy_package, measure_alternated, medians
 from bench.front_door import lane_rows
-from bench.saved_report import SavedReport, add_report_arguments, command_line, machine_description
+from bench.harness.saved_report import SavedReport, add_report_arguments, command_line, machine_description
 from bench.scale import Shape
+from bench.studies.compiled_api import copy_package, measure_alternated, medians
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 WORKING_TREE = "working tree"
 
 
@@ -101,7 +101,9 @@ def main() -> int:
         report.render_again()
         return 0
     shape = Shape.parse(args.config)
-    base, head, command = pair_command("bench.revisions", args, {"config": "2x1x1x1", "seconds": 15.0, "reps": 5})
+    base, head, command = pair_command(
+        "bench.studies.revisions", args, {"config": "2x1x1x1", "seconds": 15.0, "reps": 5}
+    )
     results: dict[str, Any] = {
         "command": command,
         "machine": machine_description(),

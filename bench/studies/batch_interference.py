@@ -2,7 +2,7 @@
 batch job running, side by side on one stack, and what a large upload costs the API in
 memory.
 
-    .venv/bin/python -m bench.batch_interference [--lines 50000] [--rate 600] [--seconds 20] [--reps 2]
+    .venv/bin/python -m bench.studies.batch_interference [--lines 50000] [--rate 600] [--seconds 20] [--reps 2]
 
 The GPU-like model (every call at least 20 ms, 64 rows), as ``make bench`` runs it, with
 the requests topics rotating every 10 s as ``bench/sustained.py`` runs them. Each
@@ -32,9 +32,9 @@ from typing import Any
 import httpx
 import orjson
 
-from bench.load_settings import load_settings
-from bench.process_usage import usage
-from bench.saved_report import (
+from bench.harness.load_settings import load_settings
+from bench.harness.process_usage import usage
+from bench.harness.saved_report import (
     SavedReport,
     add_report_arguments,
     command_line,
@@ -42,8 +42,8 @@ from bench.saved_report import (
     machine_description,
     value_range,
 )
+from bench.harness.throughput_plan import MODELS
 from bench.throughput import loadgen, process_pids, stats
-from bench.throughput_plan import MODELS
 from brimful.stack import EmbeddedStack
 
 ROTATION_S = 10.0
@@ -177,7 +177,7 @@ def main() -> int:
         report.render_again()
         return 0
     results: dict[str, Any] = {
-        "command": command_line("bench.batch_interference", args, DEFAULTS),
+        "command": command_line("bench.studies.batch_interference", args, DEFAULTS),
         "machine": machine_description(),
         "lines": args.lines,
         "rate": args.rate,

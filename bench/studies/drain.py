@@ -1,6 +1,6 @@
 """Drain: the batcher and the model pool alone, without the front door.
 
-    .venv/bin/python -m bench.drain [--tasks 20000] [--out-dir bench/results] [--quick]
+    .venv/bin/python -m bench.studies.drain [--tasks 20000] [--out-dir bench/results] [--quick]
 
 Fills the requests topic with tasks produced directly (recorded queued in Redis first,
 as the API does), then starts the batcher and measures rows/s from its first finished
@@ -31,7 +31,7 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 from redis.asyncio import Redis
 
-from bench.saved_report import SavedReport, add_report_arguments, machine_description, out_dir_flag, why
+from bench.harness.saved_report import SavedReport, add_report_arguments, machine_description, out_dir_flag, why
 from brimful.core.clock import now_ms
 from brimful.core.kafka import ensure_topics, stream_topic
 from brimful.core.model_catalogue import TensorSpec, encode_input
@@ -284,7 +284,7 @@ def main() -> None:
         return
     tasks = 2_000 if args.quick else args.tasks
     results: dict[str, Any] = {
-        "command": "python -m bench.drain"
+        "command": "python -m bench.studies.drain"
         + (" --quick" if args.quick else f" --tasks {tasks}")
         + out_dir_flag(args.out_dir),
         "machine": machine_description(),

@@ -1,7 +1,7 @@
 """Does the cost mode fill? A burst of tasks at the default latency target and at a high
 one (the cost mode: fill first), side by side on one stack.
 
-    .venv/bin/python -m bench.cost_burst [--tasks 2000] [--rate 700] [--targets 105,3000] [--reps 3]
+    .venv/bin/python -m bench.studies.cost_burst [--tasks 2000] [--rate 700] [--targets 105,3000] [--reps 3]
 
 Starts the embedded stack with the GPU-like model (one instance and a second slot, as
 ``make bench`` runs it). Each repetition sends, for each ``latency_target_ms`` in turn
@@ -23,8 +23,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench.load_settings import load_settings
-from bench.saved_report import (
+from bench.harness.load_settings import load_settings
+from bench.harness.saved_report import (
     SavedReport,
     add_report_arguments,
     command_line,
@@ -32,8 +32,8 @@ from bench.saved_report import (
     machine_description,
     value_range,
 )
+from bench.harness.throughput_plan import MODELS
 from bench.throughput import loadgen, stats, tune
-from bench.throughput_plan import MODELS
 from brimful.stack import EmbeddedStack
 
 DEFAULTS = {"tasks": 2000, "rate": 700.0, "targets": "105,3000", "reps": 3}
@@ -100,7 +100,7 @@ def main() -> int:
     if args.render:
         report.render_again()
         return 0
-    command = command_line("bench.cost_burst", args, DEFAULTS)
+    command = command_line("bench.studies.cost_burst", args, DEFAULTS)
     results: dict[str, Any] = {
         "command": command,
         "machine": machine_description(),

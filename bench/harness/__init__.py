@@ -1,0 +1,1 @@
+"""The benchmarks' library: load generation, the floor server, saved reports, process usage."""
