@@ -10,6 +10,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 
 from brimful.api.http.bodies import NO_RETRY, ApiError, parse_json, read_body
+from brimful.api.http.body_schema import BodySchema
 from brimful.api.http.guards import Principal, requires
 from brimful.api.http.list_pages import page_answer, page_limit
 from brimful.api.jobs.job_lines import ENDPOINTS
@@ -17,52 +18,84 @@ from brimful.api.state import ApiState, api_state
 from brimful.core.api_keys import Scope
 from brimful.core.batch_records import MAX_ACTIVE_JOBS, BatchRecord, new_batch_id
 from brimful.core.batch_status import BatchStatus, parse_window
-from brimful.core.file_records import UPLOAD_PURPOSES, expires_after_s
+from brimful.core.file_records import EXPIRES_AFTER_MAX_S, EXPIRES_AFTER_MIN_S, EXPIRY_ANCHOR, UPLOAD_PURPOSES
 
 router = APIRouter(tags=["openai"])
 
 BATCHES_PATH = "/v1/batches"
-ALLOWED_FIELDS = ("input_file_id", "endpoint", "completion_window", "metadata", "output_expires_after")
 LONGEST_WINDOW_S = 24 * 3600
 MAX_METADATA = 16
 MAX_METADATA_KEY = 64
 MAX_METADATA_VALUE = 512
 BODY_LIMIT_BYTES = 64 * 1024
+EXPIRES_AFTER: dict[str, Any] = {
+    "type": "object",
+    "required": ["anchor", "seconds"],
+    "additionalProperties": False,
+    "properties": {
+        "anchor": {"type": "string", "enum": [EXPIRY_ANCHOR]},
+        "seconds": {
+            "type": "integer",
+            "minimum": EXPIRES_AFTER_MIN_S,
+            "maximum": EXPIRES_AFTER_MAX_S,
+            "description": "seconds after its creation the file is removed",
+        },
+    },
+}
+BATCH_BODY = BodySchema(
+    {
+        "type": "object",
+        "required": ["input_file_id", "endpoint", "completion_window"],
+        "additionalProperties": False,
+        "properties": {
+            "input_file_id": {"type": "string", "description": "the id of a file uploaded with purpose batch"},
+            "endpoint": {"type": "string", "enum": list(ENDPOINTS)},
+            "completion_window": {
+                "type": "string",
+                "pattern": "^[0-9]{1,7}[smh]$",
+                "description": "24h as OpenAI's, or shorter: 90s, 30m, 2h",
+            },
+            "metadata": {
+                "type": ["object", "null"],
+                "maxProperties": MAX_METADATA,
+                "propertyNames": {"maxLength": MAX_METADATA_KEY},
+                "additionalProperties": {"type": "string", "maxLength": MAX_METADATA_VALUE},
+            },
+            "output_expires_after": {
+                **EXPIRES_AFTER,
+                "type": ["object", "null"],
+                "description": "how long the job's output and error files are kept, from their creation",
+            },
+        },
+    }
+)
 LIST_LIMIT_DEFAULT = 20
 LIST_LIMIT_MAX = 100
-
-
-def _invalid(message: str) -> ApiError:
-    return ApiError(400, "invalid_request", message)
 
 
 @router.post(BATCHES_PATH)
 async def create_batch(request: Request, principal: Principal = Depends(requires(Scope.SUBMIT))) -> dict[str, Any]:
     """A batch job over an uploaded file (``purpose=batch``); it starts ``validating``."""
     state = api_state(request)
-    document = parse_json(await read_body(request, BODY_LIMIT_BYTES, state.settings.api_read_timeout_s))
-    if not isinstance(document, dict):
-        raise _invalid('body must be a JSON object like {"input_file_id", "endpoint", "completion_window"}')
-    unknown = sorted(set(document) - set(ALLOWED_FIELDS))
-    if unknown:
-        raise _invalid(f"unknown field(s): {', '.join(unknown)}; allowed: {', '.join(ALLOWED_FIELDS)}")
-    endpoint = document.get("endpoint")
-    if endpoint not in ENDPOINTS:
-        raise _invalid(f"endpoint must be one of: {', '.join(ENDPOINTS)}")
-    window_text = document.get("completion_window")
-    window_s = parse_window(window_text, LONGEST_WINDOW_S) if isinstance(window_text, str) else None
+    document = BATCH_BODY.check(
+        parse_json(await read_body(request, BODY_LIMIT_BYTES, state.settings.api_read_timeout_s))
+    )
+    endpoint, window_text, file_id = document["endpoint"], document["completion_window"], document["input_file_id"]
+    window_s = parse_window(window_text, LONGEST_WINDOW_S)
     if window_s is None:
-        raise _invalid("completion_window must be 24h, or a shorter window such as 90s, 30m or 2h")
-    metadata = _metadata(document.get("metadata"))
-    output_expires_s = _output_expires_after(document.get("output_expires_after"))
-    file_id = document.get("input_file_id")
-    if not isinstance(file_id, str):
-        raise _invalid("input_file_id is required: the id of a file uploaded with purpose batch")
+        raise ApiError(
+            400, "invalid_request", "completion_window must be 24h, or a shorter window such as 90s, 30m or 2h",
+            param="completion_window",
+        )  # fmt: skip
+    expires = document.get("output_expires_after")
     input_file = await state.file_records.get(file_id, principal.tenant)
     if input_file is None:
         raise ApiError(404, "file_not_found", f"no file {file_id[:64]!r} (unknown, deleted, or another tenant's)")
     if input_file.purpose not in UPLOAD_PURPOSES:
-        raise _invalid(f"input file {file_id} has purpose {input_file.purpose}; a batch reads purpose batch")
+        raise ApiError(
+            400, "invalid_request", f"input file {file_id} has purpose {input_file.purpose}; a batch reads purpose batch",
+            param="input_file_id",
+        )  # fmt: skip
     active = await state.batch_records.active(MAX_ACTIVE_JOBS)
     if len(active) >= MAX_ACTIVE_JOBS:
         raise ApiError(
@@ -79,50 +112,17 @@ async def create_batch(request: Request, principal: Principal = Depends(requires
     record = BatchRecord(
         batch_id=new_batch_id(),
         tenant=principal.tenant,
-        endpoint=str(endpoint),
+        endpoint=endpoint,
         input_file_id=file_id,
-        completion_window=str(window_text),
+        completion_window=window_text,
         status=BatchStatus.VALIDATING,
         created_at=now,
         expires_at=now + window_s,
-        metadata=metadata,
-        output_expires_s=output_expires_s,
+        metadata=document.get("metadata"),
+        output_expires_s=int(expires["seconds"]) if expires else None,
     )
     await state.batch_records.add(record)
     return record.as_openai()
-
-
-def _output_expires_after(value: Any) -> int | None:
-    """The seconds the job's output and error files are kept, from ``output_expires_after``."""
-    if value is None:
-        return None
-    if not isinstance(value, dict) or set(value) != {"anchor", "seconds"}:
-        raise ApiError(
-            400,
-            "invalid_request",
-            'output_expires_after must be an object {"anchor": "created_at", "seconds": N}',
-            param="output_expires_after",
-        )
-    try:
-        return expires_after_s(value["anchor"], value["seconds"])
-    except ValueError as error:
-        raise ApiError(
-            400, "invalid_request", f"output_expires_after: {error}", param="output_expires_after"
-        ) from error
-
-
-def _metadata(value: Any) -> dict[str, str] | None:
-    if value is None:
-        return None
-    if not isinstance(value, dict) or len(value) > MAX_METADATA:
-        raise _invalid(f"metadata must be an object of at most {MAX_METADATA} pairs")
-    for key, text in value.items():
-        if len(key) > MAX_METADATA_KEY or not isinstance(text, str) or len(text) > MAX_METADATA_VALUE:
-            raise _invalid(
-                f"metadata keys are at most {MAX_METADATA_KEY} characters and values strings of at most "
-                f"{MAX_METADATA_VALUE}"
-            )
-    return value
 
 
 async def _own_batch(state: ApiState, batch_id: str, principal: Principal) -> BatchRecord:

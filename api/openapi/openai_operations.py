@@ -7,15 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from brimful.api.jobs.job_lines import ENDPOINTS
-from brimful.api.jobs.job_routes import (
-    ALLOWED_FIELDS as BATCH_FIELDS,
-)
-from brimful.api.jobs.job_routes import (
-    BATCHES_PATH,
-    MAX_METADATA,
-    MAX_METADATA_KEY,
-    MAX_METADATA_VALUE,
-)
+from brimful.api.jobs.job_routes import BATCH_BODY, BATCHES_PATH, EXPIRES_AFTER
 from brimful.api.jobs.job_routes import (
     LIST_LIMIT_MAX as BATCH_LIST_MAX,
 )
@@ -25,31 +17,16 @@ from brimful.api.openai.embedding_routes import EMBEDDINGS_PATH
 from brimful.api.openai.file_routes import FILES_PATH
 from brimful.api.openai.file_routes import LIST_LIMIT_MAX as FILE_LIST_MAX
 from brimful.api.openapi.shapes import OBJECT, OPENAI_MODEL, json_content, query_parameter, responses
+from brimful.api.webhooks.webhook_routes import ENDPOINT_BODY, WEBHOOKS_PATH
 from brimful.api.webhooks.webhook_routes import LIST_LIMIT_MAX as WEBHOOK_LIST_MAX
-from brimful.api.webhooks.webhook_routes import MAX_DESCRIPTION, WEBHOOKS_PATH
 from brimful.core.batch_status import BatchStatus
 from brimful.core.file_records import (
-    EXPIRES_AFTER_MAX_S,
-    EXPIRES_AFTER_MIN_S,
-    EXPIRY_ANCHOR,
     OUTPUT_PURPOSE,
     UPLOAD_PURPOSES,
 )
 from brimful.core.model_catalogue import ModelCatalogue
 from brimful.core.settings import Settings
-from brimful.core.webhook_records import EVENT_TYPES
-from brimful.core.webhook_targets import MAX_URL_LENGTH
 
-ENDPOINT_BODY = {
-    "type": "object",
-    "required": ["url", "events"],
-    "additionalProperties": False,
-    "properties": {
-        "url": {"type": "string", "format": "uri", "maxLength": MAX_URL_LENGTH},
-        "events": {"type": "array", "minItems": 1, "items": {"type": "string", "enum": list(EVENT_TYPES)}},
-        "description": {"type": "string", "maxLength": MAX_DESCRIPTION},
-    },
-}
 FILE = {
     "type": "object",
     "required": ["id", "object", "bytes", "created_at", "filename", "purpose"],
@@ -117,12 +94,6 @@ def _limit(most: int) -> dict[str, Any]:
     return query_parameter("limit", {"type": "integer", "minimum": 1, "maximum": most})
 
 
-EXPIRES_AFTER_SECONDS = {
-    "type": "integer",
-    "minimum": EXPIRES_AFTER_MIN_S,
-    "maximum": EXPIRES_AFTER_MAX_S,
-    "description": "seconds after its creation the file is removed",
-}
 AFTER = query_parameter("after", {"type": "string"}, "the id of the last item of the page before")
 
 
@@ -134,8 +105,8 @@ def _file_operations(settings: Settings) -> dict[tuple[str, str], dict[str, Any]
         "properties": {
             "file": {"type": "string", "format": "binary", "description": f"at most {settings.file_max_bytes} bytes"},
             "purpose": {"type": "string", "enum": list(UPLOAD_PURPOSES)},
-            "expires_after[anchor]": {"type": "string", "enum": [EXPIRY_ANCHOR], "description": "with seconds"},
-            "expires_after[seconds]": EXPIRES_AFTER_SECONDS,
+            "expires_after[anchor]": EXPIRES_AFTER["properties"]["anchor"],
+            "expires_after[seconds]": EXPIRES_AFTER["properties"]["seconds"],
         },
     }
     return {
@@ -180,38 +151,9 @@ def _file_operations(settings: Settings) -> dict[tuple[str, str], dict[str, Any]
 
 def _batch_operations() -> dict[tuple[str, str], dict[str, Any]]:
     """``/v1/batches``: create, list, retrieve, cancel."""
-    batch_fields: dict[str, Any] = {
-        "input_file_id": {"type": "string"},
-        "endpoint": {"type": "string", "enum": list(ENDPOINTS)},
-        "completion_window": {
-            "type": "string",
-            "pattern": "^[0-9]{1,7}[smh]$",
-            "description": "24h as OpenAI's, or shorter: 90s, 30m, 2h",
-        },
-        "output_expires_after": {
-            "type": "object",
-            "required": ["anchor", "seconds"],
-            "additionalProperties": False,
-            "properties": {"anchor": {"type": "string", "enum": [EXPIRY_ANCHOR]}, "seconds": EXPIRES_AFTER_SECONDS},
-            "description": "how long the job's output and error files are kept, from their creation",
-        },
-        "metadata": {
-            "type": "object",
-            "maxProperties": MAX_METADATA,
-            "propertyNames": {"maxLength": MAX_METADATA_KEY},
-            "additionalProperties": {"type": "string", "maxLength": MAX_METADATA_VALUE},
-        },
-    }
-    assert set(batch_fields) == set(BATCH_FIELDS)  # the document states every field the route reads
-    batch_body = {
-        "type": "object",
-        "required": ["input_file_id", "endpoint", "completion_window"],
-        "additionalProperties": False,
-        "properties": batch_fields,
-    }
     return {
         (BATCHES_PATH, "post"): {
-            "requestBody": {"required": True, **json_content(batch_body)},
+            "requestBody": {"required": True, **json_content(BATCH_BODY.schema)},
             "responses": responses({200: ("The batch, validating.", BATCH)}, (400, 401, 403, 404, 408, 413, 429, 503)),
         },
         (BATCHES_PATH, "get"): {
@@ -231,7 +173,7 @@ def _webhook_operations() -> dict[tuple[str, str], dict[str, Any]]:
     """``/v1/webhooks``: endpoints, the callback secret, deliveries."""
     return {
         (WEBHOOKS_PATH + "/endpoints", "post"): {
-            "requestBody": {"required": True, **json_content(ENDPOINT_BODY)},
+            "requestBody": {"required": True, **json_content(ENDPOINT_BODY.schema)},
             "responses": responses({200: ("The endpoint, with its secret.", OBJECT)}, (400, 401, 403, 408, 413, 503)),
         },
         (WEBHOOKS_PATH + "/endpoints", "get"): {

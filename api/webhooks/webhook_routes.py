@@ -11,20 +11,42 @@ import orjson
 from fastapi import APIRouter, Depends, Request
 
 from brimful.api.http.bodies import ApiError, parse_json, read_body
+from brimful.api.http.body_schema import BodySchema
 from brimful.api.http.guards import Principal, requires
 from brimful.api.http.list_pages import page_limit
 from brimful.api.state import ApiState, api_state
 from brimful.core.api_keys import Scope
 from brimful.core.webhook_records import EVENT_TYPES, MAX_ENDPOINTS, Delivery, Endpoint, new_endpoint_id
 from brimful.core.webhook_signing import new_secret
-from brimful.core.webhook_targets import TargetRefused, check_target
+from brimful.core.webhook_targets import MAX_URL_LENGTH, TargetRefused, check_target
 
 router = APIRouter(tags=["webhooks"])
 
 WEBHOOKS_PATH = "/v1/webhooks"
-ALLOWED_FIELDS = ("url", "events", "description")
 MAX_DESCRIPTION = 256
 BODY_LIMIT_BYTES = 16 * 1024
+ENDPOINT_BODY = BodySchema(
+    {
+        "type": "object",
+        "required": ["url", "events"],
+        "additionalProperties": False,
+        "properties": {
+            "url": {
+                "type": "string",
+                "format": "uri",
+                "maxLength": MAX_URL_LENGTH,
+                "description": "where deliveries are POSTed",
+            },
+            "events": {
+                "type": "array",
+                "minItems": 1,
+                "items": {"type": "string", "enum": list(EVENT_TYPES)},
+                "description": "the event types sent there",
+            },
+            "description": {"type": "string", "maxLength": MAX_DESCRIPTION},
+        },
+    }
+)
 LIST_LIMIT_MAX = 1000
 _admin = requires(Scope.ADMIN)
 
@@ -33,22 +55,10 @@ _admin = requires(Scope.ADMIN)
 async def add_endpoint(request: Request, principal: Principal = Depends(_admin)) -> dict[str, Any]:
     """Register an endpoint for some event types; the answer carries its signing secret, once."""
     state = api_state(request)
-    document = parse_json(await read_body(request, BODY_LIMIT_BYTES, state.settings.api_read_timeout_s))
-    if not isinstance(document, dict):
-        raise ApiError(400, "invalid_request", 'body must be a JSON object like {"url", "events"}')
-    unknown = sorted(set(document) - set(ALLOWED_FIELDS))
-    if unknown:
-        raise ApiError(
-            400, "invalid_request", f"unknown field(s): {', '.join(unknown)}; allowed: {', '.join(ALLOWED_FIELDS)}"
-        )
-    url, events = document.get("url"), document.get("events")
-    if not isinstance(url, str):
-        raise ApiError(400, "invalid_request", "url is required: where deliveries are POSTed")
-    if not isinstance(events, list) or not events or not all(event in EVENT_TYPES for event in events):
-        raise ApiError(400, "invalid_request", f"events must be a non-empty list of: {', '.join(EVENT_TYPES)}")
-    description = document.get("description", "")
-    if not isinstance(description, str) or len(description) > MAX_DESCRIPTION:
-        raise ApiError(400, "invalid_request", f"description must be a string of at most {MAX_DESCRIPTION} characters")
+    document = ENDPOINT_BODY.check(
+        parse_json(await read_body(request, BODY_LIMIT_BYTES, state.settings.api_read_timeout_s))
+    )
+    url, events, description = document["url"], document["events"], document.get("description", "")
     try:
         await check_target(url, state.webhook_hosts)
     except TargetRefused as error:
