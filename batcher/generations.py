@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Protocol
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
@@ -75,11 +75,17 @@ class GenerationRun:
     drained_of: frozenset[TopicPartition] = frozenset()  # holding these partitions all along
 
 
-# Opens a generation: builds its consumer and service (not started).
-Opener = Callable[[int, str], tuple[AIOKafkaConsumer, BatcherService]]
-# Runs a generation's service until its stop event is set, closing its consumer after;
-# raises GenerationNotStarted where its consumer could not start.
-Runner = Callable[[GenerationRun], Coroutine[Any, Any, None]]
+class GenerationFactory(Protocol):
+    """What makes and runs one generation's consumer and service (``batcher/main.py``'s,
+    with the process's parts; the unit tests' fakes)."""
+
+    def open(self, number: int, topic: str, current: GenerationRun | None) -> tuple[AIOKafkaConsumer, BatcherService]:
+        """Build a generation's consumer and service, not started; a new generation starts
+        with the live policy of ``current``, the one sends go to now."""
+
+    async def run(self, run: GenerationRun) -> None:
+        """Run a generation's service until its stop event is set, closing its consumer
+        after; GenerationNotStarted where its consumer could not start."""
 
 
 async def drained(consumer: AIOKafkaConsumer) -> bool:
@@ -107,8 +113,7 @@ class Generations:
     def __init__(
         self,
         generations: TopicGenerations,
-        open_generation: Opener,
-        run_generation: Runner,
+        factory: GenerationFactory,
         list_topics: Callable[[], Awaitable[set[str]]],
         create_topics: Callable[[list[str]], Awaitable[None]],
         delete_topic: Callable[[str], Awaitable[None]],
@@ -118,8 +123,7 @@ class Generations:
         interval_s: float = 1.0,
     ) -> None:
         self._generations = generations
-        self._open = open_generation
-        self._run = run_generation
+        self._factory = factory
         self._list_topics = list_topics
         self._create_topics = create_topics
         self._delete_topic = delete_topic
@@ -242,9 +246,9 @@ class Generations:
 
     def _start(self, number: int) -> None:
         topic = self._generations.topic(number)
-        consumer, service = self._open(number, topic)
+        consumer, service = self._factory.open(number, topic, self.current)
         run = GenerationRun(number, topic, consumer, service)
-        run.task = asyncio.create_task(self._run(run), name=f"brimful-generation-{number}")
+        run.task = asyncio.create_task(self._factory.run(run), name=f"brimful-generation-{number}")
         self.running[number] = run
         log.info("joined a topic generation", extra={"topic": topic})
 

@@ -160,7 +160,8 @@ class BatcherProcess:
         member = f"{socket.gethostname()}-{os.getpid()}"
         recorder = ArrivalRecorder(Path(settings.trace_dir), member) if settings.trace_dir else None
         tuning = PolicyTuning.from_settings(settings, redis, settings.model_name, signature.batch_size)
-        return Batcher(self, signature, runner, retry, dead_letters, tuning, await tuning.params(), recorder, member)
+        factory = ServiceFactory(self, signature, runner, retry, dead_letters, await tuning.params(), recorder, member)
+        return Batcher(self, signature, factory, tuning, recorder, member)
 
     async def close(self) -> None:
         # Each step bounded: a broker or Redis gone quiet must not hold the process past
@@ -173,9 +174,9 @@ class BatcherProcess:
         await bounded_step("redis", self.redis.aclose(), CLOSE_S)
 
 
-class Batcher:
-    """One model's batcher: a service for each generation of its requests topic, sharing
-    the process's runner and pool, with its probes, live tuning and news from the others."""
+class ServiceFactory:
+    """Makes a generation's consumer and batcher service from the process's parts, and
+    runs it (``batcher/generations.py`` calls it for each generation it joins)."""
 
     def __init__(
         self,
@@ -184,7 +185,6 @@ class Batcher:
         runner: BatchRunner,
         retry: BatchRetryPolicy,
         dead_letters: DeadLetterWriter,
-        tuning: PolicyTuning,
         params: PolicyParams,
         recorder: ArrivalRecorder | None,
         member: str,
@@ -195,29 +195,11 @@ class Batcher:
         self.runner = runner
         self.retry = retry
         self.dead_letters = dead_letters
-        self.tuning = tuning
-        self.params = params
+        self.params = params  # the policy read at start, for the first generation
         self.recorder = recorder
         self.member = member
-        self.board = StatusBoard(process.redis, process.keys)
-        topics = TopicAdmin(self.settings, process.admin)
-        self.topic_generations = self.settings.topic_generations_for(self.settings.model_name)
-        self.generations = Generations(
-            self.topic_generations,
-            self.open_generation,
-            self.run_generation,
-            list_topics=topics.list_topics,
-            create_topics=topics.create_topics,
-            delete_topic=topics.delete_topic,
-            held_by_live_batchers=LiveGenerations(
-                self.board, self.settings.model_name, self.settings.redis_timeout_s
-            ).held,
-            wall_clock=time.time,
-            live_fetch_wait_ms=self.settings.kafka_fetch_max_wait_ms,
-        )
-        self._announcements: set[asyncio.Task[None]] = set()
 
-    def open_generation(self, number: int, topic: str) -> tuple[AIOKafkaConsumer, BatcherService]:
+    def open(self, number: int, topic: str, current: GenerationRun | None) -> tuple[AIOKafkaConsumer, BatcherService]:
         settings = self.settings
         consumer = make_consumer(settings, settings.consumer_group_for(settings.model_name, number))
         service = BatcherService(
@@ -228,7 +210,7 @@ class Batcher:
             retry=self.retry,
             dead_letters=self.dead_letters,
             # A new generation starts with the live policy the others have now.
-            params=current.params if (current := self.current_service()) is not None else self.params,
+            params=current.service.params if current is not None else self.params,
             limits=BatcherLimits.from_settings(settings),
             on_arrival=self.recorder.record if self.recorder else None,
             fetch_pacer=FetchPacer(
@@ -238,7 +220,7 @@ class Batcher:
         )
         return consumer, service
 
-    async def run_generation(self, run: GenerationRun) -> None:
+    async def run(self, run: GenerationRun) -> None:
         try:
             try:
                 await run.consumer.start()
@@ -257,6 +239,43 @@ class Batcher:
         finally:
             # Leaves the group: a request, bounded like every step of a stop.
             await bounded_step("consumer", run.consumer.stop(), self.settings.kafka_request_timeout_ms / 1000)
+
+
+class Batcher:
+    """One model's batcher: a service for each generation of its requests topic, sharing
+    the process's runner and pool, with its probes, live tuning and news from the others."""
+
+    def __init__(
+        self,
+        process: BatcherProcess,
+        signature: ModelSignature,
+        factory: ServiceFactory,
+        tuning: PolicyTuning,
+        recorder: ArrivalRecorder | None,
+        member: str,
+    ) -> None:
+        self.process = process
+        self.settings = process.settings
+        self.signature = signature
+        self.tuning = tuning
+        self.recorder = recorder
+        self.member = member
+        self.board = StatusBoard(process.redis, process.keys)
+        topics = TopicAdmin(self.settings, process.admin)
+        self.topic_generations = self.settings.topic_generations_for(self.settings.model_name)
+        self.generations = Generations(
+            self.topic_generations,
+            factory,
+            list_topics=topics.list_topics,
+            create_topics=topics.create_topics,
+            delete_topic=topics.delete_topic,
+            held_by_live_batchers=LiveGenerations(
+                self.board, self.settings.model_name, self.settings.redis_timeout_s
+            ).held,
+            wall_clock=time.time,
+            live_fetch_wait_ms=self.settings.kafka_fetch_max_wait_ms,
+        )
+        self._announcements: set[asyncio.Task[None]] = set()
 
     def current_service(self) -> BatcherService | None:
         run = self.generations.current

@@ -54,6 +54,20 @@ async def nothing(*_: object) -> None:
     return None
 
 
+@dataclass
+class FakeFactory:
+    """A generation factory of two functions: one opens (number, topic), one runs."""
+
+    opens: Callable[[int, str], tuple[Any, Any]]
+    runs: Callable[[GenerationRun], Coroutine[Any, Any, None]]
+
+    def open(self, number: int, topic: str, current: GenerationRun | None) -> tuple[Any, Any]:
+        return self.opens(number, topic)
+
+    async def run(self, run: GenerationRun) -> None:
+        await self.runs(run)
+
+
 def fake_generations(
     topics: TopicGenerations,
     open_generation: Callable[[int, str], tuple[Any, Any]],
@@ -74,8 +88,7 @@ def fake_generations(
 
     return Generations(
         topics,
-        open_generation,  # type: ignore[arg-type]
-        run_generation,
+        FakeFactory(open_generation, run_generation),
         list_topics=list_topics,
         create_topics=nothing,
         delete_topic=nothing,
