@@ -9,6 +9,7 @@ import signal
 import socket
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer
@@ -174,30 +175,23 @@ class BatcherProcess:
         await bounded_step("redis", self.redis.aclose(), CLOSE_S)
 
 
+@dataclass(frozen=True)
 class ServiceFactory:
     """Makes a generation's consumer and batcher service from the process's parts, and
     runs it (``batcher/generations.py`` calls it for each generation it joins)."""
 
-    def __init__(
-        self,
-        process: BatcherProcess,
-        signature: ModelSignature,
-        runner: BatchRunner,
-        retry: BatchRetryPolicy,
-        dead_letters: DeadLetterWriter,
-        params: PolicyParams,
-        recorder: ArrivalRecorder | None,
-        member: str,
-    ) -> None:
-        self.process = process
-        self.settings = process.settings
-        self.signature = signature
-        self.runner = runner
-        self.retry = retry
-        self.dead_letters = dead_letters
-        self.params = params  # the policy read at start, for the first generation
-        self.recorder = recorder
-        self.member = member
+    process: BatcherProcess
+    signature: ModelSignature
+    runner: BatchRunner
+    retry: BatchRetryPolicy
+    dead_letters: DeadLetterWriter
+    params: PolicyParams  # the policy read at start, for the first generation
+    recorder: ArrivalRecorder | None
+    member: str
+
+    @property
+    def settings(self) -> Settings:
+        return self.process.settings
 
     def open(self, number: int, topic: str, current: GenerationRun | None) -> tuple[AIOKafkaConsumer, BatcherService]:
         settings = self.settings
