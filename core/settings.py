@@ -478,6 +478,12 @@ class Settings(BaseSettings):
         description="Most tasks one request may create: a POST /v1/tasks:batch's tasks, a POST /v1/embeddings' "
         "inputs (2,048: OpenAI's limit of inputs a call).",
     )
+    embedding_token_encoding: Literal["cl100k_base", ""] = Field(
+        "cl100k_base",
+        description="The vocabulary in which POST /v1/embeddings reads an input sent as token ids (what "
+        "LangChain's OpenAIEmbeddings sends by default), decoded to the text the model takes. Empty: token ids "
+        "are refused with 400.",
+    )
     submit_group_max: int = Field(
         256,
         ge=1,

@@ -42,6 +42,8 @@ from brimful.api.http.guards import Principal
 from brimful.api.jobs.job_lines import BatchLine, LineError, parse_line
 from brimful.api.jobs.job_results import BatchResults, StepLines
 from brimful.api.openai.embedding_answer import EmbeddingShape
+from brimful.api.openai.embedding_request import EMBEDDINGS_PATH
+from brimful.api.openai.token_ids import TokenVocabulary, token_vocabulary
 from brimful.api.state import ApiState
 from brimful.api.tasks.idempotency import claim_idempotency_key
 from brimful.api.tasks.submitter import Submitter, new_task_id
@@ -70,6 +72,7 @@ class _Cursor:
     position: int = 0  # lines read so far
     seen: set[str] = field(default_factory=set)
     again: list[bytes] = field(default_factory=list)  # lines given back, read before the stream's next
+    vocabulary: TokenVocabulary | None = None  # where an embeddings job's token ids are decoded
 
     def give_back(self, raws: list[bytes], custom_ids: list[str]) -> None:
         """Lines read but not submitted (refused for now): read again next, and their
@@ -348,7 +351,8 @@ class BatchJobs:
 
     def _parse(self, record: BatchRecord, raw: bytes, cursor: _Cursor) -> BatchLine:
         assert self._state.catalogue is not None  # _submit waits for it
-        line = parse_line(raw, record.endpoint, self._state.catalogue, self._state.settings.max_bulk_tasks)
+        catalogue, max_inputs = self._state.catalogue, self._state.settings.max_bulk_tasks
+        line = parse_line(raw, record.endpoint, catalogue, max_inputs, cursor.vocabulary)
         if line.custom_id in cursor.seen:
             raise LineError("duplicate_custom_id", "an earlier line has the same custom_id", line.custom_id)
         cursor.seen.add(line.custom_id)
@@ -376,7 +380,9 @@ class BatchJobs:
         if cursor is not None and cursor.position == lines_done:
             return cursor
         lines = _non_blank(self._state.object_store.lines(record.input_file_id, MAX_LINE_BYTES))
-        cursor = _Cursor(lines)
+        encoding = self._state.settings.embedding_token_encoding
+        vocabulary = await token_vocabulary(encoding) if encoding and record.endpoint == EMBEDDINGS_PATH else None
+        cursor = _Cursor(lines, vocabulary=vocabulary)
         while cursor.position < lines_done:  # ObjectNotFound when the input is gone
             raw = await _next_line(cursor)
             if raw is None:

@@ -18,11 +18,12 @@ from typing import Any
 import orjson
 
 from brimful.api.http.bodies import ApiError
-from brimful.api.openai.embedding_request import EmbeddingRequest, parse_embedding_request
+from brimful.api.openai.embedding_request import EMBEDDINGS_PATH, EmbeddingRequest, parse_embedding_request
+from brimful.api.openai.token_ids import TokenVocabulary
 from brimful.api.tasks.submission import Submission, parse_submission
 from brimful.core.model_catalogue import ModelCatalogue
 
-ENDPOINTS = ("/v1/embeddings", "/v1/tasks")
+ENDPOINTS = (EMBEDDINGS_PATH, "/v1/tasks")
 MAX_CUSTOM_ID_LENGTH = 512
 LINE_FIELDS = frozenset({"custom_id", "method", "url", "body"})
 
@@ -44,7 +45,9 @@ class BatchLine:
     embedding: EmbeddingRequest | None = None  # the embeddings request it carries, if that is its endpoint
 
 
-def parse_line(raw: bytes, endpoint: str, catalogue: ModelCatalogue, max_inputs: int) -> BatchLine:
+def parse_line(
+    raw: bytes, endpoint: str, catalogue: ModelCatalogue, max_inputs: int, vocabulary: TokenVocabulary | None = None
+) -> BatchLine:
     """Check one line against the job's endpoint; LineError naming the first problem."""
     try:
         document = orjson.loads(raw)
@@ -66,8 +69,8 @@ def parse_line(raw: bytes, endpoint: str, catalogue: ModelCatalogue, max_inputs:
     if not isinstance(body, dict):
         raise LineError("invalid_request", "body must be a JSON object", custom_id)
     try:
-        if endpoint == "/v1/embeddings":
-            ask = parse_embedding_request(body, catalogue, max_inputs)
+        if endpoint == EMBEDDINGS_PATH:
+            ask = parse_embedding_request(body, catalogue, max_inputs, vocabulary)
             low = tuple(dataclasses.replace(s, low_priority=True) for s in ask.submissions)
             return BatchLine(custom_id, low, dataclasses.replace(ask, submissions=low))
         submission = parse_submission(body, catalogue)

@@ -20,14 +20,14 @@ from fastapi import APIRouter, Depends, Request
 from brimful.api.http.bodies import JsonAnswer, parse_json, read_body
 from brimful.api.http.guards import Principal, requires
 from brimful.api.openai.embedding_answer import EmbeddingShape, embeddings_answer
-from brimful.api.openai.embedding_request import parse_embedding_request
+from brimful.api.openai.embedding_request import EMBEDDINGS_PATH, parse_embedding_request
+from brimful.api.openai.token_ids import holds_token_ids, token_vocabulary
 from brimful.api.state import api_state
 from brimful.api.tasks.submitter import Submitter, new_task_id, served_catalogue
 from brimful.core.api_keys import Scope
 
 router = APIRouter(tags=["openai"])
 
-EMBEDDINGS_PATH = "/v1/embeddings"
 # An embeddings call carries many texts: its body may be as large as a bulk submission's.
 BODY_LIMIT_FACTOR = 4
 
@@ -40,7 +40,10 @@ async def create_embeddings(request: Request, principal: Principal = Depends(req
     document = parse_json(
         await read_body(request, settings.max_body_bytes * BODY_LIMIT_FACTOR, settings.api_read_timeout_s)
     )
-    ask = parse_embedding_request(document, await served_catalogue(state), settings.max_bulk_tasks)
+    vocabulary = None
+    if settings.embedding_token_encoding and holds_token_ids(document):
+        vocabulary = await token_vocabulary(settings.embedding_token_encoding)
+    ask = parse_embedding_request(document, await served_catalogue(state), settings.max_bulk_tasks, vocabulary)
     task_ids = [new_task_id() for _ in ask.submissions]
     tenant = principal.tenant
     deadline = time.monotonic() + settings.long_poll_max_s

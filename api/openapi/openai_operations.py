@@ -12,8 +12,7 @@ from brimful.api.jobs.job_routes import (
     LIST_LIMIT_MAX as BATCH_LIST_MAX,
 )
 from brimful.api.jobs.result_tables import FORMATS as TABLE_FORMATS
-from brimful.api.openai.embedding_request import embedding_request_schema
-from brimful.api.openai.embedding_routes import EMBEDDINGS_PATH
+from brimful.api.openai.embedding_request import EMBEDDINGS_PATH, embedding_request_schema
 from brimful.api.openai.file_routes import FILES_PATH
 from brimful.api.openai.file_routes import LIST_LIMIT_MAX as FILE_LIST_MAX
 from brimful.api.openapi.shapes import OBJECT, OPENAI_MODEL, json_content, query_parameter, responses

