@@ -111,8 +111,10 @@ async def test_bad_requests_get_a_clear_4xx_naming_what_is_wrong(
     openai_stack: EmbeddedStack, client: openai.AsyncOpenAI, openai_keys: dict[str, str]
 ) -> None:
     cases: list[tuple[str, dict[str, object], type[openai.APIStatusError], str]] = [
-        ("token ids", {"input": [1, 2, 3]}, openai.BadRequestError, "token-id"),
-        ("token id arrays", {"input": [[1, 2], [3]]}, openai.BadRequestError, "token-id"),
+        # Token ids are read (tests/integration/test_langchain.py); ids no vocabulary holds are not.
+        ("a token id past cl100k_base", {"input": [1, 2, 10**6]}, openai.BadRequestError, "input[0]"),
+        ("a negative token id", {"input": [[1, 2], [-3]]}, openai.BadRequestError, "input[1]"),
+        ("too many token ids", {"input": [[1] * 8193]}, openai.BadRequestError, "8192"),
         ("empty string", {"input": ["fine", ""]}, openai.BadRequestError, "input[1]"),
         ("empty list", {"input": []}, openai.BadRequestError, "input"),
         ("not text", {"input": ["fine", {"x": 1}]}, openai.BadRequestError, "input[1]"),
