@@ -103,6 +103,11 @@ WEBHOOK_ATTEMPTS = Counter(
     "Webhook delivery attempts, by outcome: delivered, failed (tried again later) or dead.",
     ["outcome"],
 )
+WEBHOOK_ENDPOINTS_DISABLED = Counter(
+    "brimful_webhook_endpoints_disabled",
+    "Webhook endpoints disabled: their receiver answered 410 Gone, or their deliveries failed for "
+    "webhook_disable_after_s.",
+)
 TASKS_EXPIRED = Counter(
     "brimful_tasks_expired",
     "Tasks whose deadline (deadline_ms) passed before they were sent to the model: never computed.",

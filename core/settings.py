@@ -577,11 +577,28 @@ class Settings(BaseSettings):
         "private, link-local), comma-separated. Empty: only hosts whose every address is public.",
     )
     webhook_retry_delays_s: str = Field(
-        "5,300,1800,7200,18000,36000",
+        "5,300,1800,7200,18000,36000,36000,36000,36000,36000,36000",
         description="Waits between a delivery's attempts, seconds, comma-separated; after the last, or once "
         "webhook_retry_window_s has passed since the event, the delivery is dead (listed for on-call to replay).",
     )
-    webhook_retry_window_s: float = Field(86400.0, gt=0, description="How long a delivery is retried.")
+    webhook_retry_window_s: float = Field(
+        259200.0,
+        gt=0,
+        description="How long a delivery is retried (72 h, as OpenAI's); each wait is spread by a "
+        "fifth either way, and a receiver's Retry-After is honoured.",
+    )
+    webhook_secret_overlap_s: float = Field(
+        86400.0,
+        ge=0,
+        description="How long an endpoint's old secret still signs its deliveries, beside the new "
+        "one, after POST /v1/webhooks/endpoints/{id}/rotate-secret.",
+    )
+    webhook_disable_after_s: float = Field(
+        259200.0,
+        gt=0,
+        description="How long an endpoint's deliveries may fail, none delivered, before the "
+        "endpoint is disabled (and the tenant's endpoints that take webhook_endpoint.disabled are told).",
+    )
     webhook_timeout_s: float = Field(
         10.0, gt=0, description="Longest one attempt may take, connecting and answering included."
     )

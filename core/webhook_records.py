@@ -25,6 +25,7 @@ endpoint is announced.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import secrets
 import time
@@ -41,6 +42,7 @@ from brimful.core.task_store import TaskStore
 from brimful.core.webhook_signing import new_secret
 from brimful.schemas import TaskRequest
 
+ENDPOINT_DISABLED = "webhook_endpoint.disabled"  # told to the tenant's other endpoints that take it
 EVENT_TYPES = (
     "task.completed",
     "task.failed",
@@ -49,6 +51,7 @@ EVENT_TYPES = (
     "batch.failed",
     "batch.expired",
     "batch.cancelled",
+    ENDPOINT_DISABLED,
 )
 MAX_ENDPOINTS = 16  # a tenant's
 CALLBACK = "callback"  # the endpoint id of a delivery to a task's own callback_url
@@ -68,6 +71,16 @@ redis.call('ZADD', KEYS[3], ARGV[2], ARGV[1])
 return redis.call('ZCARD', KEYS[3])
 """
 TRIM_SLACK = 100  # deliveries a tenant's log may pass LOG_KEEP by before its oldest are removed
+
+# KEYS[1]: an endpoint's record. ARGV: a hash command (HSET or HSETNX) and its arguments,
+# run only while the endpoint exists (a write never makes a part of a deleted one).
+# Returns the command's answer, or false when the endpoint is gone.
+_IF_ENDPOINT_LUA = """
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return false
+end
+return redis.call(ARGV[1], KEYS[1], unpack(ARGV, 2))
+"""
 
 # KEYS[1]: the due set. ARGV: now (ms), most to claim, the lease's end (ms). Moves up to
 # that many due deliveries to the lease's end and returns their ids.
@@ -104,15 +117,28 @@ class Endpoint:
     secret: str
     description: str
     created_at: int
+    previous_secret: str = ""  # the secret before a rotation, still signing until previous_until
+    previous_until: int = 0  # unix seconds
+    disabled: str = ""  # why it is disabled; "": enabled
+    failing_since_ms: int = 0  # since when its deliveries have failed, none delivered since (0: not failing)
+
+    def signing_secrets(self, now_s: float) -> list[str]:
+        """The secrets a delivery is signed with now: during a rotation, the new and the old."""
+        keep_old = self.previous_secret and now_s < self.previous_until
+        return [self.secret, self.previous_secret] if keep_old else [self.secret]
 
     def shown(self, with_secret: bool = False) -> dict[str, Any]:
-        """As the API shows it; the secret only when it is made."""
-        answer = {
+        """As the API shows it; the secret only when it is made (or rotated)."""
+        answer: dict[str, Any] = {
             "id": self.endpoint_id,
             "url": self.url,
             "events": list(self.events),
             "description": self.description,
             "created_at": self.created_at,
+            "disabled": bool(self.disabled),
+            "disabled_reason": self.disabled or None,
+            "failing_since_ms": self.failing_since_ms or None,
+            "previous_secret_valid_until": self.previous_until or None,
         }
         if with_secret:
             answer["secret"] = self.secret
@@ -156,6 +182,7 @@ class WebhookRecords:
         self._keys = keys
         self._claim = redis.register_script(_CLAIM_LUA)
         self._emit = redis.register_script(_EMIT_LUA)
+        self._if_endpoint = redis.register_script(_IF_ENDPOINT_LUA)
 
     # --- endpoints ------------------------------------------------------------------------
 
@@ -197,8 +224,56 @@ class WebhookRecords:
             fields["secret"],
             fields.get("description", ""),
             int(fields["created_at"]),
+            fields.get("previous_secret", ""),
+            int(fields.get("previous_until", 0)),
+            fields.get("disabled", ""),
+            int(fields.get("failing_since_ms", 0)),
         )
         return found if tenant is None or found.tenant == tenant else None
+
+    async def rotate_secret(self, endpoint: Endpoint, overlap_s: float) -> Endpoint:
+        """A new secret for the endpoint; the old one signs beside it for ``overlap_s``."""
+        rotated = dataclasses.replace(
+            endpoint,
+            secret=new_secret(),
+            previous_secret=endpoint.secret,
+            previous_until=int(time.time() + overlap_s),
+        )
+        fields = {
+            "secret": rotated.secret,
+            "previous_secret": rotated.previous_secret,
+            "previous_until": rotated.previous_until,
+        }
+        await self._if_endpoint(
+            keys=[self._keys.webhook_endpoint(endpoint.endpoint_id)], args=["HSET", *_pairs(fields)]
+        )
+        return rotated
+
+    async def disable(self, endpoint: Endpoint, reason: str) -> bool:
+        """Disable the endpoint, naming why; False if it was disabled already (or is gone)."""
+        key = self._keys.webhook_endpoint(endpoint.endpoint_id)
+        if not await self._if_endpoint(keys=[key], args=["HSETNX", "disabled", reason[:300]]):
+            return False
+        await self._redis.incr(self._keys.webhook_endpoints_version)
+        return True
+
+    async def enable(self, endpoint: Endpoint) -> None:
+        """Deliver to it again; its failing spell starts afresh."""
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.hdel(self._keys.webhook_endpoint(endpoint.endpoint_id), "disabled", "failing_since_ms")
+            pipe.incr(self._keys.webhook_endpoints_version)
+            await pipe.execute()
+
+    async def note_failure(self, endpoint_id: str, now_ms: int) -> int:
+        """A delivery to the endpoint failed: since when its deliveries have failed (now,
+        unless a spell is on already); 0 if it is gone."""
+        key = self._keys.webhook_endpoint(endpoint_id)
+        await self._if_endpoint(keys=[key], args=["HSETNX", "failing_since_ms", now_ms])
+        return int(await self._redis.hget(key, "failing_since_ms") or 0)
+
+    async def note_success(self, endpoint_id: str) -> None:
+        """A delivery to the endpoint was delivered: it is not failing."""
+        await self._redis.hdel(self._keys.webhook_endpoint(endpoint_id), "failing_since_ms")
 
     async def endpoints(self, tenant: str) -> list[Endpoint]:
         ids = sorted(as_text(cast(bytes, i)) for i in await self._redis.smembers(self._keys.webhook_endpoints(tenant)))
@@ -236,7 +311,7 @@ class WebhookRecords:
         they are read)."""
         if endpoints is None:
             endpoints = await self.endpoints(tenant)
-        targets = [(e.endpoint_id, "") for e in endpoints if event_type in e.events]
+        targets = [(e.endpoint_id, "") for e in endpoints if event_type in e.events and not e.disabled]
         if callback_url:
             targets.append((CALLBACK, callback_url))
         if not targets:
@@ -264,7 +339,7 @@ class WebhookRecords:
                 next_at_ms=now_ms,
                 url=url,
             )
-            pairs = [part for name, value in _fields(delivery).items() for part in (name, value)]
+            pairs = _pairs(_fields(delivery))
             keys = [
                 self._keys.webhook_delivery(delivery.delivery_id),
                 self._keys.webhook_due,
@@ -364,6 +439,10 @@ class WebhookRecords:
         return [d for d in found if d is not None]
 
 
+def _pairs(fields: Mapping[str, Any]) -> list[Any]:
+    return [part for name, value in fields.items() for part in (name, value)]
+
+
 def _fields(delivery: Delivery) -> dict[Any, Any]:
     return {
         "tenant": delivery.tenant,
@@ -378,11 +457,6 @@ def _fields(delivery: Delivery) -> dict[Any, Any]:
         "next_at_ms": delivery.next_at_ms,
         "url": delivery.url,
     }
-
-
-def next_delay_s(attempts: int, delays_s: Sequence[float]) -> float | None:
-    """The wait before the next attempt after ``attempts`` failed ones; None: no more."""
-    return delays_s[attempts - 1] if 1 <= attempts <= len(delays_s) else None
 
 
 EVENTS = {TaskStatus.DONE: "task.completed", TaskStatus.FAILED: "task.failed", TaskStatus.EXPIRED: "task.expired"}

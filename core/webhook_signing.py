@@ -5,6 +5,8 @@ A secret is ``whsec_`` and the base64 of 32 random bytes; a delivery carries
 ``webhook-id`` (the same on every attempt, so a receiver drops repeats),
 ``webhook-timestamp`` (unix seconds of this attempt) and ``webhook-signature``: ``v1,``
 and the base64 HMAC-SHA256, under the secret's bytes, of ``{id}.{timestamp}.{body}``.
+While an endpoint's secret rotates, a delivery carries a signature under each secret,
+space-separated, as the specification allows: a receiver holding either verifies it.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import base64
 import hashlib
 import hmac
 import secrets
+from collections.abc import Sequence
 
 SECRET_PREFIX = "whsec_"
 
@@ -28,11 +31,11 @@ def signature(secret: str, message_id: str, timestamp: int, body: bytes) -> str:
     return "v1," + base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode("ascii")
 
 
-def signed_headers(secret: str, message_id: str, timestamp: int, body: bytes) -> dict[str, str]:
-    """The headers of one attempt, the content type among them."""
+def signed_headers(keys: Sequence[str], message_id: str, timestamp: int, body: bytes) -> dict[str, str]:
+    """The headers of one attempt, signed under each secret of ``keys``, the content type among them."""
     return {
         "webhook-id": message_id,
         "webhook-timestamp": str(timestamp),
-        "webhook-signature": signature(secret, message_id, timestamp, body),
+        "webhook-signature": " ".join(signature(secret, message_id, timestamp, body) for secret in keys),
         "content-type": "application/json",
     }

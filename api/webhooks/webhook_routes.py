@@ -10,13 +10,13 @@ from typing import Any
 import orjson
 from fastapi import APIRouter, Depends, Request
 
-from brimful.api.http.bodies import ApiError, parse_json, read_body
+from brimful.api.http.bodies import NO_RETRY, ApiError, parse_json, read_body
 from brimful.api.http.body_schema import BodySchema
 from brimful.api.http.guards import Principal, requires
 from brimful.api.http.list_pages import page_limit
 from brimful.api.state import ApiState, api_state
 from brimful.core.api_keys import Scope
-from brimful.core.webhook_records import EVENT_TYPES, MAX_ENDPOINTS, Delivery, Endpoint, new_endpoint_id
+from brimful.core.webhook_records import EVENT_TYPES, LOG_KEEP, MAX_ENDPOINTS, Delivery, Endpoint, new_endpoint_id
 from brimful.core.webhook_signing import new_secret
 from brimful.core.webhook_targets import MAX_URL_LENGTH, TargetRefused, check_target
 
@@ -25,6 +25,16 @@ router = APIRouter(tags=["webhooks"])
 WEBHOOKS_PATH = "/v1/webhooks"
 MAX_DESCRIPTION = 256
 BODY_LIMIT_BYTES = 16 * 1024
+RECOVER_BODY = BodySchema(
+    {
+        "type": "object",
+        "required": ["since"],
+        "additionalProperties": False,
+        "properties": {
+            "since": {"type": "integer", "minimum": 0, "maximum": 2**40, "description": "Unix seconds"},
+        },
+    }
+)
 ENDPOINT_BODY = BodySchema(
     {
         "type": "object",
@@ -84,15 +94,62 @@ async def list_endpoints(request: Request, principal: Principal = Depends(_admin
     return {"object": "list", "data": [endpoint.shown() for endpoint in endpoints]}
 
 
+async def _own_endpoint(state: ApiState, endpoint_id: str, principal: Principal) -> Endpoint:
+    endpoint = await state.webhooks.endpoint(endpoint_id, principal.tenant)
+    if endpoint is None:
+        raise ApiError(404, "endpoint_not_found", f"no webhook endpoint {endpoint_id[:64]!r} for this tenant")
+    return endpoint
+
+
 @router.delete(WEBHOOKS_PATH + "/endpoints/{endpoint_id}")
 async def delete_endpoint(endpoint_id: str, request: Request, principal: Principal = Depends(_admin)) -> dict[str, Any]:
     """Remove an endpoint; its pending deliveries end dead."""
     state = api_state(request)
-    endpoint = await state.webhooks.endpoint(endpoint_id, principal.tenant)
-    if endpoint is None:
-        raise ApiError(404, "endpoint_not_found", f"no webhook endpoint {endpoint_id[:64]!r} for this tenant")
-    await state.webhooks.remove_endpoint(endpoint)
+    await state.webhooks.remove_endpoint(await _own_endpoint(state, endpoint_id, principal))
     return {"id": endpoint_id, "deleted": True}
+
+
+@router.post(WEBHOOKS_PATH + "/endpoints/{endpoint_id}/rotate-secret")
+async def rotate_secret(endpoint_id: str, request: Request, principal: Principal = Depends(_admin)) -> dict[str, Any]:
+    """A new secret for the endpoint, shown this once; the old one signs beside it for
+    ``webhook_secret_overlap_s``, so the receiver can move to the new one meanwhile."""
+    state = api_state(request)
+    endpoint = await _own_endpoint(state, endpoint_id, principal)
+    rotated = await state.webhooks.rotate_secret(endpoint, state.settings.webhook_secret_overlap_s)
+    return rotated.shown(with_secret=True)
+
+
+@router.post(WEBHOOKS_PATH + "/endpoints/{endpoint_id}/recover")
+async def recover_endpoint(
+    endpoint_id: str, request: Request, principal: Principal = Depends(_admin)
+) -> dict[str, Any]:
+    """Send again every dead delivery of the endpoint made since ``since`` (Unix seconds),
+    each with its own id, as a replay does: what a receiver lost in an outage, in one call
+    (the tenant's last ``LOG_KEEP`` dead ones are those kept)."""
+    state = api_state(request)
+    document = RECOVER_BODY.check(
+        parse_json(await read_body(request, BODY_LIMIT_BYTES, state.settings.api_read_timeout_s))
+    )
+    endpoint = await _own_endpoint(state, endpoint_id, principal)
+    if endpoint.disabled:
+        raise ApiError(
+            409, "endpoint_disabled", f"endpoint {endpoint_id} is disabled: enable it first", headers=NO_RETRY
+        )
+    since_ms = int(document["since"]) * 1000
+    dead = await state.webhooks.listed(principal.tenant, LOG_KEEP, dead=True)
+    chosen = [d for d in dead if d.endpoint_id == endpoint_id and d.created_at_ms >= since_ms]
+    for delivery in chosen:
+        await state.webhooks.replay(delivery)
+    return {"object": "list", "data": [delivery.shown() for delivery in chosen]}
+
+
+@router.post(WEBHOOKS_PATH + "/endpoints/{endpoint_id}/enable")
+async def enable_endpoint(endpoint_id: str, request: Request, principal: Principal = Depends(_admin)) -> dict[str, Any]:
+    """Deliver to a disabled endpoint again (its dead deliveries can then be replayed)."""
+    state = api_state(request)
+    endpoint = await _own_endpoint(state, endpoint_id, principal)
+    await state.webhooks.enable(endpoint)
+    return {**endpoint.shown(), "disabled": False, "disabled_reason": None, "failing_since_ms": None}
 
 
 @router.get(WEBHOOKS_PATH + "/callback-secret")

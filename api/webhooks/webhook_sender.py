@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import time
 from collections import Counter
 
@@ -30,7 +31,8 @@ from redis.exceptions import RedisError
 
 from brimful.core import metrics
 from brimful.core.settings import Settings
-from brimful.core.webhook_records import CALLBACK, Delivery, WebhookRecords, next_delay_s
+from brimful.core.webhook_records import CALLBACK, ENDPOINT_DISABLED, Delivery, Endpoint, WebhookRecords
+from brimful.core.webhook_retries import disables, failing_too_long, next_attempt_ms, retry_after_s, throttles
 from brimful.core.webhook_signing import signed_headers
 from brimful.core.webhook_targets import TargetRefused, check_target
 
@@ -43,6 +45,7 @@ MOST_PER_TENANT = 32  # of them, one tenant's
 MOST_PER_ENDPOINT = 4  # of them, to one endpoint (or one callback URL)
 DEFER_MS = 250  # a delivery claimed past those bounds is due again this much later
 MAX_ANSWER_BYTES = 64 * 1024  # of a receiver's answer: read, then dropped
+MOST_THROTTLED = 10_000  # targets this worker holds back at once (the oldest let go past it)
 
 
 class WebhookSender:
@@ -57,6 +60,8 @@ class WebhookSender:
         self._attempts: set[asyncio.Task[None]] = set()
         self._by_tenant: Counter[str] = Counter()  # attempts under way
         self._by_target: Counter[str] = Counter()
+        self._throttled: dict[str, int] = {}  # target -> until when (ms) its deliveries wait
+        self._random = random.random
 
     async def run(self) -> None:
         """For the life of the process: claim due deliveries while there is room, each
@@ -100,8 +105,12 @@ class WebhookSender:
         if delivery is None or delivery.state != "pending":
             return
         target = delivery.url or delivery.endpoint_id
+        now_ms = int(time.time() * 1000)
+        if self._throttled.get(target, 0) > now_ms:  # its receiver asked for a pause
+            await self._records.defer(delivery_id, self._throttled[target])
+            return
         if self._by_tenant[delivery.tenant] >= MOST_PER_TENANT or self._by_target[target] >= MOST_PER_ENDPOINT:
-            await self._records.defer(delivery_id, int(time.time() * 1000) + DEFER_MS)
+            await self._records.defer(delivery_id, now_ms + DEFER_MS)
             return
         self._by_tenant[delivery.tenant] += 1
         self._by_target[target] += 1
@@ -114,47 +123,87 @@ class WebhookSender:
                     del counter[key]
 
     async def _send(self, http: httpx.AsyncClient, delivery: Delivery) -> None:
+        endpoint = None
         if delivery.endpoint_id == CALLBACK:
-            url, secret = delivery.url, await self._records.callback_secret(delivery.tenant)
+            url, keys = delivery.url, [await self._records.callback_secret(delivery.tenant)]
         else:
             endpoint = await self._records.endpoint(delivery.endpoint_id, delivery.tenant)
-            if endpoint is None:
-                await self._end(delivery, "dead", 0, "the endpoint was deleted")
+            if endpoint is None or endpoint.disabled:
+                await self._end(
+                    delivery, "dead", 0, "the endpoint is disabled" if endpoint else "the endpoint was deleted"
+                )
                 return
-            url, secret = endpoint.url, endpoint.secret
+            url, keys = endpoint.url, endpoint.signing_secrets(time.time())
         delivery.attempts += 1
         try:
-            status = await asyncio.wait_for(
-                self._post_checked(http, url, secret, delivery), self._settings.webhook_timeout_s
+            status, retry_after = await asyncio.wait_for(
+                self._post_checked(http, url, keys, delivery), self._settings.webhook_timeout_s
             )
         except TargetRefused as error:
-            await self._failed(delivery, 0, f"refused target: {error}")
+            await self._failed(delivery, endpoint, 0, f"refused target: {error}", None)
             return
         except (httpx.HTTPError, TimeoutError, OSError) as error:
-            await self._failed(delivery, 0, f"{type(error).__name__}: {error}"[:300])
+            await self._failed(delivery, endpoint, 0, f"{type(error).__name__}: {error}"[:300], None)
             return
         if 200 <= status < 300:
             await self._end(delivery, "delivered", status, "")
+            if endpoint is not None and endpoint.failing_since_ms:
+                await self._records.note_success(endpoint.endpoint_id)
+        elif endpoint is not None and disables(status):
+            await self._end(delivery, "dead", status, f"the receiver answered {status}: the endpoint is disabled")
+            await self._disable(endpoint, f"the receiver answered {status} Gone")
         else:
-            await self._failed(delivery, status, f"the receiver answered {status}")
+            await self._failed(delivery, endpoint, status, f"the receiver answered {status}", retry_after)
 
-    async def _post_checked(self, http: httpx.AsyncClient, url: str, secret: str, delivery: Delivery) -> int:
+    async def _post_checked(
+        self, http: httpx.AsyncClient, url: str, keys: list[str], delivery: Delivery
+    ) -> tuple[int, str | None]:
         """The URL checked again (its name resolved now), then the signed POST: both within
-        the attempt's timeout."""
+        the attempt's timeout. The answer's status and Retry-After."""
         await check_target(url, self._allowed)
-        headers = signed_headers(secret, delivery.delivery_id, int(time.time()), delivery.payload)
+        headers = signed_headers(keys, delivery.delivery_id, int(time.time()), delivery.payload)
         return await _post(http, url, delivery.payload, headers)
 
-    async def _failed(self, delivery: Delivery, status: int, error: str) -> None:
-        delay = next_delay_s(delivery.attempts, self._settings.webhook_delays_s)
-        now_ms = int(time.time() * 1000)
-        window_ms = self._settings.webhook_retry_window_s * 1000
-        if delay is None or now_ms + delay * 1000 - delivery.created_at_ms > window_ms:
+    async def _failed(
+        self, delivery: Delivery, endpoint: Endpoint | None, status: int, error: str, retry_after: str | None
+    ) -> None:
+        settings, now_ms = self._settings, int(time.time() * 1000)
+        wait_s = retry_after_s(retry_after, now_ms / 1000)
+        at_ms = next_attempt_ms(
+            delivery.attempts, settings.webhook_delays_s, delivery.created_at_ms, settings.webhook_retry_window_s,
+            now_ms, wait_s, self._random,
+        )  # fmt: skip
+        if throttles(status):
+            self._throttle(delivery.url or delivery.endpoint_id, at_ms or now_ms + int((wait_s or 1.0) * 1000))
+        if endpoint is not None:
+            since = await self._records.note_failure(endpoint.endpoint_id, now_ms)
+            if failing_too_long(since, now_ms, settings.webhook_disable_after_s):
+                await self._disable(endpoint, f"its deliveries failed for {settings.webhook_disable_after_s:g} s")
+        if at_ms is None:
             await self._end(delivery, "dead", status, error)
             return
-        delivery.last_status, delivery.last_error, delivery.next_at_ms = status, error, now_ms + int(delay * 1000)
+        delivery.last_status, delivery.last_error, delivery.next_at_ms = status, error, at_ms
         metrics.WEBHOOK_ATTEMPTS.labels("failed").inc()
         await self._records.record_attempt(delivery)
+
+    def _throttle(self, target: str, until_ms: int) -> None:
+        """Hold the target's other deliveries in this worker until ``until_ms``."""
+        if len(self._throttled) >= MOST_THROTTLED:
+            now_ms = int(time.time() * 1000)
+            self._throttled = {key: at for key, at in self._throttled.items() if at > now_ms}
+            while len(self._throttled) >= MOST_THROTTLED:
+                del self._throttled[next(iter(self._throttled))]
+        self._throttled[target] = max(until_ms, self._throttled.get(target, 0))
+
+    async def _disable(self, endpoint: Endpoint, reason: str) -> None:
+        """Disable the endpoint, and tell the tenant's endpoints that take it (once)."""
+        if not await self._records.disable(endpoint, reason):
+            return
+        metrics.WEBHOOK_ENDPOINTS_DISABLED.inc()
+        log.warning("webhook endpoint disabled", extra={"endpoint_id": endpoint.endpoint_id, "reason": reason})
+        shown = {**endpoint.shown(), "disabled": True, "disabled_reason": reason}
+        event_id = f"{endpoint.endpoint_id}:disabled:{time.time_ns()}"
+        await self._records.emit(endpoint.tenant, ENDPOINT_DISABLED, shown, event_id)
 
     async def _end(self, delivery: Delivery, state: str, status: int, error: str) -> None:
         delivery.state, delivery.last_status, delivery.last_error = state, status, error
@@ -167,12 +216,12 @@ class WebhookSender:
             )
 
 
-async def _post(http: httpx.AsyncClient, url: str, body: bytes, headers: dict[str, str]) -> int:
-    """POST and read at most MAX_ANSWER_BYTES of the answer; its status."""
+async def _post(http: httpx.AsyncClient, url: str, body: bytes, headers: dict[str, str]) -> tuple[int, str | None]:
+    """POST and read at most MAX_ANSWER_BYTES of the answer; its status and Retry-After."""
     async with http.stream("POST", url, content=body, headers=headers) as answer:
         read = 0
         async for chunk in answer.aiter_raw():
             read += len(chunk)
             if read >= MAX_ANSWER_BYTES:
                 break
-        return answer.status_code
+        return answer.status_code, answer.headers.get("retry-after")

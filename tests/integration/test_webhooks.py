@@ -11,6 +11,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import httpx
@@ -32,7 +33,9 @@ from tests.helpers.polling import wait_for
 @dataclass
 class Receiver:
     """A webhook receiver on loopback: ``/ok`` answers 204, ``/flaky`` fails its first
-    ``flaky_failures`` calls of each delivery, ``/down`` fails while ``down`` holds."""
+    ``flaky_failures`` calls of each delivery, ``/down`` fails while ``down`` holds,
+    ``/gone`` answers 410 while ``gone`` holds, ``/busy`` answers 429 with ``Retry-After:
+    busy_for_s`` to the first call of each delivery."""
 
     url: str
     secrets: dict[str, str] = field(default_factory=dict)  # path -> the endpoint's secret
@@ -41,6 +44,9 @@ class Receiver:
     calls: dict[str, int] = field(default_factory=dict)  # webhook-id -> calls
     flaky_failures: int = 2
     down: bool = True
+    gone: bool = True
+    busy_for_s: int = 2
+    times: dict[str, list[float]] = field(default_factory=dict)  # webhook-id -> when each call came
 
     def events(self, path: str) -> list[dict[str, Any]]:
         return [event for where, _, event in self.received if where == path]
@@ -58,10 +64,15 @@ async def receiver() -> AsyncIterator[Receiver]:
         event = Webhook(got.secrets[path]).verify(body, headers)  # raises on a bad signature
         message_id = headers["webhook-id"]
         got.calls[message_id] = got.calls.get(message_id, 0) + 1
+        got.times.setdefault(message_id, []).append(time.monotonic())
         if path == "/flaky" and got.calls[message_id] <= got.flaky_failures:
             return web.Response(status=503)
         if path == "/down" and got.down:
             return web.Response(status=500)
+        if path == "/gone" and got.gone:
+            return web.Response(status=410)
+        if path == "/busy" and got.calls[message_id] == 1:
+            return web.Response(status=429, headers={"Retry-After": str(got.busy_for_s)})
         got.received.append((path, headers, event))
         got.bodies[message_id] = body
         return web.Response(status=204)
@@ -369,3 +380,82 @@ async def test_a_tenants_delivery_records_are_bounded(openai_stack: EmbeddedStac
         assert all(d is not None and d.state == "pending" for d in still)
     finally:
         await redis.aclose()
+
+
+def announced(receiver: Receiver, path: str, task_id: str) -> bool:
+    return any(event["data"].get("task_id") == task_id for event in receiver.events(path))
+
+
+async def test_a_rotated_secret_signs_beside_the_old_one_for_either_receiver(
+    openai_stack: EmbeddedStack, openai_keys: dict[str, str], api: httpx.AsyncClient, receiver: Receiver
+) -> None:
+    endpoint = await register(api, receiver, "/ok", ["task.completed"])
+    old = endpoint["secret"]
+    answer = await api.post(f"/v1/webhooks/endpoints/{endpoint['id']}/rotate-secret")
+    assert answer.status_code == 200, answer.text
+    new = answer.json()["secret"]
+    assert new != old and new.startswith("whsec_") and answer.json()["previous_secret_valid_until"] > time.time()
+    for held in (old, new):  # a receiver that holds only the old secret, then only the new one
+        receiver.secrets["/ok"] = held
+        task_id = await submit(openai_stack, openai_keys["submit"], f"rotation {uuid.uuid4().hex}")
+        await wait_for(until(partial(announced, receiver, "/ok", task_id)), 60, "the event")
+    assert all(len(headers["webhook-signature"].split(" ")) == 2 for _, headers, _ in receiver.received)
+    listed = (await api.get("/v1/webhooks/endpoints")).json()["data"]
+    assert "secret" not in listed[0] and listed[0]["previous_secret_valid_until"]
+    # Another tenant's admin, and ids that are not ids, find no endpoint to rotate.
+    async with httpx.AsyncClient(
+        base_url=openai_stack.api_url, headers={"Authorization": f"Bearer {openai_keys['other-admin']}"}, timeout=30
+    ) as other:
+        assert (await other.post(f"/v1/webhooks/endpoints/{endpoint['id']}/rotate-secret")).status_code == 404
+    for wrong in ("we_0", "%C2%B2", "x" * 5000):
+        assert (await api.post(f"/v1/webhooks/endpoints/{wrong}/rotate-secret")).status_code == 404, wrong
+
+
+async def test_a_receiver_answering_410_disables_its_endpoint_and_the_tenant_is_told(
+    openai_stack: EmbeddedStack, openai_keys: dict[str, str], api: httpx.AsyncClient, receiver: Receiver
+) -> None:
+    await register(api, receiver, "/ok", ["webhook_endpoint.disabled", "task.completed"])
+    gone = await register(api, receiver, "/gone", ["task.completed"])
+    first = await submit(openai_stack, openai_keys["submit"], f"to a gone receiver {uuid.uuid4().hex}")
+
+    def told() -> list[dict[str, Any]]:
+        return [event for event in receiver.events("/ok") if event["type"] == "webhook_endpoint.disabled"]
+
+    await wait_for(until(lambda: bool(told())), 60, "the endpoint's disabling to be told")
+    (event,) = told()
+    assert event["data"]["id"] == gone["id"] and "410" in event["data"]["disabled_reason"]
+    (shown,) = [e for e in (await api.get("/v1/webhooks/endpoints")).json()["data"] if e["id"] == gone["id"]]
+    assert shown["disabled"] and "410" in shown["disabled_reason"]
+    dead = (await api.get("/v1/webhooks/deliveries", params={"state": "dead"})).json()["data"]
+    assert [d["last_status"] for d in dead if d["endpoint_id"] == gone["id"]] == [410]
+    # While disabled it is sent nothing: the other endpoint hears of the task, it does not.
+    calls = sum(receiver.calls.values())
+    quiet = await submit(openai_stack, openai_keys["submit"], f"while disabled {uuid.uuid4().hex}")
+    await wait_for(until(partial(announced, receiver, "/ok", quiet)), 60, "the task's event at the other endpoint")
+    assert sum(receiver.calls.values()) == calls + 1 and not announced(receiver, "/gone", quiet)
+    recover = f"/v1/webhooks/endpoints/{gone['id']}/recover"
+    assert (await api.post(recover, json={"since": 0})).status_code == 409  # disabled: enable it first
+    receiver.gone = False
+    enabled = await api.post(f"/v1/webhooks/endpoints/{gone['id']}/enable")
+    assert enabled.status_code == 200 and not enabled.json()["disabled"]
+    task_id = await submit(openai_stack, openai_keys["submit"], f"once enabled {uuid.uuid4().hex}")
+    await wait_for(until(partial(announced, receiver, "/gone", task_id)), 60, "the event once enabled")
+    # What it lost while gone, recovered in one call: the dead delivery since then, sent again.
+    for body, param in (({"since": "yesterday"}, "since"), ({}, "since"), ({"since": -1}, "since"), ([], None)):
+        refused = await api.post(recover, json=body)
+        assert refused.status_code == 400 and refused.json()["error"]["param"] == param, refused.text
+    assert (await api.post(recover, json={"since": int(time.time()) + 3600})).json()["data"] == []
+    recovered = (await api.post(recover, json={"since": int(time.time()) - 600})).json()["data"]
+    assert [d["endpoint_id"] for d in recovered] == [gone["id"]]
+    await wait_for(until(partial(announced, receiver, "/gone", first)), 60, "the recovered delivery")
+
+
+async def test_a_receivers_retry_after_is_honoured(
+    openai_stack: EmbeddedStack, openai_keys: dict[str, str], api: httpx.AsyncClient, receiver: Receiver
+) -> None:
+    await register(api, receiver, "/busy", ["task.completed"])
+    task_ids = [await submit(openai_stack, openai_keys["submit"], f"busy {uuid.uuid4().hex}") for _ in range(2)]
+    await wait_for(until(lambda: len(receiver.events("/busy")) == 2), 60, "both events, after the 429s")
+    assert {e["data"]["task_id"] for e in receiver.events("/busy")} == set(task_ids)
+    for message_id, times in receiver.times.items():
+        assert len(times) == 2 and times[1] - times[0] >= receiver.busy_for_s - 0.05, (message_id, times)
