@@ -24,6 +24,9 @@ from brimful.core.redis_keys import RedisKeys
 BATCH_ID_PREFIX = "batch_"
 FINAL_TTL_S = 30 * 24 * 3600
 MAX_LISTED = 10_000  # the most index entries one page reads
+# What a job does with an invalid input line: fail at validating (OpenAI's way, the
+# default), or run the valid lines and answer each invalid one in the error file.
+INVALID_LINES = ("fail", "error_file")
 
 # KEYS[1]: the job's record. ARGV: the states it may leave (comma-separated), the new one,
 # its timestamp field and value, then (field, value) pairs to set with it. Returns the
@@ -77,6 +80,10 @@ class BatchRecord:
     error_parts: int = 0
     ending: str = ""
     output_expires_s: int | None = None  # ``output_expires_after``: its result files' life
+    model: str = ""  # the model its lines run on (of the first line run)
+    input_tokens: int = 0  # what its completed lines counted in usage
+    invalid_lines: str = INVALID_LINES[0]
+    retry_of: str = ""  # the job whose failed lines this one runs again
 
     def as_openai(self) -> dict[str, Any]:
         """OpenAI's Batch object."""
@@ -96,6 +103,15 @@ class BatchRecord:
             "expires_at": self.expires_at,
             "request_counts": {"total": self.total, "completed": self.completed, "failed": self.failed},
             "metadata": self.metadata,
+            "model": self.model or None,
+            "retry_of": self.retry_of or None,
+            "usage": {
+                "input_tokens": self.input_tokens,
+                "input_tokens_details": {"cached_tokens": 0},
+                "output_tokens": 0,
+                "output_tokens_details": {"reasoning_tokens": 0},
+                "total_tokens": self.input_tokens,
+            },
         }
 
     def fields(self) -> dict[str, str]:
@@ -118,6 +134,10 @@ class BatchRecord:
             "output_parts": self.output_parts,
             "error_parts": self.error_parts,
             "ending": self.ending,
+            "model": self.model,
+            "input_tokens": self.input_tokens,
+            "invalid_lines": self.invalid_lines,
+            "retry_of": self.retry_of,
             **({"output_expires_s": self.output_expires_s} if self.output_expires_s is not None else {}),
             **self.times,
         }
@@ -147,6 +167,10 @@ class BatchRecord:
             error_parts=int(raw.get("error_parts", 0)),
             ending=raw.get("ending", ""),
             output_expires_s=int(raw["output_expires_s"]) if "output_expires_s" in raw else None,
+            model=raw.get("model", ""),
+            input_tokens=int(raw.get("input_tokens", 0)),
+            invalid_lines=raw.get("invalid_lines", INVALID_LINES[0]),
+            retry_of=raw.get("retry_of", ""),
         )
 
 

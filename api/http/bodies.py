@@ -43,6 +43,9 @@ class JsonAnswer(JSONResponse):
         return orjson.dumps(content)
 
 
+# The header of an answer given again: a request whose Idempotency-Key an earlier one used.
+REPLAYED = {"Idempotent-Replayed": "true"}
+
 # Answers that refuse work for load or size (not for a bad request): counted by reason.
 REFUSAL_STATUSES = frozenset({413, 429, 503})
 

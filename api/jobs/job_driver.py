@@ -32,6 +32,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 import orjson
 from aiokafka.errors import KafkaError
@@ -39,7 +40,7 @@ from redis.exceptions import RedisError
 
 from brimful.api.http.bodies import ApiError
 from brimful.api.http.guards import Principal
-from brimful.api.jobs.job_lines import BatchLine, LineError, parse_line
+from brimful.api.jobs.job_lines import MAX_LINE_BYTES, BatchLine, InputCheck, LineError, duplicate, parse_line
 from brimful.api.jobs.job_results import BatchResults, StepLines
 from brimful.api.openai.embedding_answer import EmbeddingShape
 from brimful.api.openai.embedding_request import EMBEDDINGS_PATH
@@ -48,7 +49,7 @@ from brimful.api.state import ApiState
 from brimful.api.tasks.idempotency import claim_idempotency_key
 from brimful.api.tasks.submitter import Submitter, new_task_id
 from brimful.core.batch_job_turns import turns
-from brimful.core.batch_records import MAX_ACTIVE_JOBS, BatchRecord, BatchRecords
+from brimful.core.batch_records import INVALID_LINES, MAX_ACTIVE_JOBS, BatchRecord, BatchRecords
 from brimful.core.batch_status import BatchStatus
 from brimful.core.object_store import LineTooLong, ObjectNotFound
 
@@ -61,7 +62,7 @@ TICK_BUDGET_S = 4.0  # the longest one look runs; the next look goes on where it
 REFUSED_PAUSE_S = 1.0  # after a 429 or 503 on a line, its job waits this long
 REFUSED_PER_STEP = 10_000  # lines a step writes off when a job ends early
 SUBMIT_GROUP = 64  # lines submitted at once
-MAX_LINE_BYTES = 8 * 1024 * 1024  # a line is one request: far above any the API takes
+YIELD_EVERY_LINES = 256  # lines checked at validating between turns of the event loop
 
 
 @dataclass
@@ -198,30 +199,52 @@ class BatchJobs:
     # --- validating ---------------------------------------------------------------------
 
     async def _validate(self, record: BatchRecord) -> None:
-        """Count the input's lines; fail the job if it cannot be read or is too long."""
-        store, limit = self._state.object_store, self._state.settings.batch_max_lines
-        lines = 0
+        """Count the input's lines, and check each where the job fails on an invalid one
+        (OpenAI's way); fail the job if it cannot be read, is too long, or holds invalid
+        lines, its errors listing them."""
+        strict = record.invalid_lines == INVALID_LINES[0]
+        if strict and (self._state.catalogue is None or not self._state.serving):
+            return  # lines are checked against the models served: the next step
+        check = InputCheck(
+            record.endpoint, self._state.catalogue if strict else None, self._state.settings.max_bulk_tasks
+        )
+        check.vocabulary = await self._vocabulary(record) if strict else None
+        limit = self._state.settings.batch_max_lines
         try:
-            async for line in store.lines(record.input_file_id, MAX_LINE_BYTES):
+            async for line in self._state.object_store.lines(record.input_file_id, MAX_LINE_BYTES):
                 if line.strip():
-                    lines += 1
-                if lines > limit:
+                    check.add(line)
+                if check.lines > limit:
                     await self._fail(record, "too_many_lines", f"the input file has more than {limit} lines")
                     return
+                if check.lines % YIELD_EVERY_LINES == 0:
+                    await asyncio.sleep(0)  # checking 50,000 lines must not hold the event loop
         except ObjectNotFound:
             await self._fail(record, "invalid_file", f"the input file {record.input_file_id} is gone")
             return
         except LineTooLong:
-            await self._fail(record, "line_too_long", f"line {lines + 1} is longer than {MAX_LINE_BYTES} bytes")
+            await self._fail(record, "line_too_long", f"line {check.lines + 1} is longer than {MAX_LINE_BYTES} bytes")
             return
-        if lines == 0:
+        if check.lines == 0:
             await self._fail(record, "empty_file", "the input file holds no line")
-            return
-        await self._records.move(record.batch_id, BatchStatus.IN_PROGRESS, (BatchStatus.VALIDATING,), total=lines)
-        log.info("batch job validated", extra={"batch_id": record.batch_id, "lines": lines})
+        elif check.invalid:
+            await self._fail_all(record, check.errors())
+        else:
+            await self._records.move(
+                record.batch_id, BatchStatus.IN_PROGRESS, (BatchStatus.VALIDATING,), total=check.lines
+            )
+            log.info("batch job validated", extra={"batch_id": record.batch_id, "lines": check.lines})
+
+    async def _vocabulary(self, record: BatchRecord) -> TokenVocabulary | None:
+        """Where an embeddings job's token ids are decoded (None: not such a job)."""
+        encoding = self._state.settings.embedding_token_encoding
+        return await token_vocabulary(encoding) if encoding and record.endpoint == EMBEDDINGS_PATH else None
 
     async def _fail(self, record: BatchRecord, code: str, message: str) -> None:
-        problems = [{"code": code, "message": message, "param": None, "line": None}]
+        await self._fail_all(record, [{"code": code, "message": message, "param": None, "line": None}])
+
+    async def _fail_all(self, record: BatchRecord, problems: list[dict[str, Any]]) -> None:
+        code = problems[0]["code"]
         await self._announce(dataclasses.replace(record, status=BatchStatus.FAILED, errors=problems))
         await self._records.move(record.batch_id, BatchStatus.FAILED, errors=orjson.dumps(problems).decode())
         await self._results.delete_parts(record)  # none, unless it ran: never left behind
@@ -260,12 +283,13 @@ class BatchJobs:
             record.batch_id,
             started=started,
             finished=step.finished,
-            counts={"completed": step.completed, "failed": step.failed},
+            counts={"completed": step.completed, "failed": step.failed, "input_tokens": step.input_tokens},
             lines_done=lines_done,
             # A job ended before it was counted counts what it read.
             total=max(record.total, lines_done),
             output_parts=record.output_parts + (1 if step.output else 0),
             error_parts=record.error_parts + (1 if step.errors else 0),
+            **({"model": step.model} if step.model and not record.model else {}),
         )
         # Lines whose tasks a cancel just ended are written at the next step, with the rest.
         uncollected = len(pending) - len(step.finished)
@@ -330,6 +354,7 @@ class BatchJobs:
                 )
                 running += len(outcome)
                 lines_done += 1
+                step.model = step.model or line.submissions[0].model
         return lines_done
 
     async def _read_group(
@@ -354,7 +379,7 @@ class BatchJobs:
         catalogue, max_inputs = self._state.catalogue, self._state.settings.max_bulk_tasks
         line = parse_line(raw, record.endpoint, catalogue, max_inputs, cursor.vocabulary)
         if line.custom_id in cursor.seen:
-            raise LineError("duplicate_custom_id", "an earlier line has the same custom_id", line.custom_id)
+            raise duplicate(line.custom_id)
         cursor.seen.add(line.custom_id)
         return line
 
@@ -380,9 +405,7 @@ class BatchJobs:
         if cursor is not None and cursor.position == lines_done:
             return cursor
         lines = _non_blank(self._state.object_store.lines(record.input_file_id, MAX_LINE_BYTES))
-        encoding = self._state.settings.embedding_token_encoding
-        vocabulary = await token_vocabulary(encoding) if encoding and record.endpoint == EMBEDDINGS_PATH else None
-        cursor = _Cursor(lines, vocabulary=vocabulary)
+        cursor = _Cursor(lines, vocabulary=await self._vocabulary(record))
         while cursor.position < lines_done:  # ObjectNotFound when the input is gone
             raw = await _next_line(cursor)
             if raw is None:

@@ -4,8 +4,10 @@
 A line is ``{"custom_id", "method": "POST", "url", "body"}``; ``url`` is the job's endpoint,
 ``/v1/embeddings`` (the body as ``POST /v1/embeddings`` takes it: a task per input) or
 Brimful's ``/v1/tasks`` (one task). Its tasks always run at low priority, so a job fills
-the padding of interactive calls. A line that does not fit is refused with its own error,
-in the error file; it never stops the job.
+the padding of interactive calls. A line that does not fit fails the job at validating,
+listed in its errors (``InputCheck``: OpenAI's way); or, where the job asks for it
+(``invalid_lines: error_file``), is answered with its own error in the error file while
+the rest run.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from brimful.core.model_catalogue import ModelCatalogue
 
 ENDPOINTS = (EMBEDDINGS_PATH, "/v1/tasks")
 MAX_CUSTOM_ID_LENGTH = 512
+MAX_LINE_BYTES = 8 * 1024 * 1024  # a line is one request: far above any the API takes
 LINE_FIELDS = frozenset({"custom_id", "method", "url", "body"})
 
 
@@ -34,6 +37,10 @@ class LineError(Exception):
     def __init__(self, code: str, message: str, custom_id: str | None = None) -> None:
         super().__init__(message)
         self.code, self.message, self.custom_id = code, message, custom_id
+
+
+def duplicate(custom_id: str) -> LineError:
+    return LineError("duplicate_custom_id", "an earlier line has the same custom_id", custom_id)
 
 
 @dataclass(frozen=True)
@@ -52,7 +59,7 @@ def parse_line(
     try:
         document = orjson.loads(raw)
     except orjson.JSONDecodeError as error:
-        raise LineError("invalid_json", f"the line is not valid JSON: {error}"[:300]) from error
+        raise LineError("invalid_json_line", f"the line is not valid JSON: {error}"[:300]) from error
     if not isinstance(document, dict):
         raise LineError("invalid_request", 'a line must be a JSON object {"custom_id", "method", "url", "body"}')
     custom_id = document.get("custom_id")
@@ -64,7 +71,7 @@ def parse_line(
     if document.get("method") != "POST":
         raise LineError("invalid_method", "method must be POST", custom_id)
     if document.get("url") != endpoint:
-        raise LineError("invalid_url", f"url must be the batch's endpoint, {endpoint}", custom_id)
+        raise LineError("url_mismatch", f"url must be the batch's endpoint, {endpoint}", custom_id)
     body = document.get("body")
     if not isinstance(body, dict):
         raise LineError("invalid_request", "body must be a JSON object", custom_id)
@@ -77,6 +84,46 @@ def parse_line(
     except ApiError as error:
         raise LineError(error.code, error.message, custom_id) from error
     return BatchLine(custom_id, (dataclasses.replace(submission, low_priority=True),))
+
+
+MAX_LISTED_INVALID = 100  # invalid lines a failed job's errors list
+
+
+@dataclass
+class InputCheck:
+    """The validating step's read of a job's input: its lines counted and, with a catalogue,
+    each checked as it would run; the first ``MAX_LISTED_INVALID`` invalid ones kept as
+    OpenAI's Batch errors (``code``, ``message``, ``line``, counted from 1)."""
+
+    endpoint: str
+    catalogue: ModelCatalogue | None  # None: lines counted, not checked
+    max_inputs: int
+    vocabulary: TokenVocabulary | None = None
+    lines: int = 0
+    invalid: int = 0
+    listed: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    seen: set[str] = dataclasses.field(default_factory=set)  # the custom ids so far
+
+    def add(self, raw: bytes) -> None:
+        self.lines += 1
+        if self.catalogue is None:
+            return
+        try:
+            line = parse_line(raw, self.endpoint, self.catalogue, self.max_inputs, self.vocabulary)
+            if line.custom_id in self.seen:
+                raise duplicate(line.custom_id)
+            self.seen.add(line.custom_id)
+        except LineError as error:
+            self.invalid += 1
+            if len(self.listed) < MAX_LISTED_INVALID:
+                self.listed.append({"code": error.code, "message": error.message, "param": None, "line": self.lines})
+
+    def errors(self) -> list[dict[str, Any]]:
+        """The invalid lines, as the failed job's ``errors`` list them."""
+        unlisted = self.invalid - len(self.listed)
+        more = f"{unlisted} more invalid lines are not listed; the first {len(self.listed)} are"
+        summary = [{"code": "too_many_invalid_lines", "message": more, "param": None, "line": None}]
+        return self.listed + (summary if unlisted else [])
 
 
 def output_line(custom_id: str, request_id: str, status_code: int, body: dict[str, Any]) -> bytes:

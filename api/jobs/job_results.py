@@ -48,6 +48,8 @@ class StepLines:
     finished: list[int] = field(default_factory=list)
     completed: int = 0
     failed: int = 0
+    input_tokens: int = 0  # the usage of the lines it completed (an embeddings answer's prompt_tokens)
+    model: str = ""  # the model of the lines it started
 
     def fail(self, custom_id: str | None, code: str, message: str) -> int:
         """A line that failed before it ran: its error line written; the one line it ends."""
@@ -111,8 +113,9 @@ class BatchResults:
             step.failed += 1
             return
         try:
-            if note.get("embedding"):
-                body = embeddings_answer(EmbeddingShape(**note["embedding"]), task_ids, done)
+            shape = EmbeddingShape(**note["embedding"]) if note.get("embedding") else None
+            if shape is not None:
+                body = embeddings_answer(shape, task_ids, done)
             else:
                 body = task_record_answer(task_ids[0], done[0], self._state.settings.default_model)
         except ApiError as error:
@@ -121,6 +124,7 @@ class BatchResults:
             return
         step.output.append(output_line(custom_id, request_id, 200, body))
         step.completed += 1
+        step.input_tokens += shape.prompt_tokens if shape is not None else 0
 
     async def write_parts(self, record: BatchRecord, step: StepLines) -> None:
         store = self._state.object_store

@@ -12,13 +12,15 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import StreamingResponse
 
-from brimful.api.http.bodies import ApiError, JsonAnswer
+from brimful.api.http.bodies import REPLAYED, ApiError, JsonAnswer
 from brimful.api.http.guards import Principal, requires
 from brimful.api.http.list_pages import page_answer, page_limit
 from brimful.api.jobs.result_tables import FORMATS, table_chunks
+from brimful.api.openai.create_once import created_once
 from brimful.api.openai.file_names import attachment
 from brimful.api.openai.upload import receive_upload
 from brimful.api.state import ApiState, api_state
+from brimful.api.tasks.idempotency import checked_idempotency_key
 from brimful.core.api_keys import Scope
 from brimful.core.file_records import OUTPUT_PURPOSE, UPLOAD_PURPOSES, FileRecord, expires_after_s, new_file_id
 from brimful.core.object_store import ObjectNotFound
@@ -37,9 +39,12 @@ LIST_LIMIT_MAX = 10_000  # OpenAI's own bound on a page of files
 @router.post(FILES_PATH)
 async def upload_file(request: Request, principal: Principal = Depends(requires(Scope.SUBMIT))) -> JsonAnswer:
     """Upload a file (``multipart/form-data``: ``file``, ``purpose`` and optionally
-    ``expires_after[anchor]`` with ``expires_after[seconds]``); OpenAI's File object."""
+    ``expires_after[anchor]`` with ``expires_after[seconds]``); OpenAI's File object. With
+    an Idempotency-Key, a retry is answered the file its first try made (its own bytes,
+    read in full, are dropped)."""
     state = api_state(request)
     settings = state.settings
+    header = checked_idempotency_key(request.headers.get("idempotency-key"))  # a bad one before the upload
     file_id = new_file_id()
     async with state.upload_gate.opened(principal.tenant) as room:
         upload = await receive_upload(
@@ -67,8 +72,16 @@ async def upload_file(request: Request, principal: Principal = Depends(requires(
     now = int(time.time())
     expires_at = now + expires_s if expires_s is not None else None
     record = FileRecord(file_id, principal.tenant, upload.filename, upload.bytes, str(purpose), now, expires_at)
+
+    async def exists(earlier_id: str) -> bool:
+        return await state.file_records.get(earlier_id, principal.tenant) is not None
+
     try:
-        await state.file_records.add(record)
+        async with created_once(state, principal.tenant, "files", header, file_id, exists) as claim:
+            if claim.earlier is not None:
+                await state.object_store.delete(file_id)
+                return JsonAnswer((await _own_file(state, claim.earlier, principal)).as_openai(), headers=REPLAYED)
+            await state.file_records.add(record)
     except BaseException:
         await state.object_store.delete(file_id)
         raise

@@ -20,6 +20,7 @@ from brimful.api.openapi.openai_operations import openai_operations
 from brimful.api.openapi.shapes import (
     ACCEPTED,
     ERROR,
+    IDEMPOTENCY_KEY_HEADER,
     MODELS,
     OBJECT,
     TASK_STATE,
@@ -29,7 +30,6 @@ from brimful.api.openapi.shapes import (
 )
 from brimful.api.tasks.bulk_arrow import ARROW_STREAM
 from brimful.api.tasks.submission import ALLOWED_FIELDS, MAX_DEADLINE_MS, PRIORITIES
-from brimful.api.tasks.task_routes import IDEMPOTENCY_KEY_MAX_LENGTH
 from brimful.core.model_catalogue import ModelCatalogue, ModelSignature, TensorSpec
 from brimful.core.policy_params import TUNABLE, bounds
 from brimful.core.settings import Settings
@@ -120,14 +120,6 @@ def submit_schema(catalogue: ModelCatalogue | None) -> dict[str, Any]:
         "properties": {name: fields[name] for name in ALLOWED_FIELDS},
         "example": {"inputs": {"TEXT": "hello"}},
     }
-
-
-IDEMPOTENCY_KEY_HEADER = {
-    "name": "Idempotency-Key",
-    "in": "header",
-    "required": False,
-    "schema": {"type": "string", "minLength": 1, "maxLength": IDEMPOTENCY_KEY_MAX_LENGTH},
-}
 
 
 def operations(catalogue: ModelCatalogue | None, settings: Settings) -> dict[tuple[str, str], dict[str, Any]]:

@@ -15,8 +15,15 @@ from brimful.api.jobs.result_tables import FORMATS as TABLE_FORMATS
 from brimful.api.openai.embedding_request import EMBEDDINGS_PATH, embedding_request_schema
 from brimful.api.openai.file_routes import FILES_PATH
 from brimful.api.openai.file_routes import LIST_LIMIT_MAX as FILE_LIST_MAX
-from brimful.api.openapi.shapes import OBJECT, OPENAI_MODEL, json_content, query_parameter, responses
-from brimful.api.webhooks.webhook_routes import ENDPOINT_BODY, WEBHOOKS_PATH
+from brimful.api.openapi.shapes import (
+    IDEMPOTENCY_KEY_HEADER,
+    OBJECT,
+    OPENAI_MODEL,
+    json_content,
+    query_parameter,
+    responses,
+)
+from brimful.api.webhooks.webhook_routes import ENDPOINT_BODY, RECOVER_BODY, WEBHOOKS_PATH
 from brimful.api.webhooks.webhook_routes import LIST_LIMIT_MAX as WEBHOOK_LIST_MAX
 from brimful.core.batch_status import BatchStatus
 from brimful.core.file_records import (
@@ -50,6 +57,13 @@ BATCH = {
         "request_counts": {
             "type": "object",
             "properties": {name: {"type": "integer"} for name in ("total", "completed", "failed")},
+        },
+        "model": {"type": ["string", "null"], "description": "the model its lines run on; null before one runs"},
+        "usage": {
+            "type": "object",
+            "description": "input_tokens: what its completed lines counted (an embeddings answer's prompt_tokens; "
+            "a /v1/tasks line counts none); output_tokens 0",
+            "properties": {name: {"type": "integer"} for name in ("input_tokens", "output_tokens", "total_tokens")},
         },
     },
 }
@@ -111,6 +125,7 @@ def _file_operations(settings: Settings) -> dict[tuple[str, str], dict[str, Any]
     return {
         (FILES_PATH, "post"): {
             "requestBody": {"required": True, "content": {"multipart/form-data": {"schema": upload}}},
+            "parameters": [IDEMPOTENCY_KEY_HEADER],
             "responses": responses({200: ("The file.", FILE)}, (400, 401, 403, 408, 413, 415, 429, 503)),
         },
         (FILES_PATH, "get"): {
@@ -153,6 +168,7 @@ def _batch_operations() -> dict[tuple[str, str], dict[str, Any]]:
     return {
         (BATCHES_PATH, "post"): {
             "requestBody": {"required": True, **json_content(BATCH_BODY.schema)},
+            "parameters": [IDEMPOTENCY_KEY_HEADER],
             "responses": responses({200: ("The batch, validating.", BATCH)}, (400, 401, 403, 404, 408, 413, 429, 503)),
         },
         (BATCHES_PATH, "get"): {
@@ -161,6 +177,23 @@ def _batch_operations() -> dict[tuple[str, str], dict[str, Any]]:
         },
         (BATCHES_PATH + "/{batch_id}", "get"): {
             "responses": responses({200: ("The batch.", BATCH)}, (401, 403, 404, 503)),
+        },
+        (BATCHES_PATH + "/{batch_id}/retry", "post"): {
+            "parameters": [IDEMPOTENCY_KEY_HEADER],
+            "responses": responses(
+                {200: ("Brimful's: a new job over the ended job's failed lines (retry_of names it).", BATCH)},
+                (401, 403, 404, 409, 413, 429, 503),
+            ),
+        },
+        (BATCHES_PATH + "/{batch_id}/results", "get"): {
+            "parameters": [query_parameter("file", {"type": "string", "enum": ["output", "errors"]})],
+            "responses": {
+                "200": {
+                    "description": "Brimful's: the job's output (or error) lines written so far, JSONL.",
+                    "content": {"application/jsonl": {"schema": {"type": "string", "format": "binary"}}},
+                },
+                **responses({}, (400, 401, 403, 404, 503)),
+            },
         },
         (BATCHES_PATH + "/{batch_id}/cancel", "post"): {
             "responses": responses({200: ("The batch, cancelling.", BATCH)}, (401, 403, 404, 409, 503)),
@@ -180,6 +213,21 @@ def _webhook_operations() -> dict[tuple[str, str], dict[str, Any]]:
         },
         (WEBHOOKS_PATH + "/endpoints/{endpoint_id}", "delete"): {
             "responses": responses({200: ("Deleted.", OBJECT)}, (401, 403, 404, 503)),
+        },
+        (WEBHOOKS_PATH + "/endpoints/{endpoint_id}/rotate-secret", "post"): {
+            "responses": responses(
+                {200: ("The endpoint with its new secret; the old one signs beside it a while.", OBJECT)},
+                (401, 403, 404, 503),
+            ),
+        },
+        (WEBHOOKS_PATH + "/endpoints/{endpoint_id}/recover", "post"): {
+            "requestBody": {"required": True, **json_content(RECOVER_BODY.schema)},
+            "responses": responses(
+                {200: ("The dead deliveries sent again.", OBJECT)}, (400, 401, 403, 404, 408, 409, 413, 503)
+            ),
+        },
+        (WEBHOOKS_PATH + "/endpoints/{endpoint_id}/enable", "post"): {
+            "responses": responses({200: ("The endpoint, enabled.", OBJECT)}, (401, 403, 404, 503)),
         },
         (WEBHOOKS_PATH + "/callback-secret", "get"): {
             "responses": responses({200: ("The secret of the tenant's task callbacks.", OBJECT)}, (401, 403, 503)),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from brimful.api.tasks.idempotency import IDEMPOTENCY_KEY_MAX_LENGTH
 from brimful.api.tasks.task_routes import TASK_ID_PATTERN
 from brimful.core.model_catalogue import MODEL_KINDS
 from brimful.core.task_record import TaskStatus
@@ -144,6 +145,13 @@ WHY = {
 RETRY_AFTER = {"Retry-After": {"description": "seconds to wait before retrying", "schema": {"type": "string"}}}
 
 OBJECT = {"type": "object"}
+IDEMPOTENCY_KEY_HEADER = {
+    "name": "Idempotency-Key",
+    "in": "header",
+    "required": False,
+    "schema": {"type": "string", "minLength": 1, "maxLength": IDEMPOTENCY_KEY_MAX_LENGTH},
+    "description": "a retry with the same key is answered what the first try made (Idempotent-Replayed: true)",
+}
 
 
 def json_content(schema: dict[str, Any]) -> dict[str, Any]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 
 from redis.exceptions import RedisError
@@ -20,9 +21,34 @@ from brimful.core.task_record import TaskStatus
 
 log = logging.getLogger("brimful.api")
 
+IDEMPOTENCY_KEY_MAX_LENGTH = 255
+IDEMPOTENCY_KEY_PATTERN = re.compile(rf"^[\x21-\x7e]{{1,{IDEMPOTENCY_KEY_MAX_LENGTH}}}$")
 # How long a retry waits for an earlier submission with its Idempotency-Key to finish.
 IDEMPOTENCY_WAIT_S = 5.0
 IDEMPOTENCY_POLL_S = 0.02
+
+
+def checked_idempotency_key(header: str | None) -> str | None:
+    """The Idempotency-Key header's value, if there is one; 400 if it is not 1-255
+    visible ASCII characters (a key no client can send is left for Brimful's own)."""
+    if header is not None and not IDEMPOTENCY_KEY_PATTERN.match(header):
+        raise ApiError(
+            400,
+            "invalid_idempotency_key",
+            f"Idempotency-Key must be 1-{IDEMPOTENCY_KEY_MAX_LENGTH} visible ASCII characters",
+            param="Idempotency-Key",
+        )
+    return header
+
+
+def key_in_use() -> ApiError:
+    """The answer to a retry whose first try is still under way."""
+    return ApiError(
+        409,
+        "idempotency_key_in_use",
+        "a request with this Idempotency-Key is still being accepted; retry shortly",
+        retry_after_s=1,
+    )
 
 
 async def claim_idempotency_key(state: ApiState, key: str, task_id: str, submission: Submission) -> str | None:
@@ -62,12 +88,7 @@ async def claim_idempotency_key(state: ApiState, key: str, task_id: str, submiss
                 return held.task_id
             continue
         if time.monotonic() >= deadline:
-            raise ApiError(
-                409,
-                "idempotency_key_in_use",
-                "a request with this Idempotency-Key is still being accepted; retry shortly",
-                retry_after_s=1,
-            )
+            raise key_in_use()
         await asyncio.sleep(IDEMPOTENCY_POLL_S)
 
 

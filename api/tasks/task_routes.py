@@ -11,11 +11,11 @@ from urllib.parse import parse_qsl
 
 from fastapi import APIRouter, Depends, Request
 
-from brimful.api.http.bodies import NO_RETRY, ApiError, JsonAnswer, admit, parse_json, read_body
+from brimful.api.http.bodies import NO_RETRY, REPLAYED, ApiError, JsonAnswer, admit, parse_json, read_body
 from brimful.api.http.guards import Principal, requires
 from brimful.api.state import ApiState, api_state
 from brimful.api.tasks.bulk_arrow import ARROW_STREAM, submit_arrow
-from brimful.api.tasks.idempotency import claim_idempotency_key
+from brimful.api.tasks.idempotency import checked_idempotency_key, claim_idempotency_key
 from brimful.api.tasks.submission import Submission, parse_submission, queued_answer
 from brimful.api.tasks.submitter import Submitter, new_task_id, served_catalogue
 from brimful.api.tasks.task_waiters import read_own_task
@@ -35,8 +35,6 @@ BodyReader = Callable[[int, float], Awaitable[bytes]]
 
 BULK_BODY_FACTOR = 4  # a bulk body may be this many times a single task's
 TASK_ID_PATTERN = re.compile(r"^[0-9a-f]{32}$")
-IDEMPOTENCY_KEY_MAX_LENGTH = 255
-IDEMPOTENCY_KEY_PATTERN = re.compile(rf"^[\x21-\x7e]{{1,{IDEMPOTENCY_KEY_MAX_LENGTH}}}$")
 
 
 def _query_value(query_string: bytes, name: str) -> str | None:
@@ -119,14 +117,8 @@ async def accept_task(
     submission = parse_submission(document, await served_catalogue(state))
 
     task_id = new_task_id()
-    key = idempotency_key
+    key = checked_idempotency_key(idempotency_key)
     if key is not None:
-        if not IDEMPOTENCY_KEY_PATTERN.match(key):
-            raise ApiError(
-                400,
-                "invalid_idempotency_key",
-                f"Idempotency-Key must be 1-{IDEMPOTENCY_KEY_MAX_LENGTH} visible ASCII characters",
-            )
         key = f"{principal.tenant}/{key}"  # one tenant's keys never meet another's
         original = await claim_idempotency_key(state, key, task_id, submission)
         if original is not None:
@@ -136,7 +128,7 @@ async def accept_task(
                 if record
                 else queued_answer(original, submission.model)
             )
-            return JsonAnswer(answer, status_code=200, headers={"Idempotent-Replayed": "true"})
+            return JsonAnswer(answer, status_code=200, headers=REPLAYED)
     if wait_s > 0 and not state.waiters.has_room(principal.tenant):
         wait_s = 0.0  # the tenant holds its limit of waiters here: accept, answer 202 at once
         metrics.LONG_POLLS_DECLINED.inc()

@@ -1,10 +1,12 @@
 """``brimful batches``: run a JSONL file as a batch job and follow it to its end.
 
-    brimful batches create FILE --endpoint /v1/tasks [--window 24h] [--wait] [--out DIR]
+    brimful batches create FILE --endpoint /v1/tasks [--window 24h] [--invalid-lines fail|error_file]
+                           [--wait] [--out DIR]
     brimful batches list [--limit N]
     brimful batches show ID
     brimful batches wait ID [--out DIR]     # a progress bar until it ends, then its files
     brimful batches cancel ID
+    brimful batches retry ID [--wait] [--out DIR]   # its failed lines again, as a new job
 
 ``create`` uploads the file (streamed: its size does not matter here) and creates the job;
 with ``--wait`` it follows it like ``wait``. ``wait`` draws the job's progress on stderr
@@ -17,6 +19,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +39,13 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     create.add_argument("file", type=Path)
     create.add_argument("--endpoint", required=True, choices=["/v1/tasks", "/v1/embeddings"])
     create.add_argument("--window", default="24h", help="completion window: 24h, or shorter (90s, 30m, 2h)")
+    create.add_argument(
+        "--invalid-lines",
+        choices=["fail", "error_file"],
+        default="fail",
+        help="fail: a file with an invalid line fails at validating, its errors listing them (OpenAI's way); "
+        "error_file: the valid lines run, each invalid one answered in the error file",
+    )
     create.add_argument("--wait", action="store_true", help="follow it to its end, then save its files")
     create.add_argument("--out", type=Path, default=Path("."), help="where --wait saves the files")
     listing = actions.add_parser("list", help="your batch jobs, newest first")
@@ -47,7 +57,11 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     wait.add_argument("--out", type=Path, default=Path("."))
     cancel = actions.add_parser("cancel", help="cancel a batch job")
     cancel.add_argument("batch_id")
-    for sub in (create, listing, show, wait, cancel):
+    retry = actions.add_parser("retry", help="run an ended batch job's failed lines again, as a new job")
+    retry.add_argument("batch_id")
+    retry.add_argument("--wait", action="store_true", help="follow the new job to its end, then save its files")
+    retry.add_argument("--out", type=Path, default=Path("."), help="where --wait saves the files")
+    for sub in (create, listing, show, wait, cancel, retry):
         add_api_argument(sub)
     parser.set_defaults(handler=run)
 
@@ -81,7 +95,12 @@ def _create(args: argparse.Namespace) -> int:
         "POST",
         f"{args.api}/v1/batches",
         args.api_key,
-        json={"input_file_id": file_id, "endpoint": args.endpoint, "completion_window": args.window},
+        json={
+            "input_file_id": file_id,
+            "endpoint": args.endpoint,
+            "completion_window": args.window,
+            "invalid_lines": args.invalid_lines,
+        },
     )
     print(batch["id"])
     if args.wait:
@@ -159,4 +178,14 @@ def _cancel(args: argparse.Namespace) -> int:
     return 0
 
 
-_ACTIONS = {"create": _create, "list": _list, "show": _show, "wait": _wait, "cancel": _cancel}
+def _retry(args: argparse.Namespace) -> int:
+    key = {"Idempotency-Key": f"retry-{uuid.uuid4().hex}"}
+    batch = call("POST", f"{args.api}/v1/batches/{args.batch_id}/retry", args.api_key, headers=key)
+    print(batch["id"])
+    if args.wait:
+        args.batch_id = batch["id"]
+        return _wait(args)
+    return 0
+
+
+_ACTIONS = {"create": _create, "list": _list, "show": _show, "wait": _wait, "cancel": _cancel, "retry": _retry}

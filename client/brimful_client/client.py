@@ -33,6 +33,7 @@ from brimful_client.job_plans import (
     file_lines_plan,
     jsonl,
     remove_webhook_plan,
+    retry_batch_plan,
     wait_batch_plan,
     webhooks_plan,
 )
@@ -153,10 +154,13 @@ class Client(_Connection):
         endpoint: str = "/v1/tasks",
         metadata: Mapping[str, str] | None = None,
         filename: str = "batch.jsonl",
+        invalid_lines: str | None = None,
     ) -> dict[str, Any]:
         """Upload request lines (``task_lines`` makes them from inputs) and start a batch job
-        over them: each line a low-priority task. Returns the job (``id``, ``status``, ...)."""
-        return dict(self._run(create_batch_plan(self._retry, jsonl(lines), endpoint, metadata, filename)))
+        over them: each line a low-priority task. Returns the job (``id``, ``status``, ...).
+        ``invalid_lines="error_file"`` runs the valid lines of a file with invalid ones."""
+        plan = create_batch_plan(self._retry, jsonl(lines), endpoint, metadata, filename, invalid_lines)
+        return dict(self._run(plan))
 
     def batch(self, batch_id: str) -> dict[str, Any]:
         return dict(self._run(batch_plan(self._retry, batch_id)))
@@ -170,6 +174,10 @@ class Client(_Connection):
 
     def cancel_batch(self, batch_id: str) -> dict[str, Any]:
         return dict(self._run(cancel_batch_plan(self._retry, batch_id)))
+
+    def retry_batch(self, batch_id: str) -> dict[str, Any]:
+        """A new job over the failed lines of an ended one (``retry_of`` names it)."""
+        return dict(self._run(retry_batch_plan(self._retry, batch_id)))
 
     def batch_output(self, batch: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         """The output file's lines of an ended job, by ``custom_id``: each line's
@@ -267,8 +275,10 @@ class AsyncClient(_Connection):
         endpoint: str = "/v1/tasks",
         metadata: Mapping[str, str] | None = None,
         filename: str = "batch.jsonl",
+        invalid_lines: str | None = None,
     ) -> dict[str, Any]:
-        return dict(await self._run(create_batch_plan(self._retry, jsonl(lines), endpoint, metadata, filename)))
+        plan = create_batch_plan(self._retry, jsonl(lines), endpoint, metadata, filename, invalid_lines)
+        return dict(await self._run(plan))
 
     async def batch(self, batch_id: str) -> dict[str, Any]:
         return dict(await self._run(batch_plan(self._retry, batch_id)))
@@ -280,6 +290,9 @@ class AsyncClient(_Connection):
 
     async def cancel_batch(self, batch_id: str) -> dict[str, Any]:
         return dict(await self._run(cancel_batch_plan(self._retry, batch_id)))
+
+    async def retry_batch(self, batch_id: str) -> dict[str, Any]:
+        return dict(await self._run(retry_batch_plan(self._retry, batch_id)))
 
     async def batch_output(self, batch: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         return by_custom_id(await self._run(file_lines_plan(self._retry, batch.get("output_file_id"))))

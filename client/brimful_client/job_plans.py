@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -42,9 +43,17 @@ def read_bytes(response: httpx.Response) -> bytes:
 
 
 def create_batch_plan(
-    retry: RetryPolicy, content: bytes, endpoint: str, metadata: Mapping[str, str] | None, filename: str
+    retry: RetryPolicy,
+    content: bytes,
+    endpoint: str,
+    metadata: Mapping[str, str] | None,
+    filename: str,
+    invalid_lines: str | None = None,
 ) -> Plan:
-    """Upload ``content`` (purpose batch) and start a job over it; the job as created."""
+    """Upload ``content`` (purpose batch) and start a job over it; the job as created. Each
+    create carries an Idempotency-Key of its own, so a retry never makes a second one.
+    ``invalid_lines``: ``fail`` (the server's default: a file with an invalid line fails at
+    validating) or ``error_file`` (the valid lines run)."""
     if endpoint not in BATCH_ENDPOINTS:
         raise ValueError(f"endpoint must be one of {', '.join(BATCH_ENDPOINTS)}, not {endpoint!r}")
     upload = yield from call_plan(
@@ -53,11 +62,15 @@ def create_batch_plan(
         "/v1/files",
         data={"purpose": "batch"},
         files={"file": (filename, content, "application/jsonl")},
+        headers={"Idempotency-Key": f"upload-{uuid.uuid4().hex}"},
     )
     body: dict[str, Any] = {"input_file_id": upload["id"], "endpoint": endpoint, "completion_window": "24h"}
     if metadata:
         body["metadata"] = dict(metadata)
-    return dict((yield from call_plan(retry, "POST", "/v1/batches", json=body)))
+    if invalid_lines:
+        body["invalid_lines"] = invalid_lines
+    key = {"Idempotency-Key": f"batch-{uuid.uuid4().hex}"}
+    return dict((yield from call_plan(retry, "POST", "/v1/batches", json=body, headers=key)))
 
 
 def batch_plan(retry: RetryPolicy, batch_id: str) -> Plan:
@@ -83,6 +96,13 @@ def wait_batch_plan(
 
 def cancel_batch_plan(retry: RetryPolicy, batch_id: str) -> Plan:
     return dict((yield from call_plan(retry, "POST", f"/v1/batches/{batch_id}/cancel")))
+
+
+def retry_batch_plan(retry: RetryPolicy, batch_id: str) -> Plan:
+    """Run an ended job's failed lines again as a new job (under an Idempotency-Key of its
+    own, so a retried call makes one); the new job."""
+    key = {"Idempotency-Key": f"retry-{uuid.uuid4().hex}"}
+    return dict((yield from call_plan(retry, "POST", f"/v1/batches/{batch_id}/retry", headers=key)))
 
 
 def file_lines_plan(retry: RetryPolicy, file_id: str | None) -> Plan:

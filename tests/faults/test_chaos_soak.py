@@ -115,6 +115,7 @@ SHARED_TEXTS = [f"shared input {n}" for n in range(12)]  # identical inputs, eve
 FINAL = ("done", "failed", "cancelled", "expired")
 READERS = 32  # the ledger's reads of final answers at once
 UPLOAD_MAX_S = 10.0
+API_WORKERS = 2
 SMALL_JOB_EVERY_S = 8.0  # a small batch job: plain, cancelled, expiring, or its input deleted
 SMALL_JOB_LINES = 20
 
@@ -129,7 +130,7 @@ def soak_stack(tmp_path_factory: pytest.TempPathFactory, request: pytest.Fixture
     on_kafka = BROKER == "kafka"
     base = stack_settings(
         auth_enabled=True,
-        api_workers=2,
+        api_workers=API_WORKERS,
         topic_partitions=4,
         models=REFERENCE_MODELS,
         endpoint_capacity=2,
@@ -619,6 +620,7 @@ async def test_every_accepted_task_ends_right_in_the_production_shape_under_chao
     checked.set()
     await evidence
     hook_figures, hook_problems = receivers.check(ledger)
+    hook_problems += await receivers.gone_is_disabled(clients[TENANTS[0]], ledger)
     await receivers.stop()
     left_behind = await storage_left_behind(stack)
     figures.update({**job_figures, **small_figures, **hook_figures})
@@ -674,7 +676,12 @@ class BatchJob:
             ledger,
             "POST",
             "/v1/batches",
-            json={"input_file_id": uploaded["id"], "endpoint": "/v1/tasks", "completion_window": "24h"},
+            json={
+                "input_file_id": uploaded["id"],
+                "endpoint": "/v1/tasks",
+                "completion_window": "24h",
+                "invalid_lines": "error_file",  # its bad line answered in the error file, the rest run
+            },
         )
         assert status == 200, batch
         return cls(batch["id"], lines)
@@ -735,13 +742,16 @@ class SmallJob:
     batch_id: str
     kind: str
     lines: dict[str, str]  # custom_id -> text
+    retry_of: str = ""  # a retry: the job whose failed lines it runs again
 
 
 class SmallJobs:
     """Small batch jobs made through the soak, one every ``SMALL_JOB_EVERY_S``, each of a
     kind in turn: run plainly, cancelled a moment in, given a window of a few seconds, or
-    its input file deleted a moment in. At the end each has ended, and its counts agree
-    with its output and error files."""
+    its input file deleted a moment in; and, each time a plain one is made, the plain one
+    before it retried (its failed lines run again as a new job), through the faults. At the
+    end each has ended, its counts agree with its output and error files, and a retry ran
+    exactly the lines its first job's error file names."""
 
     def __init__(self, tenant: Tenant, ledger: Ledger) -> None:
         self.tenant = tenant
@@ -787,12 +797,22 @@ class SmallJobs:
         )
         if status != 200:
             return
+        plain_before = next((job for job in reversed(self.jobs) if job.kind == "plain"), None)
         self.jobs.append(SmallJob(batch["id"], kind, lines))
+        if kind == "plain" and plain_before is not None:
+            await self._retry(plain_before)
         await asyncio.sleep(1.0)
         if kind == "cancelled":
             await self.tenant.call(self.ledger, "POST", f"/v1/batches/{batch['id']}/cancel")
         elif kind == "input deleted":
             await self.tenant.call(self.ledger, "DELETE", f"/v1/files/{uploaded['id']}")
+
+    async def _retry(self, first: SmallJob) -> None:
+        """Its failed lines again, as a new job (refused for now, or not ended yet: skipped)."""
+        key = {"Idempotency-Key": f"soak-retry-{first.batch_id}"}
+        status, batch = await self.tenant.call(self.ledger, "POST", f"/v1/batches/{first.batch_id}/retry", headers=key)
+        if status == 200:
+            self.jobs.append(SmallJob(batch["id"], "retry", first.lines, retry_of=first.batch_id))
 
     async def check(self) -> tuple[dict[str, object], list[str]]:
         problems: list[str] = []
@@ -818,7 +838,7 @@ class SmallJobs:
     async def _agree(self, job: SmallJob, batch: dict[str, Any]) -> list[str]:
         """Its counts against its files: every output line right, each line once, the
         completed count the output's lines, every line counted."""
-        allowed = {"plain": ("completed",), "cancelled": ("cancelled", "completed"),
+        allowed = {"plain": ("completed",), "cancelled": ("cancelled", "completed"), "retry": ("completed",),
                    "expiring": ("expired", "completed"), "input deleted": ("failed", "completed")}[job.kind]  # fmt: skip
         problems = (
             [] if batch["status"] in allowed else [f"small job {job.batch_id} ({job.kind}) ended {batch['status']}"]
@@ -835,9 +855,19 @@ class SmallJobs:
                 problems.append(f"small job {job.batch_id}: a wrong result for {line['custom_id']}")
         if counts["completed"] != len(output) or counts["completed"] + counts["failed"] != counts["total"]:
             problems.append(f"small job {job.batch_id}: counts {counts} against {len(output)} / {len(errors)} lines")
-        if job.kind != "input deleted" and len(named) != SMALL_JOB_LINES:
+        if job.kind not in ("input deleted", "retry") and len(named) != SMALL_JOB_LINES:
             problems.append(f"small job {job.batch_id}: {len(named)} of {SMALL_JOB_LINES} lines in its files")
+        if job.kind == "retry":
+            problems += await self._retried(job, sorted(named))
         return problems
+
+    async def _retried(self, job: SmallJob, named: list[str]) -> list[str]:
+        """A retry ran exactly the lines its first job's error file names."""
+        status, first = await self.tenant.call(self.ledger, "GET", f"/v1/batches/{job.retry_of}")
+        failed = sorted(line["custom_id"] for line in await _lines(self.tenant, first.get("error_file_id")))
+        if status != 200 or named != failed:
+            return [f"retry {job.batch_id} of {job.retry_of} answered {named}, its first job failed {failed}"]
+        return []
 
 
 async def _lines(tenant: Tenant, file_id: str | None) -> list[dict[str, Any]]:
@@ -913,6 +943,18 @@ class Receivers:
                 ledger, "POST", "/v1/webhooks/endpoints", json={"url": url, "events": ["task.completed"]}
             )
             assert status == 200, made
+
+    async def gone_is_disabled(self, first: Tenant, ledger: Ledger) -> list[str]:
+        """The endpoint whose receiver answers 410 is disabled, and was called no more than
+        the attempts under way when it first answered (4 an endpoint, in each API worker)."""
+        status, listed = await first.call(ledger, "GET", "/v1/webhooks/endpoints")
+        if status != 200:
+            return [f"the webhook endpoints could not be listed: {status} {listed}"]
+        gone = [e for e in listed["data"] if e["url"].endswith("/gone")]
+        problems = [] if gone and gone[0]["disabled"] else [f"the 410 endpoint is not disabled: {gone}"]
+        if self.calls["gone"] > 4 * API_WORKERS:
+            problems.append(f"the 410 endpoint was called {self.calls['gone']} times after answering 410")
+        return problems
 
     def check(self, ledger: Ledger) -> tuple[dict[str, object], list[str]]:
         problems = [f"{self.unverified} webhook deliveries failed their signature check"] if self.unverified else []

@@ -77,7 +77,10 @@ def test_batches_create_waits_with_a_progress_bar_and_saves_the_files(stack: Emb
     source = tmp_path / "job.jsonl"
     source.write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in lines) + b"not json\n")
     api = ["--api", stack.api_url]
-    made = brimful("batches", "create", str(source), "--endpoint", "/v1/tasks", "--wait", "--out", str(tmp_path), *api)
+    made = brimful(
+        "batches", "create", str(source), "--endpoint", "/v1/tasks", "--invalid-lines", "error_file",
+        "--wait", "--out", str(tmp_path), *api,
+    )  # fmt: skip
     assert made.returncode == 0, made.stderr
     batch_id = made.stdout.splitlines()[0]
     assert f"{batch_id} [{'#' * 30}] 100.0% 13/13 (1 failed) completed" in made.stderr
@@ -85,7 +88,7 @@ def test_batches_create_waits_with_a_progress_bar_and_saves_the_files(stack: Emb
     assert {line["custom_id"]: line["response"]["body"]["outputs"] for line in output} == {
         line["custom_id"]: expected_outputs(line["body"]["inputs"]["TEXT"]) for line in lines
     }
-    assert "invalid_json" in (tmp_path / f"{batch_id}_error.jsonl").read_text()
+    assert "invalid_json_line" in (tmp_path / f"{batch_id}_error.jsonl").read_text()
     listed = brimful("batches", "list", *api)
     assert any(row.startswith(batch_id) and "completed" in row for row in listed.stdout.splitlines())
     assert brimful("batches", "cancel", batch_id, *api).returncode == 1  # ended already: 409, one line

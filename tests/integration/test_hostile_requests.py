@@ -136,7 +136,8 @@ async def test_every_spelling_of_an_inward_address_is_refused_for_a_callback(
 
 
 async def test_a_batch_lines_callback_url_is_checked_as_a_submissions_is(tenant: httpx.AsyncClient) -> None:
-    """A line whose callback points inward goes to the error file; the line beside it runs."""
+    """A line whose callback points inward goes to the error file (the job asks to run its
+    valid lines); the line beside it runs."""
     lines = [
         {"custom_id": "inward", "method": "POST", "url": "/v1/tasks",
          "body": {"inputs": {"TEXT": "in"}, "callback_url": "http://[64:ff9b::a00:1]/cb"}},
@@ -144,7 +145,13 @@ async def test_a_batch_lines_callback_url_is_checked_as_a_submissions_is(tenant:
     ]  # fmt: skip
     file_id = await _upload(tenant, b"".join(orjson.dumps(line) + b"\n" for line in lines))
     created = await tenant.post(
-        "/v1/batches", json={"input_file_id": file_id, "endpoint": "/v1/tasks", "completion_window": "24h"}
+        "/v1/batches",
+        json={
+            "input_file_id": file_id,
+            "endpoint": "/v1/tasks",
+            "completion_window": "24h",
+            "invalid_lines": "error_file",
+        },
     )
     assert created.status_code == 200, created.text
     batch_id = created.json()["id"]

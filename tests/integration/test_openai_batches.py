@@ -10,6 +10,7 @@ its ``custom_id``: a line answered with another line's result, twice, or not at 
 
 from __future__ import annotations
 
+import asyncio
 import io
 import time
 from collections.abc import AsyncIterator
@@ -24,6 +25,7 @@ import pyarrow.parquet as pq
 import pytest
 import tiktoken
 
+from brimful.api.jobs.job_lines import MAX_LISTED_INVALID
 from brimful.api.openai.storage_sweep import StorageSweep
 from brimful.core.file_records import FileRecords
 from brimful.core.object_store import ObjectNotFound, ObjectStore
@@ -173,6 +175,7 @@ async def test_an_embeddings_batch_answers_every_line_once_and_sends_bad_lines_t
         endpoint="/v1/embeddings",
         completion_window="24h",
         metadata={"purpose": "test"},
+        extra_body={"invalid_lines": "error_file"},
     )
     assert batch.status == "validating" and batch.metadata == {"purpose": "test"}
     batch = await finished(client, batch.id)
@@ -188,13 +191,42 @@ async def test_an_embeddings_batch_answers_every_line_once_and_sends_bad_lines_t
         assert vectors == [embed(text.encode()).tolist() for text in texts], custom_id
     errors = await lines_of(client, batch.error_file_id)
     assert errors["fails"]["response"]["status_code"] == 502
-    assert errors[None]["error"]["code"] == "invalid_json"  # the broken line has no custom_id to name
-    assert errors["wrong-url"]["error"]["code"] == "invalid_url"
+    assert errors[None]["error"]["code"] == "invalid_json_line"  # the broken line has no custom_id to name
+    assert errors["wrong-url"]["error"]["code"] == "url_mismatch"
     assert errors["no-input"]["error"]["code"] == "invalid_request"
     assert errors["emb-0"]["error"]["code"] == "duplicate_custom_id"  # the first line of that id ran
     assert len(errors) == 5
     listed = await client.batches.list(limit=5)
     assert batch.id in [b.id for b in listed.data]
+
+
+async def test_an_input_with_invalid_lines_fails_at_validating_its_errors_naming_them(
+    client: openai.AsyncOpenAI,
+) -> None:
+    lines: list[Any] = [
+        task_line("good", "never runs"),
+        b'{"custom_id": "broken", "method": "POST"',
+        {**task_line("wrong-url", "x"), "url": "/v1/embeddings"},
+        task_line("good", "a duplicate custom_id"),
+        {**task_line("no-inputs", "x"), "body": {}},
+    ]
+    lines += [b"not json"] * (MAX_LISTED_INVALID + 3)  # past the listing's bound
+    batch = await client.batches.create(
+        input_file_id=await upload(client, jsonl(lines)), endpoint="/v1/tasks", completion_window="24h"
+    )
+    batch = await finished(client, batch.id)
+    assert batch.status == "failed" and batch.errors is not None and batch.failed_at, batch
+    listed = [(error.line, error.code) for error in batch.errors.data]
+    assert listed[:4] == [
+        (2, "invalid_json_line"),
+        (3, "url_mismatch"),
+        (4, "duplicate_custom_id"),
+        (5, "invalid_request"),
+    ]
+    assert len(listed) == MAX_LISTED_INVALID + 1 and listed[-2] == (MAX_LISTED_INVALID + 1, "invalid_json_line")
+    assert batch.errors.data[-1].code == "too_many_invalid_lines" and "7 more" in (batch.errors.data[-1].message or "")
+    assert batch.output_file_id is None and batch.error_file_id is None  # nothing ran
+    assert (batch.request_counts.completed, batch.request_counts.failed) == (0, 0)
 
 
 async def test_an_embeddings_job_reads_token_ids_as_the_text_they_spell(client: openai.AsyncOpenAI) -> None:
@@ -209,7 +241,10 @@ async def test_an_embeddings_job_reads_token_ids_as_the_text_they_spell(client: 
         {**embedding_line("bad-id", []), "body": {"model": EMBEDDING, "input": [[cl100k.max_token_value + 1]]}},
     ]
     batch = await client.batches.create(
-        input_file_id=await upload(client, jsonl(lines)), endpoint="/v1/embeddings", completion_window="24h"
+        input_file_id=await upload(client, jsonl(lines)),
+        endpoint="/v1/embeddings",
+        completion_window="24h",
+        extra_body={"invalid_lines": "error_file"},  # the bad ids answered in the error file
     )
     batch = await finished(client, batch.id)
     output, errors = await lines_of(client, batch.output_file_id), await lines_of(client, batch.error_file_id)
@@ -219,6 +254,10 @@ async def test_an_embeddings_job_reads_token_ids_as_the_text_they_spell(client: 
         len(cl100k.encode_ordinary(t)) for t in texts
     )
     assert set(errors) == {"bad-id"} and "outside cl100k_base" in errors["bad-id"]["error"]["message"]
+    # usage adds up what the completed lines' answers counted; model names the model they ran on.
+    counted = sum(output[i]["response"]["body"]["usage"]["prompt_tokens"] for i in ("ids", "one-array"))
+    assert batch.usage is not None and batch.model == EMBEDDING
+    assert (batch.usage.input_tokens, batch.usage.output_tokens, batch.usage.total_tokens) == (counted, 0, counted)
 
 
 async def test_a_tasks_batch_runs_brimfuls_own_tasks_and_its_results_read_as_tables(
@@ -509,3 +548,111 @@ async def test_an_expired_file_reads_as_gone_and_the_sweep_removes_it_and_its_by
     with pytest.raises(openai.NotFoundError):
         await client.files.retrieve(short.id)
     assert (await client.files.content(kept)).content
+
+
+async def test_an_idempotency_key_makes_a_retried_create_answer_what_its_first_try_made(
+    client: openai.AsyncOpenAI, other: openai.AsyncOpenAI
+) -> None:
+    key = {"Idempotency-Key": f"create-{time.time_ns()}"}
+    content = jsonl([task_line("one", "made once")])
+    first = await client.files.with_raw_response.create(
+        file=("once.jsonl", io.BytesIO(content)), purpose="batch", extra_headers=key
+    )  # type: ignore[arg-type]
+    again = await client.files.with_raw_response.create(
+        file=("once.jsonl", io.BytesIO(content)), purpose="batch", extra_headers=key
+    )  # type: ignore[arg-type]
+    file_id = first.parse().id
+    assert again.parse().id == file_id and again.headers.get("idempotent-replayed") == "true"
+    assert first.headers.get("idempotent-replayed") is None
+    named = [f for f in (await client.files.list(limit=10_000)).data if f.filename == "once.jsonl"]
+    assert [f.id for f in named] == [file_id]  # the retry's bytes made no second file
+
+    # A create refused frees the key: its retry, mended, runs.
+    with pytest.raises(openai.NotFoundError):
+        await client.batches.create(
+            input_file_id="file-000000000000000000000000",
+            endpoint="/v1/tasks",
+            completion_window="24h",
+            extra_headers=key,
+        )  # type: ignore[arg-type]
+    tries = await asyncio.gather(
+        *(
+            client.batches.create(
+                input_file_id=file_id, endpoint="/v1/tasks", completion_window="24h", extra_headers=key
+            )  # type: ignore[arg-type]
+            for _ in range(5)
+        )
+    )
+    assert len({batch.id for batch in tries}) == 1  # five at once: one job
+    # The same key is another tenant's own, and files' keys are not batches'.
+    theirs = await upload(other, content)
+    assert theirs != file_id
+    their_batch = await other.batches.create(
+        input_file_id=theirs, endpoint="/v1/tasks", completion_window="24h", extra_headers=key
+    )  # type: ignore[arg-type]
+    assert their_batch.id != tries[0].id
+    await finished(client, tries[0].id)
+    for bad in ("has space", "tab\tkey", "x" * 256):
+        with pytest.raises(openai.BadRequestError) as refused:
+            await client.batches.create(
+                input_file_id=file_id,
+                endpoint="/v1/tasks",
+                completion_window="24h",
+                extra_headers={"Idempotency-Key": bad},
+            )  # type: ignore[arg-type]
+        assert refused.value.param == "Idempotency-Key", bad
+
+
+async def test_a_jobs_failed_lines_run_again_as_a_new_job(
+    openai_stack: EmbeddedStack, openai_keys: dict[str, str], client: openai.AsyncOpenAI, other: openai.AsyncOpenAI
+) -> None:
+    lines: list[Any] = [task_line(f"ok-{n}", f"retry ok {n}") for n in range(4)]
+    lines += [task_line(f"bad-{n}", f"!fail retry {n}") for n in range(3)]  # fail at the model, every time
+    lines += [b"not json", {**task_line("wrong", "x"), "url": "/v1/embeddings"}]  # refused as read
+    batch = await client.batches.create(
+        input_file_id=await upload(client, jsonl(lines)),
+        endpoint="/v1/tasks",
+        completion_window="24h",
+        metadata={"run": "first"},
+        extra_body={"invalid_lines": "error_file"},
+    )
+    async with httpx.AsyncClient(
+        base_url=openai_stack.api_url, headers={"Authorization": f"Bearer {openai_keys['submit']}"}, timeout=60
+    ) as http:
+        early = await http.post(f"/v1/batches/{batch.id}/retry")
+        assert early.status_code == 409 and early.json()["error"]["code"] == "not_ended", early.text
+        batch = await finished(client, batch.id)
+        key = {"Idempotency-Key": f"retry-{time.time_ns()}"}
+        first, again = [await http.post(f"/v1/batches/{batch.id}/retry", headers=key) for _ in range(2)]
+        assert first.status_code == 200, first.text
+        assert again.json()["id"] == first.json()["id"] and again.headers["idempotent-replayed"] == "true"
+        assert (await http.post("/v1/batches/batch_000000000000000000000000/retry")).status_code == 404
+        # Results read through Brimful's own route are the files' lines, output and errors.
+        output_lines = (await http.get(f"/v1/batches/{batch.id}/results")).content.splitlines()
+        assert sorted(orjson.loads(line)["custom_id"] for line in output_lines) == [f"ok-{n}" for n in range(4)]
+        error_lines = (await http.get(f"/v1/batches/{batch.id}/results", params={"file": "errors"})).content
+        assert len(error_lines.splitlines()) == 5
+        assert (await http.get(f"/v1/batches/{batch.id}/results", params={"file": "²"})).status_code == 400
+    retried = first.json()
+    assert retried["retry_of"] == batch.id and retried["metadata"] == {"run": "first"}
+    retried_job = await finished(client, retried["id"])
+    # The failed lines that can be named, once each, in their order; the lines that ran, not again.
+    content = (await client.files.content(retried_job.input_file_id)).read()
+    assert [orjson.loads(line)["custom_id"] for line in content.splitlines()] == ["bad-0", "bad-1", "bad-2", "wrong"]
+    assert (retried_job.request_counts.total, retried_job.request_counts.failed) == (4, 4)
+    assert set(await lines_of(client, retried_job.error_file_id)) == {"bad-0", "bad-1", "bad-2", "wrong"}
+    with pytest.raises(openai.NotFoundError):  # another tenant's job
+        await other.post(f"/batches/{batch.id}/retry", cast_to=httpx.Response)
+    done = await client.batches.create(
+        input_file_id=await upload(client, jsonl([task_line("only", "nothing fails")])),
+        endpoint="/v1/tasks",  # type: ignore[arg-type]
+        completion_window="24h",
+    )
+    await finished(client, done.id)
+    with pytest.raises(openai.ConflictError) as nothing:
+        await client.post(f"/batches/{done.id}/retry", cast_to=httpx.Response)
+    assert nothing.value.code == "nothing_to_retry"
+    await client.files.delete(batch.input_file_id)
+    with pytest.raises(openai.ConflictError) as gone:
+        await client.post(f"/batches/{batch.id}/retry", cast_to=httpx.Response)
+    assert gone.value.code == "input_file_gone"
