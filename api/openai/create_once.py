@@ -48,7 +48,7 @@ async def created_once(
     ``new_id``. The body creates the object unless ``earlier`` is set; leaving it without
     an error binds the key to ``new_id``, with one frees the key. ``exists``: whether an
     id's object was made (asked of a claim left pending)."""
-    key = checked_idempotency_key(header)
+    key = checked_idempotency_key(header) if header is not None else None
     claim = CreateClaim(new_id)
     if key is None:
         yield claim

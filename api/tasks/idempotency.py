@@ -28,10 +28,10 @@ IDEMPOTENCY_WAIT_S = 5.0
 IDEMPOTENCY_POLL_S = 0.02
 
 
-def checked_idempotency_key(header: str | None) -> str | None:
-    """The Idempotency-Key header's value, if there is one; 400 if it is not 1-255
-    visible ASCII characters (a key no client can send is left for Brimful's own)."""
-    if header is not None and not IDEMPOTENCY_KEY_PATTERN.match(header):
+def checked_idempotency_key(header: str) -> str:
+    """The Idempotency-Key header's value; 400 if it is not 1-255 visible ASCII characters
+    (a key no client can send is left for Brimful's own)."""
+    if not IDEMPOTENCY_KEY_PATTERN.match(header):
         raise ApiError(
             400,
             "invalid_idempotency_key",

@@ -117,9 +117,9 @@ async def accept_task(
     submission = parse_submission(document, await served_catalogue(state))
 
     task_id = new_task_id()
-    key = checked_idempotency_key(idempotency_key)
-    if key is not None:
-        key = f"{principal.tenant}/{key}"  # one tenant's keys never meet another's
+    key = idempotency_key
+    if key is not None:  # one tenant's keys never meet another's
+        key = f"{principal.tenant}/{checked_idempotency_key(key)}"
         original = await claim_idempotency_key(state, key, task_id, submission)
         if original is not None:
             record = await state.store.get(original)
