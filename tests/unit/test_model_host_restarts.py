@@ -29,16 +29,26 @@ def run_main(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, failures: list[str
     return workspaces
 
 
+# The two ways PyTriton's load reports a missed handshake, as its errors read.
+MISSED = [
+    "load failed for model 'brimful_reference': Timeout occurred while waiting for config file /x/config.sock",
+    "load failed for model 'brimful_reference': version 1 is at UNAVAILABLE state: Internal: TritonModelException: "
+    "Model initialize error: Traceback (most recent call last):\n  File \"/tmp/f/1/model.py\", line 425, in "
+    "initialize\n    inference_handler_config = get_config_from_handshake_server(handshake_socket)\n"
+    "ConnectionRefusedError: [Errno 111] Connection refused",
+]
+
+
+@pytest.mark.parametrize("missed", MISSED, ids=["timed out", "refused"])
 def test_a_missed_handshake_starts_the_server_again_in_a_new_workspace(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, missed: str
 ) -> None:
-    missed = f"load failed for model 'brimful_reference': {model_host.HANDSHAKE_MISSED} /x/config.sock"
     workspaces = run_main(monkeypatch, tmp_path, [missed])
     assert workspaces == [tmp_path / "ws", tmp_path / "ws-2"]
 
 
 def test_the_starts_are_bounded(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    missed = f"load failed: {model_host.HANDSHAKE_MISSED}"
+    missed = MISSED[1]
     with pytest.raises(InferenceServerException):
         run_main(monkeypatch, tmp_path, [missed] * model_host.LOAD_STARTS)
 
