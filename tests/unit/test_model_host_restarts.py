@@ -33,7 +33,7 @@ def run_main(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, failures: list[str
 MISSED = [
     "load failed for model 'brimful_reference': Timeout occurred while waiting for config file /x/config.sock",
     "load failed for model 'brimful_reference': version 1 is at UNAVAILABLE state: Internal: TritonModelException: "
-    "Model initialize error: Traceback (most recent call last):\n  File \"/tmp/f/1/model.py\", line 425, in "
+    'Model initialize error: Traceback (most recent call last):\n  File "/tmp/f/1/model.py", line 425, in '
     "initialize\n    inference_handler_config = get_config_from_handshake_server(handshake_socket)\n"
     "ConnectionRefusedError: [Errno 111] Connection refused",
 ]
