@@ -845,6 +845,10 @@ class SmallJobs:
         )
         counts = batch["request_counts"]
         output = await _lines(self.tenant, batch.get("output_file_id"))
+        async with self.tenant.session.get(f"/v1/batches/{job.batch_id}/results") as response:
+            streamed = [orjson.loads(raw) for raw in (await response.read()).splitlines() if raw.strip()]
+        if response.status != 200 or sorted(map(str, streamed)) != sorted(map(str, output)):
+            problems.append(f"small job {job.batch_id}: its results route ({response.status}) is not its output file")
         errors = await _lines(self.tenant, batch.get("error_file_id"))
         named = [line["custom_id"] for line in output + errors]
         if len(named) != len(set(named)):
@@ -935,6 +939,10 @@ class Receivers:
                 ledger, "POST", "/v1/webhooks/endpoints", json={"url": url, "events": ["task.completed", "task.failed"]}
             )
             assert status == 200, made
+            # Its secret rotated at once: every delivery of the soak carries two signatures,
+            # and the receiver, holding only the old secret, must still verify each one.
+            status, rotated = await client.call(ledger, "POST", f"/v1/webhooks/endpoints/{made['id']}/rotate-secret")
+            assert status == 200 and rotated["secret"] != made["secret"], rotated
             self.secrets[name] = made["secret"]
         first = tenants[TENANTS[0]]
         for path in ("hang", "gone", "busy"):

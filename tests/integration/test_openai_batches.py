@@ -643,6 +643,8 @@ async def test_a_jobs_failed_lines_run_again_as_a_new_job(
     assert set(await lines_of(client, retried_job.error_file_id)) == {"bad-0", "bad-1", "bad-2", "wrong"}
     with pytest.raises(openai.NotFoundError):  # another tenant's job
         await other.post(f"/batches/{batch.id}/retry", cast_to=httpx.Response)
+    with pytest.raises(openai.NotFoundError):  # nor its results
+        await other.get(f"/batches/{batch.id}/results", cast_to=httpx.Response)
     done = await client.batches.create(
         input_file_id=await upload(client, jsonl([task_line("only", "nothing fails")])),
         endpoint="/v1/tasks",  # type: ignore[arg-type]

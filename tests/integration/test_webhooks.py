@@ -459,3 +459,28 @@ async def test_a_receivers_retry_after_is_honoured(
     assert {e["data"]["task_id"] for e in receiver.events("/busy")} == set(task_ids)
     for message_id, times in receiver.times.items():
         assert len(times) == 2 and times[1] - times[0] >= receiver.busy_for_s - 0.05, (message_id, times)
+
+
+async def test_another_tenants_endpoint_and_hostile_bodies_are_refused_on_the_new_routes(
+    openai_stack: EmbeddedStack, openai_keys: dict[str, str], api: httpx.AsyncClient, receiver: Receiver
+) -> None:
+    endpoint = await register(api, receiver, "/ok", ["task.completed"])
+    recover = f"/v1/webhooks/endpoints/{endpoint['id']}/recover"
+    async with httpx.AsyncClient(
+        base_url=openai_stack.api_url, headers={"Authorization": f"Bearer {openai_keys['other-admin']}"}, timeout=30
+    ) as other:
+        for path in ("enable", "recover", "rotate-secret"):
+            answer = await other.post(f"/v1/webhooks/endpoints/{endpoint['id']}/{path}", json={"since": 0})
+            assert answer.status_code == 404, (path, answer.text)
+    for body, status in (
+        (b'{"since": ' + b"9" * 400 + b"}", 400),  # a number Brimful will not read
+        (b'{"since": 1e999}', 400),  # not finite
+        (b'{"since": NaN}', 400),
+        (b'{"since": 1.5}', 400),
+        (b'{"since": "\\u0661\\u0662"}', 400),  # Arabic-Indic digits
+        (b'{"since": 0, "pad": "' + b"x" * 20_000 + b'"}', 413),  # past the body's bound
+    ):
+        answer = await api.post(recover, content=body, headers={"Content-Type": "application/json"})
+        assert answer.status_code == status, (body[:40], answer.text)
+        assert answer.json()["error"]["message"], body[:40]
+    assert (await api.get("/v1/webhooks/endpoints")).json()["data"][0]["id"] == endpoint["id"]  # unharmed
