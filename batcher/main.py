@@ -157,6 +157,7 @@ class BatcherProcess:
             cacheable=settings.cacheable(settings.model_name),
             cache_across_tenants=settings.result_cache_across_tenants,
             task_events=TaskEvents(WebhookRecords(redis, keys), store, settings.default_model),
+            provenance=settings.task_provenance,
         )
         member = f"{socket.gethostname()}-{os.getpid()}"
         recorder = ArrivalRecorder(Path(settings.trace_dir), member) if settings.trace_dir else None

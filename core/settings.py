@@ -149,6 +149,11 @@ class Settings(BaseSettings):
         "from it. Each task's record lives in its own hash slot (see docs/operations.md, Redis Cluster).",
     )
     result_ttl_s: int = Field(3600, ge=1, description="How long a finished task's state and result are kept.")
+    task_provenance: bool = Field(
+        True,
+        description="Store each done task's provenance with its outputs (its batch, rows, flush reason, endpoint "
+        "and where its time went; GET /v1/tasks/{id} shows it), in the same Redis step. Read by the batchers.",
+    )
     redis_admission_memory_ratio: float = Field(
         0.9,
         gt=0,

@@ -12,11 +12,12 @@ final state (``FINISHED_MESSAGE_LUA`` writes it, ``FinishedMessage`` reads it; t
 integration tests of the task store run both). One message holds every task one step
 moved (a batch's, say), each entry the whole final record, so a long-poll can answer
 without reading the task back. Entries are separated by the ASCII record separator
-(0x1E); each has eight newline-separated fields: task id, status, submitted_at_ms,
-updated_at_ms, tenant, model, then the name of the stored field ("outputs",
-"cached_outputs", "error" or empty) and its JSON value. Task ids, model names and tenants
-hold neither character, and JSON text holds no raw control character. A message from a
-batcher of the release before tasks named their model has no model field.
+(0x1E); each has nine newline-separated fields: task id, status, submitted_at_ms,
+updated_at_ms, tenant, model, the task's provenance (JSON, or empty), then the name of the
+stored field ("outputs", "cached_outputs", "error" or empty) and its JSON value. Task ids,
+model names and tenants hold neither character, and JSON text holds no raw control
+character. A message from a batcher of an earlier release lacks the provenance field, and
+one from before tasks named their model the model field too.
 
 ``Transitions`` is the one way a task changes state: a Lua script that moves tasks only from the states
 they may leave, in one step with what goes with the move (the stored field, the tenant's
@@ -37,6 +38,7 @@ from redis.crc import key_slot
 from brimful.core.clock import now_ms
 from brimful.core.redis_client import RedisClient
 from brimful.core.redis_keys import RedisKeys
+from brimful.core.task_provenance import provenance_answer
 
 
 class TaskStatus(StrEnum):
@@ -69,6 +71,9 @@ class Field:
     OUTPUTS = "outputs"
     CACHED_OUTPUTS = "cached_outputs"
     ERROR = "error"
+    # A done task's batch and where its time went (``core/task_provenance.py``), written
+    # with its outputs.
+    PROVENANCE = "provenance"
 
 
 def _fields_lua() -> str:
@@ -146,6 +151,7 @@ class TaskRecord:
     tenant: str = ""
     model: str = ""  # empty for a task recorded before tasks named their model
     cached: bool = False  # done with a result computed for an identical task, not its own call
+    provenance: dict[str, Any] | None = None  # as stored (``core/task_provenance.py``); None: not written
 
     @classmethod
     def from_fields(cls, task_id: str, fields: dict[str, str]) -> TaskRecord:
@@ -161,6 +167,7 @@ class TaskRecord:
             tenant=fields.get(Field.TENANT, ""),
             model=fields.get(Field.MODEL, ""),
             cached=Field.CACHED_OUTPUTS in fields,
+            provenance=orjson.loads(fields[Field.PROVENANCE]) if fields.get(Field.PROVENANCE) else None,
         )
 
 
@@ -178,15 +185,25 @@ def task_record_answer(task_id: str, record: TaskRecord, default_model: str) -> 
     if record.status is TaskStatus.DONE:
         answer["outputs"] = record.outputs
         answer["cached"] = record.cached  # true: an identical task's result, no model call of its own
+        if record.provenance is not None:
+            answer["provenance"] = task_provenance(record)
     if record.status in (TaskStatus.FAILED, TaskStatus.EXPIRED):
         answer["error"] = record.error
     return answer
 
 
+def task_provenance(record: TaskRecord) -> dict[str, Any]:
+    """A done task's provenance as the API shows it ({} where none was stored: provenance
+    was off, or the task finished before it was written)."""
+    if record.provenance is None:
+        return {}
+    return provenance_answer(record.provenance, record.submitted_at_ms, record.updated_at_ms)
+
+
 # finished_entry(...) is one entry; publish_finished(channel, entries) sends them as one message.
 FINISHED_MESSAGE_LUA = """
-local function finished_entry(task_id, status, submitted, updated, tenant, model, field, value)
-  return table.concat({task_id, status, submitted, updated, tenant, model, field, value}, '\\n')
+local function finished_entry(task_id, status, submitted, updated, tenant, model, provenance, field, value)
+  return table.concat({task_id, status, submitted, updated, tenant, model, provenance, field, value}, '\\n')
 end
 local function publish_finished(channel, entries)
   if #entries > 0 then
@@ -213,10 +230,13 @@ class FinishedMessage:
 
     @staticmethod
     def record(entry: bytes) -> TaskRecord:
-        parts = entry.decode().split("\n", 7)
-        if len(parts) == 7:  # no model field: its JSON value holds no newline, so 7 is unambiguous
-            parts.insert(5, "")
-        task_id, status, submitted, updated, tenant, model, field, value = parts
+        parts = entry.decode().split("\n", 8)
+        # An earlier release's entry: its JSON value holds no newline, so the count is unambiguous.
+        if len(parts) == 7:  # no model field, no provenance
+            parts[5:5] = ["", ""]
+        elif len(parts) == 8:  # no provenance
+            parts.insert(6, "")
+        task_id, status, submitted, updated, tenant, model, provenance, field, value = parts
         decoded = orjson.loads(value) if field and value else None
         return TaskRecord(
             task_id=task_id,
@@ -228,6 +248,7 @@ class FinishedMessage:
             tenant=tenant,
             model=model,
             cached=field == Field.CACHED_OUTPUTS,
+            provenance=orjson.loads(provenance) if provenance else None,
         )
 
 
@@ -240,8 +261,9 @@ class FinishedMessage:
 # tenants' in-flight sets to remove a moved task from ("" to leave them: the new status is
 # not final, or the sets live in other hash slots), "1" if the counters' hash is the last
 # key, the counter that gains the number of tasks moved ("" for none), the number n of
-# (counter, amount) pairs to add, those 2n values, then one field value per task (""
-# writes no field). Returns the 1-based position of each task that moved, followed by its
+# (counter, amount) pairs to add, "1" if each task's provenance follows its field value,
+# those 2n values, then one field value per task ("" writes no field), then, with
+# provenance, one provenance per task (written with the field). Returns the 1-based position of each task that moved, followed by its
 # tenant and the Redis key of its Idempotency-Key ("" for none). When the task becomes
 # final and its in-flight set is left here (one Redis), that key is kept only ttl_s from
 # now, as the task's result is (on a cluster the store does it after).
@@ -253,11 +275,12 @@ local ttl, now, new_status, allowed, field, channel = ARGV[1], ARGV[2], ARGV[3],
 local in_flight_prefix = ARGV[7]
 local counted = ARGV[8] == '1'
 local moved_counter, pairs = ARGV[9], tonumber(ARGV[10])
+local with_provenance = ARGV[11] == '1'
 local tasks = #KEYS
 if counted then
   tasks = tasks - 1
 end
-local first_value = 10 + 2 * pairs
+local first_value = 11 + 2 * pairs
 local moved = {}
 local finished = {}
 for i = 1, tasks do
@@ -267,7 +290,13 @@ for i = 1, tasks do
   local current = kept[1]
   if current and string.find(',' .. allowed .. ',', ',' .. current .. ',', 1, true) then
     local value = ARGV[first_value + i]
-    if field ~= '' and value ~= '' then
+    local provenance = ''
+    if with_provenance then
+      provenance = ARGV[first_value + tasks + i]
+    end
+    if provenance ~= '' and field ~= '' and value ~= '' then
+      redis.call('HSET', key, F.STATUS, new_status, F.UPDATED_AT_MS, now, field, value, F.PROVENANCE, provenance)
+    elseif field ~= '' and value ~= '' then
       redis.call('HSET', key, F.STATUS, new_status, F.UPDATED_AT_MS, now, field, value)
     else
       redis.call('HSET', key, F.STATUS, new_status, F.UPDATED_AT_MS, now)
@@ -283,7 +312,7 @@ for i = 1, tasks do
       end
     end
     if channel ~= '' then
-      finished[#finished + 1] = finished_entry(task_id, new_status, submitted, now, tenant, model, field, value)
+      finished[#finished + 1] = finished_entry(task_id, new_status, submitted, now, tenant, model, provenance, field, value)
     end
     moved[#moved + 1] = i
     moved[#moved + 1] = tenant
@@ -293,7 +322,7 @@ end
 publish_finished(channel, finished)
 if counted then
   for p = 0, pairs - 1 do
-    redis.call('HINCRBY', KEYS[#KEYS], ARGV[11 + 2 * p], ARGV[12 + 2 * p])
+    redis.call('HINCRBY', KEYS[#KEYS], ARGV[12 + 2 * p], ARGV[13 + 2 * p])
   end
   if moved_counter ~= '' and #moved > 0 then
     redis.call('HINCRBY', KEYS[#KEYS], moved_counter, #moved / 3)
@@ -330,11 +359,13 @@ class Transitions:
         publish: bool = False,
         counters: Mapping[str, int] | None = None,
         moved_counter: str = "",
+        provenance: Sequence[bytes] | None = None,
     ) -> list[str]:
         """Move those of ``task_ids`` whose status is in ``allowed_from`` (comma-separated)
         to ``status``, writing ``field`` with each one's value (""; none); returns the ids
         moved. ``publish``: send the finished-tasks message; ``counters`` are added to the
-        shared counters and ``moved_counter`` gains the number moved."""
+        shared counters and ``moved_counter`` gains the number moved; ``provenance``: each
+        task's, written with its field."""
         counters = {name: amount for name, amount in (counters or {}).items() if amount}
         if not task_ids:
             return []
@@ -350,20 +381,20 @@ class Transitions:
         counted = bool(counters or moved_counter) and not self._cluster
         if counted:
             pairs = [part for name, amount in counters.items() for part in (name, amount)]
-            args += ["1", moved_counter, len(counters), *pairs]
+            args += ["1", moved_counter, len(counters), "1" if provenance else "0", *pairs]
             keys_with_stats = [*keys, self._stats_key]
         else:
-            args += ["0", "", 0]
+            args += ["0", "", 0, "1" if provenance else "0"]
             keys_with_stats = keys
         groups = _by_slot(keys) if self._cluster else [list(range(len(keys)))]
+        extra = provenance or ()
         if len(groups) == 1:
-            replies = [await self._transition(keys=keys_with_stats, args=[*args, *values])]
+            replies = [await self._transition(keys=keys_with_stats, args=[*args, *values, *extra])]
         else:
             async with self._redis.pipeline(transaction=False) as pipe:
                 for group in groups:
-                    pipe.eval(
-                        _TRANSITION_LUA, len(group), *(keys[i] for i in group), *args, *(values[i] for i in group)
-                    )
+                    group_values = [values[i] for i in group] + ([extra[i] for i in group] if extra else [])
+                    pipe.eval(_TRANSITION_LUA, len(group), *(keys[i] for i in group), *args, *group_values)
                 replies = await pipe.execute()
         moved: list[tuple[str, str, bytes]] = []  # (task id, tenant, its Idempotency-Key's Redis key)
         for group, reply in zip(groups, replies):

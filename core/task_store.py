@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -54,7 +55,7 @@ local status = redis.call('HGET', KEYS[1], F.STATUS)
 if status and status ~= ARGV[4] then
   return status
 end
-redis.call('HDEL', KEYS[1], F.ERROR, F.OUTPUTS, F.CACHED_OUTPUTS)
+redis.call('HDEL', KEYS[1], F.ERROR, F.OUTPUTS, F.CACHED_OUTPUTS, F.PROVENANCE)
 write_record(redis.call, KEYS[1], ARGV[1], ARGV[3], ARGV[5], ARGV[2], ARGV[6], ARGV[7])
 return ''
 """
@@ -68,6 +69,17 @@ TOMBSTONE_WITHDRAWN = "withdrawn"
 # such a task back from its Kafka record, unless its tombstone says it must not run.
 _NOT_FINAL = f"{TaskStatus.QUEUED},{TaskStatus.RUNNING}"
 _QUEUED = f"{TaskStatus.QUEUED}"
+
+
+@dataclass(frozen=True)
+class _Lost:
+    """The final move ``_move_lost`` makes again: to ``status``, writing ``field`` (and each
+    task's provenance, in the order of the ids given), ``moved_counter`` gaining the count."""
+
+    status: TaskStatus
+    field: str
+    moved_counter: str = ""
+    provenance: Sequence[bytes] | None = None
 
 
 class TaskStore:
@@ -282,6 +294,7 @@ class TaskStore:
         done_counter: str = "",
         cached: bool = False,
         known: Mapping[str, KnownTask] | None = None,
+        provenance: Mapping[str, bytes] | None = None,
     ) -> int:
         """Store outputs and move tasks to done, unless they already reached a final state.
         ``counters`` are added to the shared counters (``RedisKeys.model_stats``) and
@@ -290,17 +303,20 @@ class TaskStore:
         were computed for an identical task (stored as ``cached_outputs``, so every answer
         can say so). An output given as bytes is its JSON already. ``known``: what the
         tasks' Kafka records say, by id; a task among them whose record Redis lost while it
-        ran is written again and then moved (``_move_lost``), never dropped."""
+        ran is written again and then moved (``_move_lost``), never dropped. ``provenance``:
+        each task's (``core/task_provenance.py``), by id, written in the same step."""
         ids = list(outputs_by_task)
         # orjson: a twenty-fifth of json.dumps's cost for a row's outputs (0.3 against 7.5 us).
         values = [v if isinstance(v := outputs_by_task[t], bytes) else orjson.dumps(v) for t in ids]
+        origins = [provenance[t] for t in ids] if provenance else None
         field = Field.CACHED_OUTPUTS if cached else Field.OUTPUTS
         moved = await self._transitions.move(
             ids, TaskStatus.DONE, _NOT_FINAL, field, values, publish=True, counters=counters or {},
-            moved_counter=done_counter,
+            moved_counter=done_counter, provenance=origins,
         )  # fmt: skip
         if known and len(moved) < len(ids):
-            moved += await self._move_lost(ids, values, moved, known, TaskStatus.DONE, field, done_counter)
+            lost = _Lost(TaskStatus.DONE, field, done_counter, origins)
+            moved += await self._move_lost(ids, values, moved, known, lost)
         return len(moved)
 
     async def mark_failed(
@@ -312,18 +328,11 @@ class TaskStore:
         values = [orjson.dumps(error) for _ in ids]
         moved = await self._transitions.move(ids, TaskStatus.FAILED, _NOT_FINAL, Field.ERROR, values, publish=True)
         if known and len(moved) < len(ids):
-            moved += await self._move_lost(ids, values, moved, known, TaskStatus.FAILED, Field.ERROR, "")
+            moved += await self._move_lost(ids, values, moved, known, _Lost(TaskStatus.FAILED, Field.ERROR))
         return len(moved)
 
     async def _move_lost(
-        self,
-        ids: list[str],
-        values: list[bytes],
-        moved: list[str],
-        known: Mapping[str, KnownTask],
-        status: TaskStatus,
-        field: str,
-        moved_counter: str,
+        self, ids: list[str], values: list[bytes], moved: list[str], known: Mapping[str, KnownTask], lost: _Lost
     ) -> list[str]:
         """The final move again for the tasks it left whose record was gone (Redis lost it
         while their batch was at the model): each is written again from its Kafka record,
@@ -336,9 +345,11 @@ class TaskStore:
         if not again:
             return []
         log.warning("task records lost while their batch ran: written again, then stored", extra={"tasks": len(again)})
+        origins = lost.provenance
         return await self._transitions.move(
-            [ids[index] for index in again], status, _NOT_FINAL, field, [values[index] for index in again],
-            publish=True, moved_counter=moved_counter,
+            [ids[index] for index in again], lost.status, _NOT_FINAL, lost.field, [values[index] for index in again],
+            publish=True, moved_counter=lost.moved_counter,
+            provenance=[origins[index] for index in again] if origins else None,
         )  # fmt: skip
 
     async def mark_expired(self, reasons: Mapping[str, Mapping[str, Any]]) -> list[str]:

@@ -34,6 +34,7 @@ from prometheus_client import Histogram
 
 from brimful.core import metrics
 from brimful.core.clock import now_ms
+from brimful.core.task_provenance import CallFacts, StoredProvenance
 from brimful.core.task_record import KnownTask
 from brimful.core.task_store import TaskStore
 from brimful.schemas import TaskRequest
@@ -117,6 +118,32 @@ class BatchOutcome:
     keys: dict[str, bytes] = field(default_factory=dict)
     twins: dict[str, list[BatchItem]] = field(default_factory=dict)
     leading: dict[bytes, asyncio.Future[dict[str, Any] | None]] = field(default_factory=dict)
+    # The provenance of the batch's tasks answered with a result it did not compute (the
+    # result cache's, another batch's): its own batch, no call. None: provenance is off.
+    answered_provenance: StoredProvenance | None = None
+
+    def provenance_of(self, items: Iterable[BatchItem]) -> dict[str, bytes] | None:
+        """Each of ``items``' stored provenance as answered without a call of its own, by id."""
+        stored = self.answered_provenance
+        return None if stored is None else {item.task_id: stored.of(item.arrived_ns) for item in items}
+
+
+def call_facts(batch: Batch, outcome: BatchOutcome, rows: int, batch_size: int) -> CallFacts:
+    """What the batch's last successful call (of ``rows`` real rows) says of its tasks;
+    with no call yet (answered from elsewhere), its instants are the flush's."""
+    flushed = batch.flushed_ns
+    return CallFacts(
+        batch_id=batch.batch_id,
+        partition=batch.partition,
+        flush_reason=batch.reason,
+        rows=rows,
+        padded_rows=batch_size - rows if rows else 0,
+        model_calls=outcome.calls,
+        endpoint_url=outcome.endpoint,
+        flushed_ns=flushed,
+        call_started_ns=outcome.call_started_ns or flushed,
+        call_ended_ns=outcome.call_ended_ns or flushed,
+    )
 
 
 def observe_latency(items: list[BatchItem]) -> None:

@@ -32,6 +32,7 @@ from brimful.core import metrics
 from brimful.core.clock import now_ms
 from brimful.core.model_catalogue import ModelSignature, non_finite_rows, output_rows_to_json, stack_rows
 from brimful.core.stats import SharedStats, StatsField
+from brimful.core.task_provenance import CallFacts, StoredProvenance
 from brimful.core.task_store import TaskStore
 from brimful.core.tracing import BatchTrace, TracedTask, Tracing
 from brimful.core.webhook_records import TaskEvents
@@ -40,6 +41,7 @@ from brimful.workers.batch import (
     BatchItem,
     BatchOutcome,
     Seat,
+    call_facts,
     expire_late,
     known_tasks,
     observe_latency,
@@ -85,10 +87,12 @@ class BatchRunner:
         cacheable: bool = True,
         cache_across_tenants: bool = False,
         task_events: TaskEvents | None = None,
+        provenance: bool = True,
     ) -> None:
         """``cache``: finished results kept for identical tasks (None: none kept; identical
         tasks of one batch are still computed once). ``cacheable`` False (a model that is
-        not deterministic): every task is computed, none shares a result."""
+        not deterministic): every task is computed, none shares a result. ``provenance``:
+        store each done task's (``core/task_provenance.py``) with its outputs."""
         self.pool = pool
         self.signature = signature
         self.store = store
@@ -101,6 +105,7 @@ class BatchRunner:
         self.tracing = tracing
         self.cacheable = cacheable
         self.task_events = task_events  # the webhooks of finished tasks (None: none announced)
+        self.provenance = provenance
         self.shared = SharedRows(signature, store, cache, cache_across_tenants)
         self.failures = TaskFailures(signature, store, stats, dead_letters, self.shared)
         self.isolation = Isolation(retry, isolation or IsolationBudget(), clock)
@@ -110,6 +115,8 @@ class BatchRunner:
         broker errors, after which running it again is safe."""
         outcome = BatchOutcome()
         outcome.stats[StatsField.flushes(batch.reason)] += 1
+        if self.provenance:
+            outcome.answered_provenance = StoredProvenance(call_facts(batch, outcome, 0, self.signature.batch_size))
         slot, batch.slot = batch.slot, None  # a run repeated after a store error takes a new one
         seat = Seat(slot)
         run = _Run(batch, seat, outcome)
@@ -386,6 +393,7 @@ class BatchRunner:
 
     async def _store_outputs(self, run: _Run, items: list[BatchItem], outputs: dict[str, NDArray[Any]]) -> None:
         outcome = run.outcome
+        facts = call_facts(run.batch, outcome, len(items), self.signature.batch_size) if self.provenance else None
         outputs = unpad(outputs, len(items))
         unfit = non_finite_rows(self.signature.outputs, outputs)
         if unfit:
@@ -407,14 +415,25 @@ class BatchRunner:
         shared, twins = self.shared.computed(outcome, items, results, encoded)
         # The batch's counters so far ride along with its results: one round trip for both.
         known = known_tasks(items + twins, self.signature.name)
-        done = await self.store.mark_done(encoded, outcome.stats, done_counter=StatsField.TASKS_DONE, known=known)
+        provenance = _provenance(facts, items + twins)
+        done = await self.store.mark_done(
+            encoded, outcome.stats, done_counter=StatsField.TASKS_DONE, known=known, provenance=provenance
+        )
         outcome.stats.clear()
         outcome.done += done
         if shared:
             outcome.done += await self.store.mark_done(
-                shared, done_counter=StatsField.TASKS_DONE, cached=True, known=known
+                shared, done_counter=StatsField.TASKS_DONE, cached=True, known=known, provenance=provenance
             )
         observe_latency(items + twins)
+
+
+def _provenance(facts: CallFacts | None, items: list[BatchItem]) -> dict[str, bytes] | None:
+    """Each task's stored provenance from its call's facts, by id (None: provenance is off)."""
+    if facts is None:
+        return None
+    stored = StoredProvenance(facts)
+    return {item.task_id: stored.of(item.arrived_ns) for item in items}
 
 
 @dataclass

@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from brimful.core.pool_capacity import PoolCapacity
+from brimful.core.task_provenance import endpoint_id
 
 
 @dataclass
@@ -79,6 +80,7 @@ class Endpoint:
         """What ``/v1/stats`` shows of it."""
         return {
             "url": self.url,
+            "id": endpoint_id(self.url),  # as a task's provenance names it
             "in_flight": self.in_flight,
             "capacity": self.capacity,
             "call_s": round(self.call_time.predict(batch_size), 4),

@@ -94,6 +94,7 @@ class SharedRows:
                 done_counter=StatsField.TASKS_DONE,
                 cached=True,
                 known=known_tasks((item for item, _ in plan.hits), self.signature.name),
+                provenance=outcome.provenance_of(item for item, _ in plan.hits),
             )
             outcome.stats.clear()
             observe_latency([item for item, _ in plan.hits])
@@ -152,6 +153,7 @@ class SharedRows:
                     done_counter=StatsField.TASKS_DONE,
                     cached=True,
                     known=known_tasks(items, self.signature.name),
+                    provenance=outcome.provenance_of(items),
                 )
                 metrics.CACHE_HITS.inc(len(answered))
                 observe_latency(items)

@@ -126,17 +126,26 @@ class InputCheck:
         return self.listed + (summary if unlisted else [])
 
 
-def output_line(custom_id: str, request_id: str, status_code: int, body: dict[str, Any]) -> bytes:
+def output_line(
+    custom_id: str,
+    request_id: str,
+    status_code: int,
+    body: dict[str, Any],
+    provenance: list[dict[str, Any]] | None = None,
+) -> bytes:
     """A line of the output file (``status_code`` 200) or of the error file (the failure's
-    status, ``body`` then OpenAI's ``{"error": ...}``)."""
-    return orjson.dumps(
-        {
-            "id": f"batch_req_{secrets.token_hex(12)}",
-            "custom_id": custom_id,
-            "response": {"status_code": status_code, "request_id": request_id, "body": body},
-            "error": None,
-        }
-    )
+    status, ``body`` then OpenAI's ``{"error": ...}``). ``provenance``: an embeddings line's,
+    an entry an input in order (``body`` is OpenAI's embeddings answer, which has no room
+    for it; a task line's body is the task's answer, which holds its own)."""
+    line: dict[str, Any] = {
+        "id": f"batch_req_{secrets.token_hex(12)}",
+        "custom_id": custom_id,
+        "response": {"status_code": status_code, "request_id": request_id, "body": body},
+        "error": None,
+    }
+    if provenance:
+        line["provenance"] = provenance
+    return orjson.dumps(line)
 
 
 def error_line(custom_id: str | None, code: str, message: str) -> bytes:

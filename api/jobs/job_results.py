@@ -22,7 +22,7 @@ from brimful.api.openai.embedding_answer import EmbeddingShape, embeddings_answe
 from brimful.api.state import ApiState
 from brimful.core.batch_records import BatchRecord
 from brimful.core.file_records import OUTPUT_PURPOSE, FileRecord
-from brimful.core.task_record import TaskRecord, TaskStatus, task_record_answer
+from brimful.core.task_record import TaskRecord, TaskStatus, task_provenance, task_record_answer
 
 # What the output says of a line whose task ended other than done.
 _STATUS_CODES = {TaskStatus.FAILED: 502, TaskStatus.EXPIRED: 408, TaskStatus.CANCELLED: 409}
@@ -112,17 +112,19 @@ class BatchResults:
             step.errors.append(output_line(custom_id, request_id, status, body))
             step.failed += 1
             return
+        provenance: list[dict[str, Any]] | None = None
         try:
             shape = EmbeddingShape(**note["embedding"]) if note.get("embedding") else None
             if shape is not None:
                 body = embeddings_answer(shape, task_ids, done)
+                provenance = [task_provenance(task) for task in done]
             else:
                 body = task_record_answer(task_ids[0], done[0], self._state.settings.default_model)
         except ApiError as error:
             step.errors.append(output_line(custom_id, request_id, error.status, error_of(error)))
             step.failed += 1
             return
-        step.output.append(output_line(custom_id, request_id, 200, body))
+        step.output.append(output_line(custom_id, request_id, 200, body, provenance))
         step.completed += 1
         step.input_tokens += shape.prompt_tokens if shape is not None else 0
 

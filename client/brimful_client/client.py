@@ -46,6 +46,7 @@ from brimful_client.plans import (
     call_plan,
     embed_body,
     http_options,
+    provenance_of,
     result_plan,
     status_plan,
     submit_all_plan,
@@ -125,6 +126,11 @@ class Client(_Connection):
     def status(self, task_id: str, wait_s: float = 0.0) -> dict[str, Any]:
         """The task as the API shows it, held up to ``wait_s`` for it to finish."""
         return dict(self._run(status_plan(self._retry, task_id, wait_s)))
+
+    def provenance(self, task_id: str, wait_s: float = 0.0) -> dict[str, Any]:
+        """A done task's batch and where its time went (batch_id, rows, padded_rows,
+        flush_reason, endpoint, stages_ms); {} until it is done, or where none was stored."""
+        return provenance_of(self.status(task_id, wait_s))
 
     def result(self, task_id: str, timeout_s: float = 300.0, poll_wait_s: float = 25.0) -> dict[str, Any]:
         """The task's outputs once done (TaskFailed if it failed); long-polls until then."""
@@ -240,6 +246,9 @@ class AsyncClient(_Connection):
 
     async def status(self, task_id: str, wait_s: float = 0.0) -> dict[str, Any]:
         return dict(await self._run(status_plan(self._retry, task_id, wait_s)))
+
+    async def provenance(self, task_id: str, wait_s: float = 0.0) -> dict[str, Any]:
+        return provenance_of(await self.status(task_id, wait_s))
 
     async def result(self, task_id: str, timeout_s: float = 300.0, poll_wait_s: float = 25.0) -> dict[str, Any]:
         return dict(await self._run(result_plan(self._retry, task_id, timeout_s, poll_wait_s)))

@@ -80,6 +80,11 @@ def outputs_of(task: Mapping[str, Any]) -> dict[str, Any]:
     return dict(task["outputs"])
 
 
+def provenance_of(task: Mapping[str, Any]) -> dict[str, Any]:
+    """A task answer's provenance ({} where it has none)."""
+    return dict(task.get("provenance") or {})
+
+
 def task_fields(model: str | None = None, priority: str | None = None, cache: bool | None = None) -> dict[str, Any]:
     """What a task says besides its inputs, where it says anything: the model (None: the
     default), ``priority`` ("low": bulk work that fills the slots others leave empty) and

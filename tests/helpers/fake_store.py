@@ -45,6 +45,7 @@ class FakeStore:
         self.done: dict[str, dict[str, Any]] = {}
         self.cached: set[str] = set()
         self.failed: dict[str, dict[str, Any]] = {}
+        self.provenance: dict[str, dict[str, Any]] = {}  # each done task's, as stored
         self.events: list[str] = []
 
     async def mark_running(self, task_ids: Iterable[str]) -> list[str]:
@@ -66,7 +67,9 @@ class FakeStore:
         done_counter: str = "",
         cached: bool = False,
         known: Mapping[str, Any] | None = None,  # no record is ever lost here
+        provenance: Mapping[str, bytes] | None = None,
     ) -> int:
+        self.provenance.update((task_id, orjson.loads(stored)) for task_id, stored in (provenance or {}).items())
         self.done.update(
             (task_id, orjson.loads(outputs) if isinstance(outputs, bytes) else dict(outputs))
             for task_id, outputs in outputs_by_task.items()

@@ -189,6 +189,9 @@ async def test_an_embeddings_batch_answers_every_line_once_and_sends_bad_lines_t
         assert response["status_code"] == 200
         vectors = [item["embedding"] for item in response["body"]["data"]]
         assert vectors == [embed(text.encode()).tolist() for text in texts], custom_id
+        # An input's provenance each, beside OpenAI's body (which has no room for it).
+        provenance = output[custom_id]["provenance"]
+        assert len(provenance) == len(texts) and all(entry["batch_id"] for entry in provenance)
     errors = await lines_of(client, batch.error_file_id)
     assert errors["fails"]["response"]["status_code"] == 502
     assert errors[None]["error"]["code"] == "invalid_json_line"  # the broken line has no custom_id to name

@@ -143,13 +143,16 @@ async def test_a_batch_spanning_many_slots_moves_and_publishes_every_task(
             except TimeoutError:
                 pass
         assert probe_heard.is_set(), "the subscription never heard its probe"
-        assert await store.mark_done({task_id: {"Y": task_id} for task_id in ids}) == len(ids)
+        # Each task in its own slot: a script call a slot, each with its own tasks' provenance.
+        provenance = {task_id: b'{"batch_id":"%s"}' % task_id.encode() for task_id in ids}
+        assert await store.mark_done({t: {"Y": t} for t in ids}, provenance=provenance) == len(ids)
         await asyncio.wait_for(all_heard.wait(), 5)
         assert await store.mark_done({ids[0]: {"Y": "again"}}) == 0  # final stays final
         records = [await store.get(task_id) for task_id in ids]
         assert all(
             r is not None and r.outputs == {"Y": r.task_id} and r.tenant == "t1" and r.model == "m16" for r in records
         )
+        assert all(r is not None and r.provenance == {"batch_id": r.task_id} for r in records)
     finally:
         following.cancel()
         await subscriber.aclose()

@@ -313,8 +313,14 @@ async def test_a_batch_costs_two_round_trips_and_its_counters_ride_with_its_resu
             StatsField.PADDED_SLOTS: 1,
             StatsField.flushes("full"): 1,
         }
-        done = await store.mark_done({t: {"Y": 1} for t in running}, counters, StatsField.TASKS_DONE)
+        # Each task's provenance rides in the same step as its outputs: no round trip more.
+        provenance = {t: b'{"arrived_us":%d,"batch_id":"b"}' % n for n, t in enumerate(running)}
+        done = await store.mark_done(
+            {t: {"Y": 1} for t in running}, counters, StatsField.TASKS_DONE, provenance=provenance
+        )
         assert spy.stop() == 2 and done == 63
+        records = await store.get_many(running)
+        assert all(r is not None and r.provenance == orjson.loads(provenance[r.task_id]) for r in records)
         totals = await stats.read()
         assert totals[StatsField.TASKS_DONE] == 64 and totals[StatsField.ROWS_DISPATCHED] == 64
         assert totals[StatsField.BATCHES_DISPATCHED] == 1 and totals[StatsField.flushes("full")] == 1
@@ -373,10 +379,11 @@ async def test_the_finished_message_written_in_lua_reads_back_whole_in_python(st
     try:
         script = (
             FINISHED_MESSAGE_LUA
-            + "publish_finished(KEYS[1], {finished_entry(unpack(ARGV, 1, 8)), finished_entry(unpack(ARGV, 9, 16))})"
+            + "publish_finished(KEYS[1], {finished_entry(unpack(ARGV, 1, 9)), finished_entry(unpack(ARGV, 10, 18))})"
         )
-        done = ["t1", "done", "100", "130", "acme", "brimful_reference", "outputs", orjson.dumps(outputs)]
-        failed = ["t2", "failed", "101", "131", "globex", "m", "error", orjson.dumps({"class": "model_error"})]
+        provenance = orjson.dumps({"batch_id": "b1", "flush_reason": "full", "rows": 64})
+        done = ["t1", "done", "100", "130", "acme", "brimful_reference", provenance, "outputs", orjson.dumps(outputs)]
+        failed = ["t2", "failed", "101", "131", "globex", "m", "", "error", orjson.dumps({"class": "model_error"})]
         await redis.eval(script, 1, channel, *done, *failed)
 
         payloads: list[bytes] = []
@@ -398,6 +405,7 @@ async def test_the_finished_message_written_in_lua_reads_back_whole_in_python(st
             "brimful_reference",
             130,
         )
+        assert first.provenance == orjson.loads(provenance) and second.provenance is None
         assert (second.status, second.error, second.outputs, second.submitted_at_ms) == (
             TaskStatus.FAILED,
             {"class": "model_error"},
