@@ -156,7 +156,9 @@ class BatcherProcess:
             cache=ResultCache(settings.result_cache_max_bytes) if settings.result_cache_max_bytes else None,
             cacheable=settings.cacheable(settings.model_name),
             cache_across_tenants=settings.result_cache_across_tenants,
-            task_events=TaskEvents(WebhookRecords(redis, keys), store, settings.default_model),
+            task_events=TaskEvents(
+                WebhookRecords(redis, keys), store, settings.default_model, settings.webhook_callback_payload
+            ),
             provenance=settings.task_provenance,
         )
         member = f"{socket.gethostname()}-{os.getpid()}"

@@ -265,6 +265,12 @@ class Settings(BaseSettings):
         description="Let one tenant's task be answered by another tenant's identical task. Off: a result never "
         "crosses tenants (see docs/security.md).",
     )
+    shortenable_embedding_models: str = Field(
+        "",
+        description="Embedding models trained so that a vector's leading dimensions keep their meaning "
+        "(Matryoshka), comma-separated: POST /v1/embeddings answers them any dimensions up to their own, "
+        "cut and scaled back to unit length. Any other model answers only its own.",
+    )
     uncacheable_models: str = Field(
         "",
         description="Models whose results are never shared, comma-separated (not deterministic): each task is "
@@ -598,6 +604,11 @@ class Settings(BaseSettings):
         description="How long an endpoint's old secret still signs its deliveries, beside the new "
         "one, after POST /v1/webhooks/endpoints/{id}/rotate-secret.",
     )
+    webhook_callback_payload: Literal["full", "thin"] = Field(
+        "full",
+        description="What a delivery to a task's own callback_url carries: full (the task as GET /v1/tasks/{id} "
+        "shows it) or thin (its id, model, status and times; the receiver reads the rest). Endpoints choose theirs.",
+    )
     webhook_disable_after_s: float = Field(
         259200.0,
         gt=0,
@@ -729,6 +740,10 @@ class Settings(BaseSettings):
     def cacheable(self, model: str) -> bool:
         """Whether identical tasks of ``model`` may share one result."""
         return model not in comma_list(self.uncacheable_models)
+
+    def shortenable(self, model: str) -> bool:
+        """Whether the embedding model ``model`` answers shorter ``dimensions`` (declared so)."""
+        return model in comma_list(self.shortenable_embedding_models)
 
     def model_scope(self, model: str) -> str | None:
         """What a model's own topic, group and Redis keys carry: None for the default

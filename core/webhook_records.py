@@ -39,7 +39,8 @@ from brimful.core.redis_client import RedisClient, as_text
 from brimful.core.redis_keys import RedisKeys
 from brimful.core.task_record import TaskStatus, task_record_answer
 from brimful.core.task_store import TaskStore
-from brimful.core.webhook_signing import new_secret
+from brimful.core.webhook_signing import derived_secret, new_secret
+from brimful.core.webhook_targets import origin
 from brimful.schemas import TaskRequest
 
 ENDPOINT_DISABLED = "webhook_endpoint.disabled"  # told to the tenant's other endpoints that take it
@@ -55,6 +56,11 @@ EVENT_TYPES = (
 )
 MAX_ENDPOINTS = 16  # a tenant's
 CALLBACK = "callback"  # the endpoint id of a delivery to a task's own callback_url
+# What an endpoint's deliveries carry: the whole event, or a thin one (``thin_data``), as
+# Standard Webhooks recommends for payloads that may be large.
+FULL, THIN = "full", "thin"
+PAYLOADS = (FULL, THIN)
+THIN_TASK_FIELDS = ("task_id", "model", "status", "submitted_at_ms", "updated_at_ms")
 LOG_KEEP = 1000  # deliveries listed per tenant
 FINAL_TTL_S = 7 * 24 * 3600  # a delivered or dead delivery's record
 
@@ -103,6 +109,30 @@ def event_object_id(event_id: str) -> str:
     return "evt_" + hashlib.sha256(event_id.encode()).hexdigest()[:24]
 
 
+def event_body(event_id: str, event_type: str, data: Mapping[str, Any], now_ms: int) -> bytes:
+    """A delivery's body: Standard Webhooks' ``type``, ``timestamp`` and ``data``, OpenAI's
+    ``id``, ``object`` and ``created_at`` beside them."""
+    return orjson.dumps(
+        {
+            "id": event_object_id(event_id),
+            "object": "event",
+            "created_at": now_ms // 1000,
+            "type": event_type,
+            "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now_ms / 1000)),
+            "data": data,
+        }
+    )
+
+
+def thin_data(event_type: str, data: Mapping[str, Any]) -> dict[str, Any]:
+    """What a thin payload carries of an event's ``data``: a task event its task's id,
+    model, status and times (the receiver reads the outputs or error with
+    ``GET /v1/tasks/{id}``); any other event, small already, all of it."""
+    if event_type not in TASK_EVENTS:
+        return dict(data)
+    return {name: data[name] for name in THIN_TASK_FIELDS if name in data}
+
+
 def delivery_id(event_id: str, endpoint_id: str) -> str:
     """The same for one event and endpoint, whoever emits it and how often."""
     return "msg_" + hashlib.sha256(f"{event_id}|{endpoint_id}".encode()).hexdigest()[:24]
@@ -121,6 +151,7 @@ class Endpoint:
     previous_until: int = 0  # unix seconds
     disabled: str = ""  # why it is disabled; "": enabled
     failing_since_ms: int = 0  # since when its deliveries have failed, none delivered since (0: not failing)
+    payload: str = FULL  # FULL or THIN (``thin_data``)
 
     def signing_secrets(self, now_s: float) -> list[str]:
         """The secrets a delivery is signed with now: during a rotation, the new and the old."""
@@ -135,6 +166,7 @@ class Endpoint:
             "events": list(self.events),
             "description": self.description,
             "created_at": self.created_at,
+            "payload": self.payload,
             "disabled": bool(self.disabled),
             "disabled_reason": self.disabled or None,
             "failing_since_ms": self.failing_since_ms or None,
@@ -198,6 +230,7 @@ class WebhookRecords:
             "secret": endpoint.secret,
             "description": endpoint.description,
             "created_at": endpoint.created_at,
+            "payload": endpoint.payload,
         }
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.hset(self._keys.webhook_endpoint(endpoint.endpoint_id), mapping=fields)
@@ -228,6 +261,7 @@ class WebhookRecords:
             int(fields.get("previous_until", 0)),
             fields.get("disabled", ""),
             int(fields.get("failing_since_ms", 0)),
+            fields.get("payload", FULL),
         )
         return found if tenant is None or found.tenant == tenant else None
 
@@ -280,12 +314,14 @@ class WebhookRecords:
         found = [await self.endpoint(endpoint_id, tenant) for endpoint_id in ids]
         return sorted((e for e in found if e is not None), key=lambda e: e.created_at)
 
-    async def callback_secret(self, tenant: str) -> str:
-        """The secret that signs the tenant's deliveries to tasks' own callback URLs (made
-        on first use)."""
+    async def callback_secret(self, tenant: str, url: str) -> str:
+        """The secret that signs the tenant's deliveries to tasks' callback URLs of ``url``'s
+        origin: derived from the tenant's callback master secret (made on first use, never
+        shown), so each receiver holds its own. TargetRefused for a URL no callback may take."""
+        scope = origin(url)
         key = self._keys.webhook_callback_secret(tenant)
         await self._redis.set(key, new_secret(), nx=True)
-        return as_text(await self._redis.get(key) or b"")
+        return derived_secret(as_text(await self._redis.get(key) or b""), scope)
 
     async def remove_endpoint(self, endpoint: Endpoint) -> None:
         async with self._redis.pipeline(transaction=True) as pipe:
@@ -304,37 +340,32 @@ class WebhookRecords:
         event_id: str,
         callback_url: str = "",
         endpoints: Sequence[Endpoint] | None = None,
+        callback_payload: str = FULL,
     ) -> list[str]:
         """One delivery for each of the tenant's endpoints that takes ``event_type``, and one
-        to ``callback_url`` if given; the ids of those made now (an event emitted again
-        makes none). ``endpoints``: the tenant's, where the caller holds them already (else
-        they are read)."""
+        to ``callback_url`` if given (its body ``callback_payload``: FULL or THIN); the ids
+        of those made now (an event emitted again makes none). ``endpoints``: the tenant's,
+        where the caller holds them already (else they are read)."""
         if endpoints is None:
             endpoints = await self.endpoints(tenant)
-        targets = [(e.endpoint_id, "") for e in endpoints if event_type in e.events and not e.disabled]
+        targets = [(e.endpoint_id, "", e.payload) for e in endpoints if event_type in e.events and not e.disabled]
         if callback_url:
-            targets.append((CALLBACK, callback_url))
+            targets.append((CALLBACK, callback_url, callback_payload))
         if not targets:
             return []
         now_ms = int(time.time() * 1000)
-        payload = orjson.dumps(
-            {
-                "id": event_object_id(event_id),
-                "object": "event",
-                "created_at": now_ms // 1000,
-                "type": event_type,
-                "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now_ms / 1000)),
-                "data": data,
-            }
-        )
+        bodies = {
+            kind: event_body(event_id, event_type, thin_data(event_type, data) if kind == THIN else data, now_ms)
+            for kind in {kind for _, _, kind in targets}
+        }
         made = []
-        for endpoint_id, url in targets:
+        for endpoint_id, url, kind in targets:
             delivery = Delivery(
                 delivery_id(event_id, endpoint_id),
                 tenant,
                 endpoint_id,
                 event_type,
-                payload,
+                bodies[kind],
                 now_ms,
                 next_at_ms=now_ms,
                 url=url,
@@ -466,8 +497,12 @@ TASK_EVENTS = frozenset(EVENTS.values())
 class TaskEvents:
     """Announces a batch's finished tasks to their tenants' webhooks."""
 
-    def __init__(self, webhooks: WebhookRecords, store: TaskStore, default_model: str) -> None:
+    def __init__(
+        self, webhooks: WebhookRecords, store: TaskStore, default_model: str, callback_payload: str = FULL
+    ) -> None:
+        """``callback_payload``: the body of deliveries to tasks' callback URLs, FULL or THIN."""
         self._webhooks = webhooks
+        self._callback_payload = callback_payload
         self._store = store
         self._default_model = default_model
         self._endpoints: dict[str, list[Endpoint]] = {}  # tenant -> its endpoints, as last read
@@ -506,7 +541,8 @@ class TaskEvents:
                     continue
                 answer = task_record_answer(request.task_id, record, self._default_model)
                 made = await self._webhooks.emit(
-                    tenant, event, answer, f"{request.task_id}:{event}", callback_url=callback, endpoints=endpoints
-                )
+                    tenant, event, answer, f"{request.task_id}:{event}", callback_url=callback, endpoints=endpoints,
+                    callback_payload=self._callback_payload,
+                )  # fmt: skip
                 emitted += len(made)
         return emitted

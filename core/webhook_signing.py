@@ -24,6 +24,15 @@ def new_secret() -> str:
     return SECRET_PREFIX + base64.b64encode(secrets.token_bytes(32)).decode("ascii")
 
 
+def derived_secret(master: str, scope: str) -> str:
+    """A secret of its own for ``scope`` (a callback URL's origin), from a ``master`` secret
+    that is never shown: HMAC-SHA256 of the scope under the master's bytes. Holding one
+    scope's secret tells nothing of another's, nor of the master."""
+    key = base64.b64decode(master.removeprefix(SECRET_PREFIX))
+    derived = hmac.new(key, b"callback-origin:" + scope.encode(), hashlib.sha256).digest()
+    return SECRET_PREFIX + base64.b64encode(derived).decode("ascii")
+
+
 def signature(secret: str, message_id: str, timestamp: int, body: bytes) -> str:
     """The ``webhook-signature`` value of one attempt."""
     key = base64.b64decode(secret.removeprefix(SECRET_PREFIX))

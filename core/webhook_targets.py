@@ -87,6 +87,14 @@ def parse_target(url: str, allowed_hosts: frozenset[str]) -> tuple[str, int, boo
     return host, port, host in allowed_hosts
 
 
+def origin(url: str) -> str:
+    """A webhook URL's origin, spelled one way: ``scheme://host:port``, the host lowercased
+    (bracketed when an IPv6 address), the port always given; TargetRefused as ``parse_target``."""
+    host, port, _ = parse_target(url, frozenset())
+    shown = f"[{host}]" if ":" in host else host
+    return f"{urlsplit(url).scheme}://{shown}:{port}"
+
+
 async def check_target(url: str, allowed_hosts: frozenset[str]) -> None:
     """TargetRefused unless every address the URL's host resolves to now is public (or the
     host is allowed by name)."""

@@ -32,6 +32,7 @@ from brimful.core.file_records import (
 )
 from brimful.core.model_catalogue import ModelCatalogue
 from brimful.core.settings import Settings
+from brimful.core.webhook_targets import MAX_URL_LENGTH
 
 FILE = {
     "type": "object",
@@ -230,7 +231,14 @@ def _webhook_operations() -> dict[tuple[str, str], dict[str, Any]]:
             "responses": responses({200: ("The endpoint, enabled.", OBJECT)}, (401, 403, 404, 503)),
         },
         (WEBHOOKS_PATH + "/callback-secret", "get"): {
-            "responses": responses({200: ("The secret of the tenant's task callbacks.", OBJECT)}, (401, 403, 503)),
+            "parameters": [
+                query_parameter(
+                    "url", {"type": "string", "maxLength": MAX_URL_LENGTH}, "a callback URL: its origin's secret"
+                )
+            ],
+            "responses": responses(
+                {200: ("The secret of the tenant's task callbacks to that origin.", OBJECT)}, (400, 401, 403, 503)
+            ),
         },
         (WEBHOOKS_PATH + "/deliveries", "get"): {
             "parameters": [

@@ -16,9 +16,18 @@ from brimful.api.http.guards import Principal, requires
 from brimful.api.http.list_pages import page_limit
 from brimful.api.state import ApiState, api_state
 from brimful.core.api_keys import Scope
-from brimful.core.webhook_records import EVENT_TYPES, LOG_KEEP, MAX_ENDPOINTS, Delivery, Endpoint, new_endpoint_id
+from brimful.core.webhook_records import (
+    EVENT_TYPES,
+    FULL,
+    LOG_KEEP,
+    MAX_ENDPOINTS,
+    PAYLOADS,
+    Delivery,
+    Endpoint,
+    new_endpoint_id,
+)
 from brimful.core.webhook_signing import new_secret
-from brimful.core.webhook_targets import MAX_URL_LENGTH, TargetRefused, check_target
+from brimful.core.webhook_targets import MAX_URL_LENGTH, TargetRefused, check_target, origin
 
 router = APIRouter(tags=["webhooks"])
 
@@ -54,6 +63,11 @@ ENDPOINT_BODY = BodySchema(
                 "description": "the event types sent there",
             },
             "description": {"type": "string", "maxLength": MAX_DESCRIPTION},
+            "payload": {
+                "type": "string",
+                "enum": list(PAYLOADS),
+                "description": "thin: a task event carries its id, model, status and times, not its outputs",
+            },
         },
     }
 )
@@ -81,6 +95,7 @@ async def add_endpoint(request: Request, principal: Principal = Depends(_admin))
         new_secret(),
         description,
         int(time.time()),
+        payload=document.get("payload", FULL),
     )
     if not await state.webhooks.add_endpoint(endpoint):
         raise ApiError(400, "too_many_endpoints", f"a tenant has at most {MAX_ENDPOINTS} webhook endpoints")
@@ -154,8 +169,21 @@ async def enable_endpoint(endpoint_id: str, request: Request, principal: Princip
 
 @router.get(WEBHOOKS_PATH + "/callback-secret")
 async def callback_secret(request: Request, principal: Principal = Depends(_admin)) -> dict[str, str]:
-    """The secret that signs deliveries to the tenant's tasks' own ``callback_url``."""
-    return {"secret": await api_state(request).webhooks.callback_secret(principal.tenant)}
+    """The secret that signs deliveries to the tenant's tasks' ``callback_url`` of the
+    origin of ``?url=``: each receiver its own."""
+    url = request.query_params.get("url")
+    if not url:
+        raise ApiError(
+            400,
+            "invalid_request",
+            "url is required: the callback URL (or its origin) whose secret to show",
+            param="url",
+        )
+    try:
+        secret = await api_state(request).webhooks.callback_secret(principal.tenant, url)
+    except TargetRefused as error:
+        raise ApiError(400, "invalid_callback_url", f"url: {error}", param="url") from error
+    return {"secret": secret, "origin": origin(url)}
 
 
 @router.get(WEBHOOKS_PATH + "/deliveries")

@@ -125,7 +125,11 @@ class WebhookSender:
     async def _send(self, http: httpx.AsyncClient, delivery: Delivery) -> None:
         endpoint = None
         if delivery.endpoint_id == CALLBACK:
-            url, keys = delivery.url, [await self._records.callback_secret(delivery.tenant)]
+            try:
+                url, keys = delivery.url, [await self._records.callback_secret(delivery.tenant, delivery.url)]
+            except TargetRefused as error:  # checked at submission: only a record written otherwise
+                await self._failed(delivery, None, 0, f"refused target: {error}", None)
+                return
         else:
             endpoint = await self._records.endpoint(delivery.endpoint_id, delivery.tenant)
             if endpoint is None or endpoint.disabled:

@@ -5,7 +5,7 @@
     brimful webhooks remove ID
     brimful webhooks deliveries [--dead] [--limit N]
     brimful webhooks replay ID...
-    brimful webhooks callback-secret
+    brimful webhooks callback-secret URL
 
 ``add`` prints the endpoint's signing secret, shown this once.
 """
@@ -33,7 +33,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     deliveries.add_argument("--limit", type=int, default=50)
     replay = actions.add_parser("replay", help="send deliveries again now (same webhook-id)")
     replay.add_argument("delivery_ids", nargs="+", metavar="ID")
-    secret = actions.add_parser("callback-secret", help="the secret that signs tasks' callback_url deliveries")
+    secret = actions.add_parser("callback-secret", help="the secret that signs tasks' callbacks to a URL's origin")
+    secret.add_argument("url", help="a callback URL (its origin's secret is shown)")
     for sub in (add, listing, remove, deliveries, replay, secret):
         add_api_argument(sub)
     parser.set_defaults(handler=run)
@@ -66,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
             for delivery_id in args.delivery_ids:
                 print(f"{call('POST', f'{base}/deliveries/{delivery_id}/replay', args.api_key)['id']} pending")
         else:
-            print(call("GET", f"{base}/callback-secret", args.api_key)["secret"])
+            print(call("GET", f"{base}/callback-secret", args.api_key, params={"url": args.url})["secret"])
     except CommandError as error:
         print(f"brimful webhooks: {error}", file=sys.stderr)
         return 1

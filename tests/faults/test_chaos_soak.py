@@ -13,7 +13,9 @@ its memory limit, the records of tasks whose batch is at the model deleted, the 
 restarted, idle sockets flooding the API, uploads trickling a byte at a time.
 
 Webhook endpoints listen for every tenant (each receiver checks its signatures and that
-every event is its own tenant's), and one tenant's other endpoints hang, answer 410 and 429.
+every event is its own tenant's), and one tenant's other endpoints hang, answer 410 (at the
+end the receiver mends: on-call enables the endpoint and recovers its dead deliveries) and
+429 (a thin endpoint: its events must carry the task's id and state only).
 Small batch jobs come every few seconds: run plainly, cancelled, past a window of a few
 seconds, or with their input deleted mid-run; each must end, its counts agreeing with its
 output and error files. At the end the store must hold nothing left behind.
@@ -621,6 +623,11 @@ async def test_every_accepted_task_ends_right_in_the_production_shape_under_chao
     await evidence
     hook_figures, hook_problems = receivers.check(ledger)
     hook_problems += await receivers.gone_is_disabled(clients[TENANTS[0]], ledger)
+    hook_problems += await receivers.gone_recovers(clients[TENANTS[0]], ledger)
+    if receivers.thin_fields - {"task_id", "model", "status", "submitted_at_ms", "updated_at_ms"}:
+        hook_problems.append(f"the thin endpoint's events carried {sorted(receivers.thin_fields)}")
+    if not receivers.thin_fields:
+        hook_problems.append("the thin endpoint got no event through its 429s")
     await receivers.stop()
     left_behind = await storage_left_behind(stack)
     figures.update({**job_figures, **small_figures, **hook_figures})
@@ -893,6 +900,9 @@ class Receivers:
         self.got: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)  # tenant -> events
         self.calls: collections.Counter[str] = collections.Counter()  # path -> calls
         self.unverified = 0
+        self.gone_recovered = False  # the 410 receiver answers 204 again (after the faults)
+        self.thin_fields: set[str] = set()  # every field the thin endpoint's events carried
+        self.registered_at_s = 0
         self._release = asyncio.Event()
         self._runner: aiohttp.web.AppRunner | None = None
 
@@ -919,9 +929,12 @@ class Receivers:
                 pass
             return aiohttp.web.Response(status=204)
         if path == "gone":
-            return aiohttp.web.Response(status=410)
+            return aiohttp.web.Response(status=204 if self.gone_recovered else 410)
         if path == "busy":
-            return aiohttp.web.Response(status=429, headers={"Retry-After": "1"})
+            if self.calls["busy"] % 2:  # every other call: its thin event then comes through
+                return aiohttp.web.Response(status=429, headers={"Retry-After": "1"})
+            self.thin_fields.update(orjson.loads(body)["data"])
+            return aiohttp.web.Response(status=204)
         tenant = path.split("/", 1)[1]
         headers = {name.lower(): value for name, value in request.headers.items()}
         try:
@@ -945,11 +958,11 @@ class Receivers:
             assert status == 200 and rotated["secret"] != made["secret"], rotated
             self.secrets[name] = made["secret"]
         first = tenants[TENANTS[0]]
+        self.registered_at_s = int(time.time()) - 1
         for path in ("hang", "gone", "busy"):
             url = f"http://127.0.0.1:{self.port}/{path}"
-            status, made = await first.call(
-                ledger, "POST", "/v1/webhooks/endpoints", json={"url": url, "events": ["task.completed"]}
-            )
+            body = {"url": url, "events": ["task.completed"], "payload": "thin" if path == "busy" else "full"}
+            status, made = await first.call(ledger, "POST", "/v1/webhooks/endpoints", json=body)
             assert status == 200, made
 
     async def gone_is_disabled(self, first: Tenant, ledger: Ledger) -> list[str]:
@@ -963,6 +976,23 @@ class Receivers:
         if self.calls["gone"] > 4 * API_WORKERS:
             problems.append(f"the 410 endpoint was called {self.calls['gone']} times after answering 410")
         return problems
+
+    async def gone_recovers(self, first: Tenant, ledger: Ledger) -> list[str]:
+        """On-call's way back for the disabled endpoint: its receiver mended, the endpoint
+        enabled, and every dead delivery since the soak began recovered, delivered."""
+        _, listed = await first.call(ledger, "GET", "/v1/webhooks/endpoints")
+        gone = next(e for e in listed["data"] if e["url"].endswith("/gone"))
+        self.gone_recovered, calls_before = True, self.calls["gone"]
+        status, enabled = await first.call(ledger, "POST", f"/v1/webhooks/endpoints/{gone['id']}/enable")
+        if status != 200 or enabled["disabled"]:
+            return [f"the disabled endpoint could not be enabled: {status} {enabled}"]
+        since = {"since": self.registered_at_s}
+        status, recovered = await first.call(ledger, "POST", f"/v1/webhooks/endpoints/{gone['id']}/recover", json=since)
+        if status != 200 or not recovered["data"]:
+            return [f"nothing recovered for the endpoint that answered 410: {status} {recovered}"]
+        wanted = calls_before + len(recovered["data"])
+        await wait_for(lambda: self.calls["gone"] >= wanted, 60, "every recovered delivery")
+        return []
 
     def check(self, ledger: Ledger) -> tuple[dict[str, object], list[str]]:
         problems = [f"{self.unverified} webhook deliveries failed their signature check"] if self.unverified else []

@@ -150,6 +150,39 @@ async def test_finished_tasks_are_announced_signed_once_each(
     assert ids <= {entry["id"] for entry in log if entry["state"] == "delivered"}
 
 
+async def test_a_thin_endpoint_is_told_which_task_finished_and_reads_the_rest_itself(
+    openai_stack: EmbeddedStack, openai_keys: dict[str, str], api: httpx.AsyncClient, receiver: Receiver
+) -> None:
+    answer = await api.post(
+        "/v1/webhooks/endpoints",
+        json={"url": f"{receiver.url}/thin", "events": ["task.completed", "task.failed"], "payload": "thin"},
+    )
+    assert answer.status_code == 200 and answer.json()["payload"] == "thin", answer.text
+    receiver.secrets["/thin"] = answer.json()["secret"]
+    await register(api, receiver, "/full", ["task.completed"])  # the same event, whole, to another endpoint
+    text = f"thin {uuid.uuid4().hex}"
+    done = await submit(openai_stack, openai_keys["submit"], text)
+    failed = await submit(openai_stack, openai_keys["submit"], f"!fail {text}")
+    await wait_for(until(lambda: len(receiver.events("/thin")) >= 2), 60, "both thin events")
+    await wait_for(until(lambda: len(receiver.events("/full")) >= 1), 60, "the full event")
+    thin = {event["data"]["task_id"]: event for event in receiver.events("/thin")}
+    assert set(thin) == {done, failed}
+    for task_id, status in ((done, "done"), (failed, "failed")):
+        assert set(thin[task_id]["data"]) == {"task_id", "model", "status", "submitted_at_ms", "updated_at_ms"}
+        assert thin[task_id]["data"]["status"] == status
+    full = receiver.events("/full")[0]
+    assert full["id"] == thin[done]["id"] and full["data"]["outputs"] == expected_outputs(text)  # one event
+    async with httpx.AsyncClient(
+        base_url=openai_stack.api_url, headers={"Authorization": f"Bearer {openai_keys['submit']}"}
+    ) as http:  # what a thin receiver does next
+        assert (await http.get(f"/v1/tasks/{done}")).json()["outputs"] == expected_outputs(text)
+    listed = (await api.get("/v1/webhooks/endpoints")).json()["data"]
+    assert {endpoint["url"].rsplit("/", 1)[1]: endpoint["payload"] for endpoint in listed} == {
+        "thin": "thin",
+        "full": "full",
+    }
+
+
 async def test_a_batch_job_announces_its_end(
     openai_stack: EmbeddedStack, openai_keys: dict[str, str], api: httpx.AsyncClient, receiver: Receiver
 ) -> None:
@@ -247,6 +280,9 @@ async def test_bad_endpoint_requests_get_a_clear_4xx(
         ({"url": "http://127.0.0.1:9/x", "events": []}, "events"),
         ({"events": ["task.completed"]}, "url"),
         ({"url": "http://127.0.0.1:9/x", "events": ["task.completed"], "secret": "mine"}, "secret"),
+        ({"url": "http://127.0.0.1:9/x", "events": ["task.completed"], "payload": "slim"}, "payload"),
+        ({"url": "http://127.0.0.1:9/x", "events": ["task.completed"], "payload": "thin²"}, "payload"),
+        ({"url": "http://127.0.0.1:9/x", "events": ["task.completed"], "payload": ["thin"]}, "payload"),
     ]:
         answer = await api.post("/v1/webhooks/endpoints", json=body)
         assert answer.status_code == 400 and says in answer.json()["error"]["message"], answer.text
@@ -262,12 +298,26 @@ async def test_bad_endpoint_requests_get_a_clear_4xx(
     assert [answer.status_code for answer in made].count(200) == 16 and made[-1].status_code == 400
 
 
-async def test_a_task_with_a_callback_url_is_posted_its_result_signed_with_the_tenant_callback_secret(
+async def test_a_task_with_a_callback_url_is_posted_its_result_signed_with_its_origins_own_secret(
     openai_stack: EmbeddedStack, openai_keys: dict[str, str], api: httpx.AsyncClient, receiver: Receiver
 ) -> None:
-    secret = (await api.get("/v1/webhooks/callback-secret")).json()["secret"]
-    assert (await api.get("/v1/webhooks/callback-secret")).json()["secret"] == secret  # made once
-    receiver.secrets["/cb"] = secret
+    shown = (await api.get("/v1/webhooks/callback-secret", params={"url": f"{receiver.url}/cb"})).json()
+    secret = shown["secret"]
+    assert shown["origin"] == receiver.url and secret.startswith("whsec_")
+    # One secret an origin: another path, or the same origin spelled otherwise, reads the same one.
+    for same in (f"{receiver.url}/other?x=1", receiver.url.replace("http://", "HTTP://") + "/cb"):
+        assert (await api.get("/v1/webhooks/callback-secret", params={"url": same})).json()["secret"] == secret
+    port = int(receiver.url.rsplit(":", 1)[1])
+    elsewhere = (
+        await api.get("/v1/webhooks/callback-secret", params={"url": f"http://127.0.0.1:{port + 1}/cb"})
+    ).json()
+    assert elsewhere["secret"] != secret  # another receiver holds another secret
+    async with httpx.AsyncClient(
+        base_url=openai_stack.api_url, headers={"Authorization": f"Bearer {openai_keys['other-admin']}"}
+    ) as other_tenant:
+        theirs = await other_tenant.get("/v1/webhooks/callback-secret", params={"url": f"{receiver.url}/cb"})
+        assert theirs.status_code == 200 and theirs.json()["secret"] != secret
+    receiver.secrets["/cb"] = secret  # the receiver verifies with its own origin's secret only
     text = f"call me back {uuid.uuid4().hex}"
     task = await submit(openai_stack, openai_keys["submit"], text, callback_url=f"{receiver.url}/cb")
     failing = await submit(openai_stack, openai_keys["submit"], f"!fail {text}", callback_url=f"{receiver.url}/cb")
@@ -289,6 +339,18 @@ async def test_a_task_with_a_callback_url_is_posted_its_result_signed_with_the_t
         )
         results = bulk.json()["results"]
         assert results[0]["error"]["code"] == "invalid_callback_url" and "task_id" in results[1]
+
+
+async def test_bad_callback_secret_urls_get_a_clear_4xx_naming_url(api: httpx.AsyncClient) -> None:
+    missing = await api.get("/v1/webhooks/callback-secret")
+    assert missing.status_code == 400 and missing.json()["error"]["param"] == "url"
+    for url in ("file:///etc/passwd", "https://a.example:²/cb", "https://a.example:８０/cb", "https://u:p@a.example/",
+                "https:///nohost", "https://a.example/" + "x" * 5000, "ftp://a.example/"):  # fmt: skip
+        answer = await api.get("/v1/webhooks/callback-secret", params={"url": url})
+        assert answer.status_code == 400, (url, answer.text)
+        assert answer.json()["error"]["code"] == "invalid_callback_url" and answer.json()["error"]["param"] == "url"
+    unicode_host = await api.get("/v1/webhooks/callback-secret", params={"url": "https://ëxample.com/cb"})
+    assert unicode_host.status_code == 200 and unicode_host.json()["origin"] == "https://ëxample.com:443"
 
 
 async def test_a_tenants_silent_receivers_delay_no_other_tenants_delivery(
