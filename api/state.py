@@ -4,6 +4,7 @@ work that keeps them current."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Coroutine
@@ -254,7 +255,10 @@ class ApiState:
         # The models may still be loading when the API starts: keep asking each.
         signatures = await asyncio.gather(*(wait_for_signature(model) for model in self.models))
         if all(signature is not None for signature in signatures):
-            self.catalogue = ModelCatalogue.of([s for s in signatures if s is not None])
+            shortenable = self.settings.shortenable
+            self.catalogue = ModelCatalogue.of(
+                [dataclasses.replace(s, shortenable=shortenable(s.name)) for s in signatures if s is not None]
+            )
         self._note_started()
 
     def _requests_topics_now(self) -> list[str]:

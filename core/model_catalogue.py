@@ -75,6 +75,7 @@ class ModelCatalogue:
                 "inputs": [_tensor(spec) for spec in signature.inputs],
                 "outputs": [_tensor(spec) for spec in signature.outputs],
                 "default": signature.name == self.default,
+                "shortenable": signature.shortenable,
             }
             for signature in self.models.values()
         ]
@@ -144,6 +145,10 @@ class ModelSignature:
     batch_size: int
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
+    # An embedding model trained so that a vector's leading dimensions keep their meaning
+    # (Matryoshka): it answers a shorter ``dimensions``. Declared by the operator
+    # (``BRIMFUL_SHORTENABLE_EMBEDDING_MODELS``); a model's metadata cannot say it.
+    shortenable: bool = False
 
     @property
     def input_names(self) -> tuple[str, ...]:

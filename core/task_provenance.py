@@ -85,19 +85,15 @@ class StoredProvenance:
 
 def provenance_answer(stored: dict[str, Any], submitted_at_ms: int, updated_at_ms: int) -> dict[str, Any]:
     """The provenance as the API shows it, from the stored object and the record's own
-    instants (submitted by the API, stored by the batcher: milliseconds)."""
-    instants_us = (
-        submitted_at_ms * 1000,
-        int(stored.get("arrived_us", 0)),
-        int(stored.get("flushed_us", 0)),
-        int(stored.get("call_started_us", 0)),
-        int(stored.get("call_ended_us", 0)),
-        updated_at_ms * 1000,
-    )
-    known: list[int] = []
-    for instant in instants_us:  # one not recorded (0) reads as the one before it: a stage of 0
-        known.append(instant or (known[-1] if known else 0))
-    stages = {name: round(max(0, later - earlier) / 1000, 3) for name, earlier, later in zip(STAGES, known, known[1:])}
+    instants (submitted by the API, stored by the batcher: milliseconds). An instant not
+    recorded (0) reads as the one before it: a stage of 0. On every answer of a done task:
+    kept to plain reads and arithmetic."""
+    submitted = submitted_at_ms * 1000
+    arrived = stored.get("arrived_us") or submitted
+    flushed = stored.get("flushed_us") or arrived
+    started = stored.get("call_started_us") or flushed
+    ended = stored.get("call_ended_us") or started
+    finished = updated_at_ms * 1000 or ended
     return {
         "batch_id": stored.get("batch_id", ""),
         "partition": stored.get("partition", 0),
@@ -106,5 +102,16 @@ def provenance_answer(stored: dict[str, Any], submitted_at_ms: int, updated_at_m
         "padded_rows": stored.get("padded_rows", 0),
         "model_calls": stored.get("model_calls", 0),
         "endpoint": stored.get("endpoint", ""),
-        "stages_ms": stages,
+        "stages_ms": {
+            "to_batcher": _ms(arrived - submitted),
+            "in_batch": _ms(flushed - arrived),
+            "prepare": _ms(started - flushed),
+            "call": _ms(ended - started),
+            "store": _ms(finished - ended),
+        },
     }
+
+
+def _ms(span_us: int) -> float:
+    """A stage in milliseconds; one two hosts' clocks make negative reads 0."""
+    return span_us / 1000 if span_us > 0 else 0.0

@@ -13,6 +13,7 @@ from brimful.commands.up import EMBEDDED_MODELS
 from brimful.core.api_keys import ApiKeys, Scope
 from brimful.core.redis_client import make_redis
 from brimful.core.redis_keys import RedisKeys
+from brimful.model_server.embedding_model import MODEL_NAME as EMBEDDING_MODEL
 from brimful.stack import EmbeddedStack
 from brimful.stack.kafka_jars import DEFAULT_KAFKA_VERSION
 from tests.helpers.live_policy import applied, tune
@@ -61,6 +62,7 @@ def openai_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedS
             batch_job_window=OPENAI_JOB_WINDOW,
             webhook_allowed_hosts="127.0.0.1",  # the tests' receivers
             webhook_retry_delays_s=",".join([str(OPENAI_WEBHOOK_RETRY_S)] * 3),
+            shortenable_embedding_models=EMBEDDING_MODEL,  # declared Matryoshka: it answers shorter dimensions
         ),
     )
     yield running

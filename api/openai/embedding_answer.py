@@ -26,10 +26,21 @@ class EmbeddingShape:
     output: str  # the model's EMBEDDING output
     encoding_format: str
     prompt_tokens: int
+    dimensions: int = 0  # a shortened vector's length (0: the model's own)
 
     @classmethod
     def of(cls, ask: EmbeddingRequest) -> EmbeddingShape:
-        return cls(ask.model.name, ask.output.name, ask.encoding_format, ask.prompt_tokens)
+        return cls(ask.model.name, ask.output.name, ask.encoding_format, ask.prompt_tokens, ask.dimensions)
+
+
+def shortened(vector: list[float], dimensions: int) -> list[float]:
+    """The vector's first ``dimensions`` scaled back to unit length, as a Matryoshka model's
+    vectors are shortened (0, or its own length: the vector as it is)."""
+    if not dimensions or dimensions >= len(vector):
+        return vector
+    head = np.asarray(vector[:dimensions], dtype=np.float64)
+    norm = float(np.linalg.norm(head))
+    return [float(x) for x in (head / norm if norm > 0 else head)]
 
 
 def embeddings_answer(
@@ -53,7 +64,7 @@ def embeddings_answer(
             raise ApiError(
                 502, "inference_failed", f"input[{index}] was not embedded ({record.status.value}): {reason}"
             )
-        vector = record.outputs[ask.output]
+        vector = shortened(record.outputs[ask.output], ask.dimensions)
         embedding: Any = (
             base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode("ascii")
             if ask.encoding_format == "base64"

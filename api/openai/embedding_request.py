@@ -48,6 +48,7 @@ class EmbeddingRequest:
     texts: tuple[str, ...]
     submissions: tuple[Submission, ...]
     encoding_format: str
+    dimensions: int  # the vector's length asked for (0: the model's own)
     # What ``usage`` reports: a text input's whitespace-separated words (Brimful does not
     # run the model's tokenizer; a stable, documented count to meter by), a token-id
     # input's ids.
@@ -76,9 +77,7 @@ def parse_embedding_request(
     encoding_format = document.get("encoding_format", "float")
     if encoding_format not in ENCODING_FORMATS:
         raise _invalid("encoding_format", f"must be one of: {', '.join(ENCODING_FORMATS)}")
-    dimensions = document.get("dimensions")
-    if dimensions is not None and (isinstance(dimensions, bool) or dimensions != output.row_shape[0]):
-        raise _invalid("dimensions", f"model {model.name} gives {output.row_shape[0]} dimensions; omit it or send that")
+    dimensions = _dimensions(document.get("dimensions"), model, output.row_shape[0])
     user = document.get("user")
     if user is not None and (not isinstance(user, str) or len(user) > MAX_USER_LENGTH):
         raise _invalid("user", f"must be a string of at most {MAX_USER_LENGTH} characters")
@@ -90,7 +89,26 @@ def parse_embedding_request(
         except InputValidationError as error:
             raise _invalid(f"input[{index}]", str(error)) from error
         submissions.append(Submission(inputs={spec.name: encoded}, model=model.name))
-    return EmbeddingRequest(model, output, tuple(texts), tuple(submissions), encoding_format, prompt_tokens)
+    return EmbeddingRequest(model, output, tuple(texts), tuple(submissions), encoding_format, dimensions, prompt_tokens)
+
+
+def _dimensions(value: Any, model: ModelSignature, own: int) -> int:
+    """The vector length asked for (0: the model's own): any from 1 to its own for a
+    shortenable model, its own for any other."""
+    if value is None:
+        return 0
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise _invalid("dimensions", "must be a whole number")
+    if model.shortenable and 1 <= value <= own:
+        return 0 if value == own else value
+    if value == own:
+        return 0
+    if model.shortenable:
+        raise _invalid("dimensions", f"model {model.name} gives 1 to {own} dimensions")
+    raise _invalid(
+        "dimensions",
+        f"model {model.name} gives {own} dimensions and is not declared shortenable; omit it or send {own}",
+    )
 
 
 def _embedding_model(name: Any, catalogue: ModelCatalogue) -> ModelSignature:
@@ -179,7 +197,11 @@ def embedding_request_schema(catalogue: ModelCatalogue | None, max_inputs: int) 
             },
             "model": model,
             "encoding_format": {"type": "string", "enum": list(ENCODING_FORMATS), "default": "float"},
-            "dimensions": {"type": "integer", "minimum": 1, "description": "the model's own, or omitted"},
+            "dimensions": {
+                "type": "integer",
+                "minimum": 1,
+                "description": "the model's own, or fewer for a model GET /v1/models lists as shortenable",
+            },
             "user": {"type": "string", "maxLength": MAX_USER_LENGTH, "description": "accepted, not used"},
         },
         "example": {"model": embedding[0] if embedding else "brimful_embedding", "input": ["hello"]},

@@ -29,7 +29,14 @@ def _catalogue(request: Request) -> ModelCatalogue:
 
 def _as_openai(entry: dict[str, Any]) -> dict[str, Any]:
     # OpenAI's Model object; ``created`` is not known for a model read from Triton: 0.
-    return {"id": entry["name"], "object": "model", "created": 0, "owned_by": "brimful", "kind": entry["kind"]}
+    return {
+        "id": entry["name"],
+        "object": "model",
+        "created": 0,
+        "owned_by": "brimful",
+        "kind": entry["kind"],
+        "shortenable": entry["shortenable"],
+    }
 
 
 @router.get(MODELS_PATH, dependencies=[Depends(requires(Scope.READ))])

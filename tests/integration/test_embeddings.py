@@ -52,6 +52,28 @@ async def test_openai_client_embeds_each_input_in_order_as_floats_and_as_base64(
     assert [item.embedding for item in single.data] == expected(["zebra"])
 
 
+async def test_a_shortenable_model_answers_fewer_dimensions_cut_and_back_to_unit_length(
+    client: openai.AsyncOpenAI,
+) -> None:
+    texts = ["short", "shorter still", "short"]
+    models = {model.id: model.model_dump() for model in (await client.models.list()).data}
+    assert models[EMBEDDING]["shortenable"] is True and models[REFERENCE]["shortenable"] is False
+    as_floats = await client.embeddings.create(model=EMBEDDING, input=texts, dimensions=8, encoding_format="float")
+    as_base64 = await client.embeddings.create(model=EMBEDDING, input=texts, dimensions=8)  # the SDK decodes it
+    for answer in (as_floats, as_base64):
+        for item, text in zip(answer.data, texts):
+            head = np.asarray(expected([text])[0][:8])
+            assert len(item.embedding) == 8
+            assert np.allclose(item.embedding, head / np.linalg.norm(head), atol=1e-6)
+            assert abs(np.linalg.norm(item.embedding) - 1) < 1e-5
+    own = await client.embeddings.create(model=EMBEDDING, input="short", dimensions=DIMENSIONS)
+    assert own.data[0].embedding == expected(["short"])[0]  # its own length: the vector as it is
+    for bad in (0, -1, DIMENSIONS + 1, 1.5, "8", True, 10**30):
+        with pytest.raises(openai.BadRequestError) as refused:
+            await client.embeddings.create(model=EMBEDDING, input="x", dimensions=bad)  # type: ignore[arg-type]
+        assert refused.value.param == "dimensions", bad
+
+
 async def test_base64_is_little_endian_float32(openai_stack: EmbeddedStack, openai_keys: dict[str, str]) -> None:
     async with httpx.AsyncClient(base_url=openai_stack.api_url, timeout=60) as http:
         answer = await http.post(
@@ -120,7 +142,7 @@ async def test_bad_requests_get_a_clear_4xx_naming_what_is_wrong(
         ("not text", {"input": ["fine", {"x": 1}]}, openai.BadRequestError, "input[1]"),
         ("unknown model", {"input": "x", "model": "nope"}, openai.NotFoundError, "nope"),
         ("not an embedding model", {"input": "x", "model": REFERENCE}, openai.BadRequestError, "not an embedding"),
-        ("other dimensions", {"input": "x", "dimensions": DIMENSIONS * 2}, openai.BadRequestError, "dimensions"),
+        ("more dimensions", {"input": "x", "dimensions": DIMENSIONS * 2}, openai.BadRequestError, "dimensions"),
         ("too many inputs", {"input": ["x"] * (MAX_INPUTS + 1)}, openai.APIStatusError, "limit of"),
         ("unknown field", {"input": "x", "extra_body": {"temperature": 1}}, openai.BadRequestError, "temperature"),
         ("bad format", {"input": "x", "extra_body": {"encoding_format": "int8"}}, openai.BadRequestError, "float"),

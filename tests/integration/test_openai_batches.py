@@ -411,7 +411,7 @@ async def test_errors_read_as_openais_and_a_conflict_no_retry_can_mend_is_not_re
         await client.embeddings.create(model="no-such-model", input="x")
     assert (unserved.value.code, unserved.value.param) == ("model_not_found", "model")
     with pytest.raises(openai.BadRequestError) as unfit:
-        await client.embeddings.create(model=EMBEDDING, input="x", dimensions=3)
+        await client.embeddings.create(model=EMBEDDING, input="x", dimensions=10_000)
     assert unfit.value.param == "dimensions"
 
 
