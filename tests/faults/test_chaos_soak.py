@@ -902,7 +902,6 @@ class Receivers:
         self.unverified = 0
         self.gone_recovered = False  # the 410 receiver answers 204 again (after the faults)
         self.thin_fields: set[str] = set()  # every field the thin endpoint's events carried
-        self.registered_at_s = 0
         self._release = asyncio.Event()
         self._runner: aiohttp.web.AppRunner | None = None
 
@@ -958,7 +957,6 @@ class Receivers:
             assert status == 200 and rotated["secret"] != made["secret"], rotated
             self.secrets[name] = made["secret"]
         first = tenants[TENANTS[0]]
-        self.registered_at_s = int(time.time()) - 1
         for path in ("hang", "gone", "busy"):
             url = f"http://127.0.0.1:{self.port}/{path}"
             body = {"url": url, "events": ["task.completed"], "payload": "thin" if path == "busy" else "full"}
@@ -978,16 +976,33 @@ class Receivers:
         return problems
 
     async def gone_recovers(self, first: Tenant, ledger: Ledger) -> list[str]:
-        """On-call's way back for the disabled endpoint: its receiver mended, the endpoint
-        enabled, and every dead delivery since the soak began recovered, delivered."""
-        _, listed = await first.call(ledger, "GET", "/v1/webhooks/endpoints")
-        gone = next(e for e in listed["data"] if e["url"].endswith("/gone"))
-        self.gone_recovered, calls_before = True, self.calls["gone"]
-        status, enabled = await first.call(ledger, "POST", f"/v1/webhooks/endpoints/{gone['id']}/enable")
+        """On-call's way back for the disabled endpoint, after the soak (its early dead
+        deliveries are long trimmed from the tenant's log by then): enabled while its
+        receiver still answers 410, one more task's event disables it again; then the
+        receiver mends, the endpoint is enabled, and that dead delivery is recovered and
+        delivered."""
+
+        async def gone_endpoint() -> dict[str, Any]:
+            _, listed = await first.call(ledger, "GET", "/v1/webhooks/endpoints")
+            return next(e for e in listed["data"] if e["url"].endswith("/gone"))
+
+        endpoint_id = (await gone_endpoint())["id"]
+        enable = f"/v1/webhooks/endpoints/{endpoint_id}/enable"
+        status, enabled = await first.call(ledger, "POST", enable)
         if status != 200 or enabled["disabled"]:
             return [f"the disabled endpoint could not be enabled: {status} {enabled}"]
-        since = {"since": self.registered_at_s}
-        status, recovered = await first.call(ledger, "POST", f"/v1/webhooks/endpoints/{gone['id']}/recover", json=since)
+        since = int(time.time()) - 1
+        status, task = await first.call(ledger, "POST", "/v1/tasks", json={"inputs": {"TEXT": "after the soak"}})
+        assert status == 202, task
+
+        async def disabled_again() -> bool:
+            return bool((await gone_endpoint())["disabled"])
+
+        await wait_for(disabled_again, 60, "the 410 endpoint disabled again")
+        self.gone_recovered, calls_before = True, self.calls["gone"]
+        await first.call(ledger, "POST", enable)
+        recover = f"/v1/webhooks/endpoints/{endpoint_id}/recover"
+        status, recovered = await first.call(ledger, "POST", recover, json={"since": since})
         if status != 200 or not recovered["data"]:
             return [f"nothing recovered for the endpoint that answered 410: {status} {recovered}"]
         wanted = calls_before + len(recovered["data"])
