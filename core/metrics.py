@@ -196,6 +196,5 @@ LONG_POLLS_WAITING = Gauge(
 LONG_POLLS_DECLINED = Counter(
     "brimful_long_polls_declined",
     "Submissions with ?wait= answered 202 at once instead of held, their tenant holding tenant_max_long_polls "
-    "waiting requests in that API process already (a GET past it is counted in brimful_refusals_total as "
-    "too_many_waiting).",
+    "waiting requests in that API process already (a GET follow-up past it is held all the same).",
 )

@@ -466,9 +466,9 @@ class Settings(BaseSettings):
     tenant_max_long_polls: int = Field(
         1000,
         ge=0,
-        description="Most requests of one tenant held waiting (`?wait=`) at once in one API process: beyond it a GET "
-        "of a pending task answers 429 (a finished one is answered at once) and a POST is answered 202 without "
-        "waiting. 0: no limit.",
+        description="Most requests of one tenant held waiting (`?wait=`) at once in one API process before its "
+        "submissions stop waiting: beyond it a POST is answered 202 at once. A GET follow-up of the tenant's own "
+        "task is held all the same (bounded by api_max_connections). 0: no limit.",
     )
     api_allowed_hosts: str = Field(
         "",

@@ -67,15 +67,20 @@ class ApiError(Exception):
         self.code = code
         self.message = message
         self.param = param  # the request field at fault, where one is (OpenAI's ``param``)
-        self.headers = (
-            headers if retry_after_s is None else {**(headers or {}), "Retry-After": retry_after(retry_after_s)}
-        )
+        self.headers = headers if retry_after_s is None else {**(headers or {}), **retry_headers(retry_after_s)}
 
 
 def retry_after(seconds: float) -> str:
     """``Retry-After``'s value for a wait of ``seconds``: whole seconds, as HTTP states it
     (RFC 9110), rounded up and at least 1."""
     return str(max(1, math.ceil(seconds)))
+
+
+def retry_headers(seconds: float) -> dict[str, str]:
+    """How long to wait before retrying, said twice: ``Retry-After`` in HTTP's whole
+    seconds, and ``retry-after-ms`` in milliseconds (OpenAI's SDK and Brimful's client read
+    it first), so a wait of a few milliseconds is not rounded up to a second."""
+    return {"Retry-After": retry_after(seconds), "retry-after-ms": str(max(1, math.ceil(seconds * 1000)))}
 
 
 def unknown_model(error: UnknownModelError) -> ApiError:

@@ -50,7 +50,7 @@ class RetryPolicy:
 
 def retry_delay(policy: RetryPolicy, attempt: int, response: httpx.Response | None) -> float | None:
     """Seconds to wait before attempt ``attempt + 1``; None to give up. A response's
-    Retry-After is honoured; a lost connection backs off exponentially."""
+    retry-after-ms, else Retry-After, is honoured; a lost connection backs off exponentially."""
     if attempt >= policy.attempts:
         return None
     if response is not None:
@@ -58,8 +58,11 @@ def retry_delay(policy: RetryPolicy, attempt: int, response: httpx.Response | No
         in_use = response.status_code == 409 and "retry-after" in response.headers
         if response.status_code not in _RETRYABLE and not in_use:
             return None
+        milliseconds = response.headers.get("retry-after-ms", "")
+        if milliseconds.isascii() and milliseconds.isdigit():  # finer than Retry-After: read first
+            return min(policy.max_delay_s, int(milliseconds) / 1000)
         header = response.headers.get("retry-after", "")
-        if header.isdigit():
+        if header.isascii() and header.isdigit():
             return min(policy.max_delay_s, float(header))
     return min(policy.max_delay_s, policy.first_delay_s * 2.0 ** (attempt - 1))
 

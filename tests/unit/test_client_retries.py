@@ -8,6 +8,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from brimful.api.http.bodies import retry_headers
 from brimful_client import BrimfulError, Client, RetryPolicy, retry_delay
 
 
@@ -22,6 +23,21 @@ def test_retry_after_is_honoured_and_capped() -> None:
     # an earlier try with the same Idempotency-Key is still being accepted
     assert retry_delay(policy, 1, httpx.Response(409, headers={"Retry-After": "1"})) == 1
     assert retry_delay(policy, 1, httpx.Response(409)) is None  # a cancel that came too late
+
+
+def test_retry_after_ms_is_read_first_so_a_short_wait_is_not_a_second() -> None:
+    policy = RetryPolicy(attempts=5, max_delay_s=10, first_delay_s=0.5)
+    both = {"Retry-After": "1", "retry-after-ms": "40"}
+    assert retry_delay(policy, 1, httpx.Response(429, headers=both)) == 0.04
+    assert retry_delay(policy, 1, httpx.Response(429, headers={"retry-after-ms": "900000"})) == 10  # capped
+    # A value that is not ASCII digits is ignored, the whole seconds read instead.
+    assert retry_delay(policy, 1, httpx.Response(429, headers={"Retry-After": "2", "retry-after-ms": "-5"})) == 2
+
+
+def test_the_server_says_a_wait_in_whole_seconds_and_in_milliseconds() -> None:
+    assert retry_headers(0.012) == {"Retry-After": "1", "retry-after-ms": "12"}
+    assert retry_headers(2.5) == {"Retry-After": "3", "retry-after-ms": "2500"}
+    assert retry_headers(0) == {"Retry-After": "1", "retry-after-ms": "1"}
 
 
 def test_a_retried_submission_keeps_its_idempotency_key() -> None:

@@ -37,10 +37,10 @@ def test_summarize_keeps_the_exception_line_of_a_traceback() -> None:
     assert summarize("plain message") == "plain message"
 
 
-def test_retry_after_is_whole_seconds_rounded_up_and_at_least_one() -> None:
+def test_retry_after_is_whole_seconds_rounded_up_and_at_least_one_and_exact_in_ms() -> None:
     assert [retry_after(s) for s in (0, 0.2, 1, 2.1, 60)] == ["1", "1", "1", "3", "60"]
     refusal = ApiError(429, "busy", "retry later", {"X-Other": "kept"}, retry_after_s=2.5)
-    assert refusal.headers == {"X-Other": "kept", "Retry-After": "3"}
+    assert refusal.headers == {"X-Other": "kept", "Retry-After": "3", "retry-after-ms": "2500"}
     assert ApiError(400, "bad", "no").headers is None
 
 
