@@ -104,7 +104,9 @@ def start(
     ``overrides``: settings, e.g. ``topic_rotation_s`` (the broker then keeps recent
     records only)."""
     model = MODELS["gpu-like"]
-    settings = load_settings(model, api_workers=shape.api_workers, topic_partitions=shape.partitions, **overrides)
+    settings = load_settings(
+        model, api_workers=shape.api_workers, topic_partitions=shape.partitions, production=True, **overrides
+    )
     extra = [f"127.0.0.1:{free_port()}" for _ in range(shape.endpoints - 1)]
     settings = changed_settings(settings, triton_url=",".join([settings.triton_url, *extra]))
     stack = EmbeddedStack(

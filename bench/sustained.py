@@ -160,7 +160,7 @@ def main() -> int:
         "minutes": [],
     }
     model = MODELS[args.model]
-    settings = load_settings(model, result_ttl_s=900, topic_rotation_s=args.rotation_s)
+    settings = load_settings(model, production=True, result_ttl_s=900, topic_rotation_s=args.rotation_s)
     results["linger_ms"] = settings.kafka_linger_ms  # BRIMFUL_KAFKA_LINGER_MS: bigger, fewer broker batches
     results["rotation_s"] = settings.topic_rotation_s  # the broker keeps recent records only
     with tempfile.TemporaryDirectory(prefix="brimful-sustained-") as scratch:

@@ -45,7 +45,7 @@ from typing import Any
 import redis
 
 from bench.harness.broker_choice import BROKERS, add_broker_argument
-from bench.harness.load_settings import load_settings
+from bench.harness.load_settings import api_key, load_settings
 from bench.harness.process_usage import group_members, usage
 from bench.harness.profile_summary import by_package, top_self_time
 from bench.harness.saved_report import why
@@ -131,6 +131,8 @@ def loadgen(
             settle(stack)
         model = dynamic_name(stack.settings.model_name) if path == "dynamic" else stack.settings.model_name
         argv += ["--url", url or stack.api_url, "--triton", stack.settings.triton_url, "--model", model]
+        if path == "brimful" and (key := api_key(stack)):
+            argv += ["--api-key", key]
     else:
         argv += ["--url", url]
     argv += ["--rate", str(rate)] if rate else ["--concurrency", str(clients)]
@@ -277,11 +279,13 @@ def dynamic_open_loop(stack: EmbeddedStack, rate: float, seconds: float) -> tupl
 
 def tune(stack: EmbeddedStack, **changes: float) -> None:
     """Change the live policy (as an operator would) and wait until every batcher has it."""
+    key = api_key(stack)
+    auth = {"Authorization": f"Bearer {key}"} if key else {}
     request = urllib.request.Request(
         f"{stack.api_url}/v1/admin/policy",
         data=json.dumps(changes).encode(),
         method="PATCH",
-        headers={"Content-Type": "application/json"},
+        headers={"Content-Type": "application/json", **auth},
     )
     urllib.request.urlopen(request, timeout=10).close()
 
@@ -291,7 +295,9 @@ def tune(stack: EmbeddedStack, **changes: float) -> None:
     }
 
     def applied() -> bool:
-        with urllib.request.urlopen(f"{stack.api_url}/v1/stats", timeout=10) as answer:
+        with urllib.request.urlopen(
+            urllib.request.Request(f"{stack.api_url}/v1/stats", headers=auth), timeout=10
+        ) as answer:
             batchers = json.load(answer)["batchers"]
         return bool(batchers) and all(
             abs(b["params"][name] - value) < 1e-9 for b in batchers for name, value in wanted.items()
@@ -415,7 +421,7 @@ def measure_model(
     that fails later (or a killed run) leaves what was measured before it on disk."""
     name, instances = run.name, run.instances
     seconds = 6.0 if quick else 10.0
-    settings = load_settings(MODELS[name], api_workers=api_workers, instances=instances)
+    settings = load_settings(MODELS[name], api_workers=api_workers, instances=instances, production=True)
     host_args = (*MODELS[name].host_args, "--with-dynamic", "--instances", str(instances))
     stack = EmbeddedStack(settings, workdir / name, model_host_args=host_args, kafka_version=BROKERS[broker])
     print(f"{name}: starting the stack ({instances} model instance{'s' if instances > 1 else ''})", flush=True)

@@ -356,13 +356,14 @@ async def drive(args: argparse.Namespace) -> Shard:
     repeated = [0]  # requests that repeated an earlier text (brimful path, --repeat-share)
     followed = [0]  # requests answered 202 and followed up by GET (brimful path)
     if args.path in ("brimful", "ray", "floor"):
+        auth = {"Authorization": f"Bearer {args.api_key}"} if args.api_key and args.path == "brimful" else {}
         if args.client == "raw":
-            pool = HttpPool(args.url)
+            pool = HttpPool(args.url, headers=auth)
             closers.append(pool.close)
             call = raw_call(pool)
         else:
             session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=4000), timeout=aiohttp.ClientTimeout(total=60)
+                connector=aiohttp.TCPConnector(limit=4000), timeout=aiohttp.ClientTimeout(total=60), headers=auth
             )
             closers.append(session.close)
             call = aiohttp_call(session, args.url.rstrip("/"))
@@ -445,6 +446,7 @@ def main() -> int:
     parser.add_argument("--url", default="http://127.0.0.1:8080", help="Brimful's API, or the Ray Serve route")
     parser.add_argument("--triton", default="127.0.0.1:8001", help="Triton gRPC address")
     parser.add_argument("--model", default="brimful_reference")
+    parser.add_argument("--api-key", default="", help="brimful: the key sent as a Bearer token (auth on)")
     parser.add_argument("--rate", type=float, default=0.0, help="open loop: Poisson arrivals per second")
     parser.add_argument("--concurrency", type=int, default=0, help="closed loop: clients")
     parser.add_argument("--duration", type=float, default=10.0)

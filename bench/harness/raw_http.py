@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import NamedTuple, cast
 from urllib.parse import urlsplit
 
@@ -166,12 +166,15 @@ class HttpPool:
         limit: int = 4000,
         max_idle_s: float = MAX_IDLE_S,
         clock: Callable[[], float] = time.monotonic,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
+        """``headers``: sent with every request (an Authorization, say)."""
         parts = urlsplit(base_url)
         if parts.scheme != "http" or not parts.hostname:
             raise ValueError(f"only http://host:port URLs are supported, not {base_url!r}")
         self.host, self.port = parts.hostname, parts.port or 80
         self._host_header = f"{self.host}:{self.port}".encode()
+        self._extra = b"".join(b"%s: %s\r\n" % (k.encode(), v.encode()) for k, v in (headers or {}).items())
         self._idle: deque[_Connection] = deque()  # oldest return on the left
         self._max_idle_s = max_idle_s
         self._clock = clock
@@ -199,7 +202,7 @@ class HttpPool:
         timeout_s: float = 60.0,
     ) -> Answer:
         """Send one request and return its whole answer."""
-        head = b"%s %s HTTP/1.1\r\nHost: %s\r\n" % (method.encode(), target.encode(), self._host_header)
+        head = b"%s %s HTTP/1.1\r\nHost: %s\r\n%s" % (method.encode(), target.encode(), self._host_header, self._extra)
         if body or method in ("POST", "PUT", "PATCH"):
             head += b"Content-Type: %s\r\nContent-Length: %d\r\n" % (content_type, len(body))
         request = head + b"\r\n" + body

@@ -170,3 +170,20 @@ async def test_an_answers_retry_after_is_read() -> None:
             await pool.close()
     assert answer == (429, b"{}", 2.0)
     assert plain == (429, b"{}")
+
+
+async def test_the_pools_headers_go_with_every_request() -> None:
+    seen: list[bytes] = []
+
+    def answer(request: bytes) -> list[bytes]:
+        seen.append(request)
+        return [b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"]
+
+    async with server(answer) as (url, _connections):
+        pool = HttpPool(url, headers={"Authorization": "Bearer bf_k"})
+        try:
+            await pool.request("POST", "/v1/tasks", b"{}")
+            await pool.request("GET", "/v1/tasks/t1")
+        finally:
+            await pool.close()
+    assert len(seen) == 2 and all(b"\r\nAuthorization: Bearer bf_k\r\n" in request for request in seen)
