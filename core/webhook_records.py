@@ -88,6 +88,16 @@ end
 return redis.call(ARGV[1], KEYS[1], unpack(ARGV, 2))
 """
 
+# KEYS[1]: an endpoint's hash. ARGV: now (ms). Starts its failing spell unless one is on
+# and returns the spell's start; 0 if the endpoint is gone. One round trip a failed attempt.
+_NOTE_FAILURE_LUA = """
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return 0
+end
+redis.call('HSETNX', KEYS[1], 'failing_since_ms', ARGV[1])
+return tonumber(redis.call('HGET', KEYS[1], 'failing_since_ms'))
+"""
+
 # KEYS[1]: the due set. ARGV: now (ms), most to claim, the lease's end (ms). Moves up to
 # that many due deliveries to the lease's end and returns their ids.
 _CLAIM_LUA = """
@@ -215,6 +225,7 @@ class WebhookRecords:
         self._claim = redis.register_script(_CLAIM_LUA)
         self._emit = redis.register_script(_EMIT_LUA)
         self._if_endpoint = redis.register_script(_IF_ENDPOINT_LUA)
+        self._note_failure = redis.register_script(_NOTE_FAILURE_LUA)
 
     # --- endpoints ------------------------------------------------------------------------
 
@@ -301,9 +312,7 @@ class WebhookRecords:
     async def note_failure(self, endpoint_id: str, now_ms: int) -> int:
         """A delivery to the endpoint failed: since when its deliveries have failed (now,
         unless a spell is on already); 0 if it is gone."""
-        key = self._keys.webhook_endpoint(endpoint_id)
-        await self._if_endpoint(keys=[key], args=["HSETNX", "failing_since_ms", now_ms])
-        return int(await self._redis.hget(key, "failing_since_ms") or 0)
+        return int(await self._note_failure(keys=[self._keys.webhook_endpoint(endpoint_id)], args=[now_ms]) or 0)
 
     async def note_success(self, endpoint_id: str) -> None:
         """A delivery to the endpoint was delivered: it is not failing."""

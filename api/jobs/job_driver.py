@@ -40,7 +40,16 @@ from redis.exceptions import RedisError
 
 from brimful.api.http.bodies import ApiError
 from brimful.api.http.guards import Principal
-from brimful.api.jobs.job_lines import MAX_LINE_BYTES, BatchLine, InputCheck, LineError, duplicate, parse_line
+from brimful.api.jobs.job_lines import (
+    MAX_LINE_BYTES,
+    BatchLine,
+    InputCheck,
+    LineError,
+    custom_id_of,
+    duplicate,
+    non_blank,
+    parse_line,
+)
 from brimful.api.jobs.job_results import BatchResults, StepLines
 from brimful.api.openai.embedding_answer import EmbeddingShape
 from brimful.api.openai.embedding_request import EMBEDDINGS_PATH
@@ -404,17 +413,14 @@ class BatchJobs:
         cursor = self._cursors.get(record.batch_id)
         if cursor is not None and cursor.position == lines_done:
             return cursor
-        lines = _non_blank(self._state.object_store.lines(record.input_file_id, MAX_LINE_BYTES))
+        lines = non_blank(self._state.object_store.lines(record.input_file_id, MAX_LINE_BYTES))
         cursor = _Cursor(lines, vocabulary=await self._vocabulary(record))
         while cursor.position < lines_done:  # ObjectNotFound when the input is gone
             raw = await _next_line(cursor)
             if raw is None:
                 break
-            try:
-                custom_id = orjson.loads(raw).get("custom_id")
-            except (orjson.JSONDecodeError, AttributeError):
-                continue
-            if isinstance(custom_id, str):
+            custom_id = custom_id_of(raw)
+            if custom_id is not None:
                 cursor.seen.add(custom_id)
         self._cursors[record.batch_id] = cursor
         return cursor
@@ -494,9 +500,3 @@ async def _next_line(cursor: _Cursor) -> bytes | None:
             return None
     cursor.position += 1
     return line
-
-
-async def _non_blank(lines: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    async for line in lines:
-        if line.strip():
-            yield line

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import secrets
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +38,24 @@ class LineError(Exception):
     def __init__(self, code: str, message: str, custom_id: str | None = None) -> None:
         super().__init__(message)
         self.code, self.message, self.custom_id = code, message, custom_id
+
+
+async def non_blank(lines: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """A file's lines with the blank ones left out: a job's lines are its non-blank ones."""
+    async for line in lines:
+        if line.strip():
+            yield line
+
+
+def custom_id_of(raw: bytes) -> str | None:
+    """A line's ``custom_id`` where it has one (a JSON object with a non-empty string
+    there), else None: what names a line already run or failed, without checking it."""
+    try:
+        document = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    custom_id = document.get("custom_id") if isinstance(document, dict) else None
+    return custom_id if isinstance(custom_id, str) and custom_id else None
 
 
 def duplicate(custom_id: str) -> LineError:

@@ -21,10 +21,8 @@ import hashlib
 import time
 from collections.abc import AsyncIterator
 
-import orjson
-
 from brimful.api.http.bodies import NO_RETRY, ApiError
-from brimful.api.jobs.job_lines import MAX_LINE_BYTES
+from brimful.api.jobs.job_lines import MAX_LINE_BYTES, custom_id_of, non_blank
 from brimful.api.state import ApiState
 from brimful.core.batch_records import BatchRecord
 from brimful.core.file_records import FileRecord, new_file_id
@@ -44,7 +42,7 @@ async def failed_ids(state: ApiState, record: BatchRecord) -> set[bytes]:
     found: set[bytes] = set()
     try:
         async for number, line in _numbered(state.object_store.lines(record.error_file_id, MAX_LINE_BYTES)):
-            custom_id = _custom_id(line)
+            custom_id = custom_id_of(line)
             if custom_id is not None:
                 found.add(_digest(custom_id))
             if number % YIELD_EVERY_LINES == 0:
@@ -66,7 +64,7 @@ async def retry_input(state: ApiState, record: BatchRecord, failed: set[bytes], 
         async with state.object_store.writer(file_id) as writer:
             lines = state.object_store.lines(record.input_file_id, MAX_LINE_BYTES)
             async for number, line in _numbered(lines):
-                custom_id = _custom_id(line)
+                custom_id = custom_id_of(line)
                 if custom_id is not None and (digest := _digest(custom_id)) in failed:
                     failed.discard(digest)  # once: a repeated custom_id was refused the first time
                     if writer.written + len(line) + 1 > room:
@@ -94,19 +92,9 @@ async def retry_input(state: ApiState, record: BatchRecord, failed: set[bytes], 
 async def _numbered(lines: AsyncIterator[bytes]) -> AsyncIterator[tuple[int, bytes]]:
     """The non-blank lines, each with its number (from 1)."""
     number = 0
-    async for line in lines:
-        if line.strip():
-            number += 1
-            yield number, line
-
-
-def _custom_id(line: bytes) -> str | None:
-    try:
-        document = orjson.loads(line)
-    except orjson.JSONDecodeError:
-        return None
-    custom_id = document.get("custom_id") if isinstance(document, dict) else None
-    return custom_id if isinstance(custom_id, str) and custom_id else None
+    async for line in non_blank(lines):
+        number += 1
+        yield number, line
 
 
 def _nothing_to_retry(record: BatchRecord) -> ApiError:

@@ -19,7 +19,7 @@ from brimful.api.http.list_pages import page_answer, page_limit
 from brimful.api.jobs.job_lines import ENDPOINTS
 from brimful.api.jobs.job_results import part_name
 from brimful.api.jobs.job_retry import failed_ids, retry_input
-from brimful.api.openai.create_once import CreateClaim, created_once
+from brimful.api.openai.create_once import CreateClaim, created_once, request_key
 from brimful.api.state import ApiState, api_state
 from brimful.core.api_keys import Scope
 from brimful.core.batch_records import INVALID_LINES, MAX_ACTIVE_JOBS, BatchRecord, new_batch_id
@@ -133,8 +133,7 @@ async def _new_job(state: ApiState, principal: Principal, kind: str, request: Re
     async def exists(batch_id: str) -> bool:
         return await state.batch_records.get(batch_id, principal.tenant) is not None
 
-    header = request.headers.get("idempotency-key")
-    async with created_once(state, principal.tenant, kind, header, new_batch_id(), exists) as claim:
+    async with created_once(state, principal.tenant, kind, request_key(request), new_batch_id(), exists) as claim:
         yield claim
 
 

@@ -19,6 +19,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
+from fastapi import Request
+
 from brimful.api.state import ApiState
 from brimful.api.tasks.idempotency import checked_idempotency_key, key_in_use
 from brimful.core.clock import now_ms
@@ -40,15 +42,21 @@ class CreateClaim:
     earlier: str | None = None
 
 
+def request_key(request: Request) -> str | None:
+    """The request's Idempotency-Key, checked (400 for a bad one), or None: read at the
+    head of a create, so a bad key is refused before anything is read or made."""
+    header = request.headers.get("idempotency-key")
+    return checked_idempotency_key(header) if header is not None else None
+
+
 @asynccontextmanager
 async def created_once(
-    state: ApiState, tenant: str, kind: str, header: str | None, new_id: str, exists: Exists
+    state: ApiState, tenant: str, kind: str, key: str | None, new_id: str, exists: Exists
 ) -> AsyncIterator[CreateClaim]:
-    """Claim the request's Idempotency-Key (``header``; no header, no claim) for
-    ``new_id``. The body creates the object unless ``earlier`` is set; leaving it without
-    an error binds the key to ``new_id``, with one frees the key. ``exists``: whether an
-    id's object was made (asked of a claim left pending)."""
-    key = checked_idempotency_key(header) if header is not None else None
+    """Claim the request's Idempotency-Key (``key``, from ``request_key``; None, no claim)
+    for ``new_id``. The body creates the object unless ``earlier`` is set; leaving it
+    without an error binds the key to ``new_id``, with one frees the key. ``exists``:
+    whether an id's object was made (asked of a claim left pending)."""
     claim = CreateClaim(new_id)
     if key is None:
         yield claim

@@ -16,11 +16,10 @@ from brimful.api.http.bodies import REPLAYED, ApiError, JsonAnswer
 from brimful.api.http.guards import Principal, requires
 from brimful.api.http.list_pages import page_answer, page_limit
 from brimful.api.jobs.result_tables import FORMATS, table_chunks
-from brimful.api.openai.create_once import created_once
+from brimful.api.openai.create_once import created_once, request_key
 from brimful.api.openai.file_names import attachment
 from brimful.api.openai.upload import receive_upload
 from brimful.api.state import ApiState, api_state
-from brimful.api.tasks.idempotency import checked_idempotency_key
 from brimful.core.api_keys import Scope
 from brimful.core.file_records import OUTPUT_PURPOSE, UPLOAD_PURPOSES, FileRecord, expires_after_s, new_file_id
 from brimful.core.object_store import ObjectNotFound
@@ -44,9 +43,7 @@ async def upload_file(request: Request, principal: Principal = Depends(requires(
     read in full, are dropped)."""
     state = api_state(request)
     settings = state.settings
-    header = request.headers.get("idempotency-key")
-    if header is not None:
-        checked_idempotency_key(header)  # a bad one refused before the upload
+    key = request_key(request)  # a bad one refused before the upload
     file_id = new_file_id()
     async with state.upload_gate.opened(principal.tenant) as room:
         upload = await receive_upload(
@@ -79,7 +76,7 @@ async def upload_file(request: Request, principal: Principal = Depends(requires(
         return await state.file_records.get(earlier_id, principal.tenant) is not None
 
     try:
-        async with created_once(state, principal.tenant, "files", header, file_id, exists) as claim:
+        async with created_once(state, principal.tenant, "files", key, file_id, exists) as claim:
             if claim.earlier is not None:
                 await state.object_store.delete(file_id)
                 return JsonAnswer((await _own_file(state, claim.earlier, principal)).as_openai(), headers=REPLAYED)

@@ -180,7 +180,8 @@ class WebhookSender:
         if throttles(status):
             self._throttle(delivery.url or delivery.endpoint_id, at_ms or now_ms + int((wait_s or 1.0) * 1000))
         if endpoint is not None:
-            since = await self._records.note_failure(endpoint.endpoint_id, now_ms)
+            # Read with the endpoint just before this attempt: a spell already on costs no call.
+            since = endpoint.failing_since_ms or await self._records.note_failure(endpoint.endpoint_id, now_ms)
             if failing_too_long(since, now_ms, settings.webhook_disable_after_s):
                 await self._disable(endpoint, f"its deliveries failed for {settings.webhook_disable_after_s:g} s")
         if at_ms is None:
