@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import signal
 import uuid
 from collections.abc import AsyncIterator, Iterator
 
@@ -31,6 +29,7 @@ from brimful.core.settings import Settings
 from brimful.core.task_record import NewTask
 from brimful.core.task_store import TaskStore
 from brimful.stack import EmbeddedStack
+from tests.helpers.frozen import frozen
 from tests.helpers.pipeline import read_whole_topic
 from tests.helpers.polling import wait_for
 from tests.helpers.stacks import stack_settings
@@ -145,8 +144,7 @@ async def test_groups_sent_while_a_request_is_out_join_its_partition_and_the_nex
         (first,) = await submit_all(group_commit, new_tasks(1))  # nothing is out after it
         assert isinstance(first, RecordMetadata)
         held = new_tasks(30)
-        os.kill(broker_pid, signal.SIGSTOP)  # the next request stays out while the rest are sent
-        try:
+        async with frozen(broker_pid):  # the next request stays out while the rest are sent
             under_way = asyncio.gather(
                 *(group_commit.submit(t, t.task_id.encode()) for t in held), return_exceptions=True
             )
@@ -155,8 +153,6 @@ async def test_groups_sent_while_a_request_is_out_join_its_partition_and_the_nex
                 return all([await store.get(t.task_id) is not None for t in held])
 
             await wait_for(all_recorded, 10, "six groups to be recorded")
-        finally:
-            os.kill(broker_pid, signal.SIGCONT)
         answers = await under_way
         assert all(isinstance(answer, RecordMetadata) for answer in answers), answers[:3]
         partitions = {answer.partition for answer in answers}  # type: ignore[union-attr]
@@ -240,12 +236,9 @@ async def test_a_broker_that_stops_answering_fails_only_the_group_it_holds(
     assert all(isinstance(answer, RecordMetadata) for answer in await submit_all(group_commit, before))
     broker_pid = broker_and_redis.processes["broker"].pid
     assert broker_pid is not None
-    os.kill(broker_pid, signal.SIGSTOP)  # frozen: it takes no send and refuses none
-    try:
-        held = new_tasks(20)
+    held = new_tasks(20)
+    async with frozen(broker_pid):  # it takes no send and refuses none
         answers = await submit_all(group_commit, held)
-    finally:
-        os.kill(broker_pid, signal.SIGCONT)
     assert all(isinstance(answer, KafkaError) for answer in answers), answers[:3]
     for task in held:
         # Taken back before the caller heard of it: should the broker still append the
@@ -307,8 +300,7 @@ async def test_a_stop_that_cuts_submissions_short_withdraws_what_it_recorded(
     broker_pid = broker_and_redis.processes["broker"].pid
     assert broker_pid is not None
     tasks = new_tasks(10, tenant="stopped")
-    os.kill(broker_pid, signal.SIGSTOP)  # the sends hang: recorded, never acknowledged
-    try:
+    async with frozen(broker_pid):  # the sends hang: recorded, never acknowledged
         under_way = asyncio.gather(*(group_commit.submit(t, t.task_id.encode()) for t in tasks), return_exceptions=True)
 
         async def recorded() -> bool:
@@ -317,8 +309,6 @@ async def test_a_stop_that_cuts_submissions_short_withdraws_what_it_recorded(
         await wait_for(recorded, 10, "the group to be recorded")
         await group_commit.close(drain_s=0.5)
         answers = await under_way
-    finally:
-        os.kill(broker_pid, signal.SIGCONT)
     assert all(isinstance(answer, GroupCommitterStopped) for answer in answers), answers[:3]
     redis = store._redis
     for task in tasks:  # told "not accepted": neither queued for days nor run if the record landed
