@@ -9,11 +9,13 @@ dynamic batcher), and runs ``bench/harness/loadgen.py`` in a process of its own 
 1. ceiling: 64 real rows per call straight to Triton, one call more in flight than model
    instances (closed loop);
 2. naive: one row per call padded to 64, straight to Triton, 256 clients (closed loop);
-3. Triton's dynamic batcher: one row per call, 256 clients (closed loop);
+3. Triton's dynamic batcher: one row a request, 256 clients (closed loop), in a Triton
+   server of its own whose full call costs what the ceiling's does
+   (``bench/harness/dynamic_batcher.py``);
 4. Brimful end to end, 256 clients (closed loop): its saturation throughput, with the CPU
    time and peak RSS of every process read from /proc;
 5. a sweep of open-loop Poisson load at 5-100% of Brimful's saturation through Brimful and
-   through Triton's dynamic batcher: throughput, p50/p99, rows per batch;
+   through Triton's dynamic batcher: throughput, p50/p99, rows a call and ms a call;
 6. a pyinstrument profile of the Brimful process that spent the most CPU, at saturation.
 
 Models: ``reference`` (hashing, cheap: shows Brimful's own overhead) and ``gpu-like`` (the
@@ -45,8 +47,9 @@ from typing import Any
 import redis
 
 from bench.harness.broker_choice import BROKERS, add_broker_argument
+from bench.harness.dynamic_batcher import DynamicBatcherServer, fixed_call_times
 from bench.harness.load_settings import api_key, load_settings
-from bench.harness.process_usage import group_members, usage
+from bench.harness.process_usage import group_members, process_tree, usage
 from bench.harness.profile_summary import by_package, top_self_time
 from bench.harness.saved_report import why
 from bench.harness.throughput_plan import (
@@ -64,12 +67,10 @@ from bench.harness.throughput_plan import (
 )
 from bench.harness.throughput_report import plot, report
 from brimful.core.redis_keys import RedisKeys
-from brimful.model_server.model_host import dynamic_name
 from brimful.stack import (
     EmbeddedStack,
     ManagedProcess,
     free_port,
-    read_sample_sums,
     settings_env,
     settings_on_free_ports,
     wait_until,
@@ -106,13 +107,14 @@ def loadgen(
     settle_first: bool = True,
     extra: tuple[str, ...] = (),
     processes: int = 1,
+    anchor: DynamicBatcherServer | None = None,
 ) -> dict[str, Any]:
     """Run the load generator in its own process and return its summary, with the CPU
     time the generator itself used per request (it shares the machine with the stack).
     Without a stack (the floor server) only ``url`` is used. ``settle_first`` False: start
     while earlier work still runs (a backlog the run is meant to meet); ``extra``: more
     load-generator flags; ``processes``: load-generating processes (past a few thousand requests
-    a second one is not enough)."""
+    a second one is not enough); ``anchor``: the dynamic batcher's server, for path "dynamic"."""
     argv = [
         sys.executable,
         "-m",
@@ -129,8 +131,10 @@ def loadgen(
     if stack is not None:
         if settle_first:
             settle(stack)
-        model = dynamic_name(stack.settings.model_name) if path == "dynamic" else stack.settings.model_name
-        argv += ["--url", url or stack.api_url, "--triton", stack.settings.triton_url, "--model", model]
+        triton, model = (
+            (anchor.grpc_url, anchor.name) if anchor else (stack.settings.triton_url, stack.settings.model_name)
+        )
+        argv += ["--url", url or stack.api_url, "--triton", triton, "--model", model]
         if path == "brimful" and (key := api_key(stack)):
             argv += ["--api-key", key]
     else:
@@ -205,10 +209,24 @@ def stats(stack: EmbeddedStack) -> dict[str, int]:
     return {k.decode(): int(v) for k, v in raw.items()}
 
 
-def triton_batches(stack: EmbeddedStack, model: str) -> tuple[float, float]:
-    """(rows, executions) Triton has counted for ``model`` so far, from its metrics endpoint."""
-    page = read_sample_sums(f"http://127.0.0.1:{stack.triton_metrics_port}/metrics", model=model)
-    return page.get("nv_inference_count_total", 0.0), page.get("nv_inference_exec_count_total", 0.0)
+def timed_calls(
+    stack: EmbeddedStack, path: str, run: Callable[[], dict[str, Any]], anchor: DynamicBatcherServer | None = None
+) -> dict[str, Any]:
+    """``run()``'s summary with the model calls it caused, read from the statistics of the
+    Triton that served them (the anchor's for path "dynamic", else the stack's): rows a
+    call and ms a call, under "calls"."""
+
+    def read() -> Any:
+        return (
+            anchor.call_times()
+            if path == "dynamic" and anchor
+            else fixed_call_times(stack.triton_metrics_port, stack.settings.model_name, stack.settings.batch_size)
+        )
+
+    before = read()
+    summary = run()
+    summary["calls"] = read().since(before)
+    return summary
 
 
 def process_pids(stack: EmbeddedStack, name: str) -> list[int]:
@@ -222,7 +240,7 @@ def measure_saturation(stack: EmbeddedStack, run: ModelRun, seconds: float) -> N
     names = [*BRIMFUL_PROCESSES, *OTHER_PROCESSES]
     before = {name: usage(process_pids(stack, name)) for name in names}
     done_before = stats(stack).get("tasks_done", 0)
-    run.runs["brimful"] = loadgen(stack, "brimful", seconds, clients=CLIENTS)
+    run.runs["brimful"] = timed_calls(stack, "brimful", lambda: loadgen(stack, "brimful", seconds, clients=CLIENTS))
     after = {name: usage(process_pids(stack, name)) for name in names}
     tasks = max(1, stats(stack).get("tasks_done", 0) - done_before)
     for name in names:
@@ -231,7 +249,7 @@ def measure_saturation(stack: EmbeddedStack, run: ModelRun, seconds: float) -> N
     print("  CPU us per request: " + ", ".join(f"{n} {v:.0f}" for n, v in run.cpu_us_per_request.items()), flush=True)
 
 
-def measure_sweep(stack: EmbeddedStack, run: ModelRun, seconds: float) -> None:
+def measure_sweep(stack: EmbeddedStack, anchor: DynamicBatcherServer, run: ModelRun, seconds: float) -> None:
     # Open-loop arrivals do not back off as a closed loop's clients do, so the load
     # Brimful sustains is found first, by offering its closed-loop peak; the sweep is
     # taken as shares of that. Each open-loop run starts on an empty broker: the embedded
@@ -242,7 +260,7 @@ def measure_sweep(stack: EmbeddedStack, run: ModelRun, seconds: float) -> None:
     for fraction in SWEEP:
         rate = max(1.0, fraction * run.sustained)
         brimful, brimful_rows = brimful_open_loop(stack, rate, seconds)
-        dynamic, dynamic_rows = dynamic_open_loop(stack, rate, seconds)
+        dynamic, dynamic_rows = dynamic_open_loop(stack, anchor, rate, seconds)
         run.sweep.append(
             {
                 "fraction": fraction,
@@ -257,24 +275,25 @@ def measure_sweep(stack: EmbeddedStack, run: ModelRun, seconds: float) -> None:
 
 def brimful_open_loop(stack: EmbeddedStack, rate: float, seconds: float) -> tuple[dict[str, Any], float]:
     """Open-loop load at ``rate`` through Brimful, on an empty broker: the load generator's
-    summary and the rows per model call, from the shared counters."""
+    summary (its model calls under "calls") and the real rows a call, from the shared counters."""
     stack.empty_broker()
     before = stats(stack)
-    summary = loadgen(stack, "brimful", seconds, rate=rate)
+    summary = timed_calls(stack, "brimful", lambda: loadgen(stack, "brimful", seconds, rate=rate))
     after = stats(stack)
     batches = after.get("batches_dispatched", 0) - before.get("batches_dispatched", 0)
     rows = after.get("rows_dispatched", 0) - before.get("rows_dispatched", 0)
     return summary, rows / batches if batches else 0.0
 
 
-def dynamic_open_loop(stack: EmbeddedStack, rate: float, seconds: float) -> tuple[dict[str, Any], float]:
-    """The same load straight to Triton's dynamic batcher: the summary and the rows per
-    model call, from Triton's own counters."""
-    model = dynamic_name(stack.settings.model_name)
-    rows_before, calls_before = triton_batches(stack, model)
-    summary = loadgen(stack, "dynamic", seconds, rate=rate)
-    rows_after, calls_after = triton_batches(stack, model)
-    return summary, (rows_after - rows_before) / max(1.0, calls_after - calls_before)
+def dynamic_open_loop(
+    stack: EmbeddedStack, anchor: DynamicBatcherServer, rate: float, seconds: float
+) -> tuple[dict[str, Any], float]:
+    """The same load straight to Triton's dynamic batcher: the summary (its calls under
+    "calls") and the rows a call, from that Triton's statistics."""
+    summary = timed_calls(
+        stack, "dynamic", lambda: loadgen(stack, "dynamic", seconds, rate=rate, anchor=anchor), anchor
+    )
+    return summary, float(summary["calls"]["rows_per_call"])
 
 
 def tune(stack: EmbeddedStack, **changes: float) -> None:
@@ -354,11 +373,39 @@ def measure_ray(stack: EmbeddedStack, run: ModelRun, workdir: Path, seconds: flo
     url = f"http://127.0.0.1:{port}/"
     try:
         wait_until(lambda: _ray_answers(url), 180, "ray serve", process)
-        run.ray["saturation"] = loadgen(stack, "ray", seconds, clients=CLIENTS, url=url)
+        assert process.pid is not None
+        run.ray["saturation"] = ray_run(
+            process.pid, url, lambda: loadgen(stack, "ray", seconds, clients=CLIENTS, url=url)
+        )
         for fraction in RAY_SWEEP:
-            run.ray[f"{fraction:g}"] = loadgen(stack, "ray", seconds, rate=max(1.0, fraction * run.sustained), url=url)
+            rate = max(1.0, fraction * run.sustained)
+            run.ray[f"{fraction:g}"] = ray_run(
+                process.pid, url, lambda rate=rate: loadgen(stack, "ray", seconds, rate=rate, url=url)
+            )
     finally:
         process.stop(signal.SIGINT)  # the app shuts Serve and its local Ray cluster down
+
+
+def ray_run(pid: int, url: str, run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """``run()``'s summary with Ray's side of it: its model calls (rows a call, ms a call,
+    counted by the app) under "calls", and the CPU of every process of Ray's tree a request."""
+    calls_before, cpu_before = _ray_calls(url), usage(process_tree(pid)).cpu_s
+    summary = run()
+    calls_after, cpu_after = _ray_calls(url), usage(process_tree(pid)).cpu_s
+    calls = calls_after["calls"] - calls_before["calls"]
+    summary["calls"] = {
+        "calls": calls,
+        "rows_per_call": (calls_after["rows"] - calls_before["rows"]) / calls if calls else 0.0,
+        "call_ms": (calls_after["seconds"] - calls_before["seconds"]) / calls * 1000 if calls else 0.0,
+    }
+    summary["server_cpu_us_per_request"] = (cpu_after - cpu_before) / max(1, summary["finished"]) * 1e6
+    return summary
+
+
+def _ray_calls(url: str) -> dict[str, float]:
+    with urllib.request.urlopen(url + "calls", timeout=10) as answer:
+        counted: dict[str, float] = json.load(answer)
+    return counted
 
 
 def _ray_answers(url: str) -> bool:
@@ -422,19 +469,25 @@ def measure_model(
     name, instances = run.name, run.instances
     seconds = 6.0 if quick else 10.0
     settings = load_settings(MODELS[name], api_workers=api_workers, instances=instances, production=True)
-    host_args = (*MODELS[name].host_args, "--with-dynamic", "--instances", str(instances))
+    host_args = (*MODELS[name].host_args, "--instances", str(instances))
     stack = EmbeddedStack(settings, workdir / name, model_host_args=host_args, kafka_version=BROKERS[broker])
+    anchor = DynamicBatcherServer(
+        workdir / f"{name}-dynamic", MODELS[name].served, MODELS[name].call_ms, instances, settings.batch_size
+    )
     print(f"{name}: starting the stack ({instances} model instance{'s' if instances > 1 else ''})", flush=True)
     stack.start()
     try:
-        run.runs["ceiling"] = loadgen(stack, "full", seconds, clients=instances + 1)
+        anchor.start()
+        run.runs["ceiling"] = timed_calls(stack, "full", lambda: loadgen(stack, "full", seconds, clients=instances + 1))
         checkpoint()
         run.runs["naive"] = loadgen(stack, "padded", seconds, clients=CLIENTS)
-        run.runs["dynamic"] = loadgen(stack, "dynamic", seconds, clients=CLIENTS)
+        run.runs["dynamic"] = timed_calls(
+            stack, "dynamic", lambda: loadgen(stack, "dynamic", seconds, clients=CLIENTS, anchor=anchor), anchor
+        )
         checkpoint()
         measure_saturation(stack, run, seconds)
         checkpoint()
-        measure_sweep(stack, run, seconds)
+        measure_sweep(stack, anchor, run, seconds)
         checkpoint()
         measure_latency_tuned(stack, run, seconds)
         checkpoint()
@@ -453,6 +506,7 @@ def measure_model(
             print(f"  profile: {run.profile}", flush=True)
         checkpoint()
     finally:
+        anchor.stop()
         stack.stop()
 
 

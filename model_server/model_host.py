@@ -72,7 +72,8 @@ def minilm() -> Served:
 
 
 def dynamic_name(model_name: str) -> str:
-    """The name the same model is served under behind Triton's dynamic batcher."""
+    """The name the same model is served under behind Triton's dynamic batcher (the
+    benchmarks' anchor: bench/harness/dynamic_batcher.py)."""
     return f"{model_name}_dynamic"
 
 
@@ -88,7 +89,6 @@ def serve(
     batch_size: int,
     workspace: Path,
     served: Sequence[Served],
-    with_dynamic: bool = False,
     also_fixed: Sequence[int] = (),
     gpu_metrics: bool = False,
     beside: Sequence[Served] = (),
@@ -96,15 +96,11 @@ def serve(
 ) -> None:
     """Start Triton with the model bound and block until interrupted. Each entry of
     ``served`` is one instance of the same model (Triton runs them side by side, as it
-    would several instances on one GPU). With ``with_dynamic``, also bind the same model
-    under ``dynamic_name``: any number of rows up to ``batch_size`` per call, behind
-    Triton's own dynamic batcher (what a user would pick if the model API were not
-    fixed; the benchmarks compare), with as many instances. For each of ``also_fixed``,
+    would several instances on one GPU). For each of ``also_fixed``,
     also bind the same model under ``fixed_name``, fixed at that many rows (a second
     fixed-batch model: Triton refuses any other row count for each). Each of ``beside`` is
     another model bound fixed at ``batch_size``, one instance (the embedding models)."""
     os.environ["LD_LIBRARY_PATH"] = library_path(os.environ.get("LD_LIBRARY_PATH", ""))
-    from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
     from pytriton.triton import Triton
 
     first = served[0]
@@ -118,15 +114,6 @@ def serve(
             _bind_fixed(triton, fixed_name(first.name, rows), calls, rows, first.outputs)
         for other in beside:
             _bind_fixed(triton, other.name, [other.call], batch_size, other.outputs)
-        if with_dynamic:
-            triton.bind(
-                model_name=dynamic_name(first.name),
-                infer_func=[_dynamic_instance(call) for call in calls],
-                inputs=[Tensor(name="TEXT", dtype=bytes, shape=(1,))],
-                outputs=[Tensor(name=n, dtype=t, shape=shape) for n, t, shape in first.outputs],
-                config=ModelConfig(batching=True, max_batch_size=batch_size, batcher=DynamicBatcher()),
-                strict=True,
-            )
         log.info("serving %s (%d instances) on grpc 127.0.0.1:%d", first.name, len(served), grpc_port)
         try:
             triton.serve()
@@ -188,17 +175,6 @@ def _bind_fixed(
     )
 
 
-def _dynamic_instance(
-    call: Callable[[NDArray[Any]], dict[str, NDArray[Any]]],
-) -> Callable[..., dict[str, NDArray[Any]]]:
-    """An instance behind Triton's dynamic batcher: PyTriton's @batch joins the queued
-    requests into one call, so the model's cost is per call."""
-    from pytriton.decorators import batch
-
-    batched: Callable[..., dict[str, NDArray[Any]]] = batch(lambda TEXT: call(TEXT))
-    return batched
-
-
 def arguments() -> argparse.ArgumentParser:
     """The model host's command line."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -227,9 +203,6 @@ def arguments() -> argparse.ArgumentParser:
         type=int,
         default=1,
         help="model instances run side by side (each its own copy of the model; on a GPU, several per card)",
-    )
-    parser.add_argument(
-        "--with-dynamic", action="store_true", help="also serve the model behind Triton's dynamic batcher (benchmarks)"
     )
     parser.add_argument(
         "--embedding",
@@ -291,7 +264,6 @@ def main() -> None:
             )
         ]
         * args.instances,
-        with_dynamic=args.with_dynamic,
         also_fixed=sorted(set(args.also_fixed)),
         gpu_metrics=args.gpu_metrics,
         server_log=args.server_log or workspace.parent / "tritonserver.log",

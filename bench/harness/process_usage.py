@@ -33,6 +33,24 @@ def group_members(pgid: int) -> list[int]:
     return members
 
 
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and every live process descended from it (Ray's daemons start sessions of
+    their own, so its process group does not hold them all)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parents[int(entry.name)] = int(_stat_fields(int(entry.name))[1])
+            except (OSError, ValueError, IndexError):
+                continue
+    tree, grown = {pid}, True
+    while grown:
+        before = len(tree)
+        tree |= {child for child, parent in parents.items() if parent in tree}
+        grown = len(tree) > before
+    return sorted(tree)
+
+
 def _status_kb(pid: int, field: str) -> int:
     """A ``/proc/<pid>/status`` memory field (``VmRSS``, ``VmHWM``) in kB; 0 if absent."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():

@@ -6,7 +6,8 @@ Runs in its own virtual environment (``bench/throughput.py --with-ray`` makes it
 Ray pins versions the project's own environment does not share. The model function is
 Brimful's reference model, imported from this repository; calls run one at a time on
 one thread, as on one GPU (and as Triton runs them with one model instance). Answers
-``POST /`` with ``{"TEXT": "..."}`` by that row's outputs. Stops on SIGTERM or SIGINT.
+``POST /`` with ``{"TEXT": "..."}`` by that row's outputs, and ``GET /calls`` with the model
+calls so far (calls, rows, seconds in the model). Stops on SIGTERM or SIGINT.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import importlib.util
 import signal
 import sys
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -48,17 +50,24 @@ class ReferenceDeployment:
     def __init__(self, call_s: float) -> None:
         self._model = ReferenceModel(call_s=call_s)
         self._device = ThreadPoolExecutor(max_workers=1)  # one call at a time, off the event loop
+        self._calls = {"calls": 0.0, "rows": 0.0, "seconds": 0.0}
 
     @serve.batch(max_batch_size=BATCH)
     async def infer(self, texts: list[str]) -> list[dict[str, Any]]:
         rows = np.array([text.encode() for text in texts], dtype=object).reshape(-1, 1)
+        started = time.monotonic()
         outputs = await asyncio.get_running_loop().run_in_executor(self._device, self._model, rows)
+        self._calls["calls"] += 1
+        self._calls["rows"] += len(texts)
+        self._calls["seconds"] += time.monotonic() - started
         return [
             {"SHA256": outputs["SHA256"][i, 0].decode(), "LENGTH": int(outputs["LENGTH"][i, 0])}
             for i in range(len(texts))
         ]
 
     async def __call__(self, request: Request) -> dict[str, Any]:
+        if request.method == "GET" and request.url.path.rstrip("/").endswith("/calls"):
+            return dict(self._calls)
         body = await request.json()
         return await self.infer(body["TEXT"])
 

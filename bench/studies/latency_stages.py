@@ -29,6 +29,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from bench.harness.dynamic_batcher import DynamicBatcherServer
 from bench.harness.saved_report import SavedReport, add_report_arguments, machine_description, out_dir_flag, why
 from bench.harness.throughput_plan import GPU_LIKE_CALL_MS
 from bench.throughput import loadgen
@@ -52,13 +53,13 @@ def batcher_metrics(stack: EmbeddedStack) -> dict[str, float]:
     return sums
 
 
-def measure(stack: EmbeddedStack, share: float, seconds: float) -> dict[str, Any]:
+def measure(stack: EmbeddedStack, anchor: DynamicBatcherServer, share: float, seconds: float) -> dict[str, Any]:
     rate = share * NOMINAL_CEILING
     stack.empty_broker()  # each load starts on an empty broker: see EmbeddedStack.empty_broker
     before = batcher_metrics(stack)
     brimful = loadgen(stack, "brimful", seconds, rate=rate)
     after = batcher_metrics(stack)
-    dynamic = loadgen(stack, "dynamic", seconds, rate=rate)
+    dynamic = loadgen(stack, "dynamic", seconds, rate=rate, anchor=anchor)
 
     def delta(name: str) -> float:
         return after.get(name, 0.0) - before.get(name, 0.0)
@@ -132,19 +133,20 @@ def main() -> int:
     }
     settings = settings_on_free_ports(rate_limit_per_s=0, tenant_max_in_flight=0, max_backlog=10_000_000)
     with tempfile.TemporaryDirectory(prefix="brimful-stages-") as scratch:
-        stack = EmbeddedStack(
-            settings, Path(scratch), model_host_args=("--call-ms", str(GPU_LIKE_CALL_MS), "--with-dynamic")
-        )
+        stack = EmbeddedStack(settings, Path(scratch), model_host_args=("--call-ms", str(GPU_LIKE_CALL_MS)))
+        anchor = DynamicBatcherServer(Path(scratch) / "dynamic", call_ms=GPU_LIKE_CALL_MS)
         stack.start()
         try:
+            anchor.start()
             for share in (float(part) for part in args.shares.split(",")):
                 try:
-                    step = measure(stack, share, args.seconds)
+                    step = measure(stack, anchor, share, args.seconds)
                 except Exception as error:  # recorded; the next load still runs
                     step = {"share": share, "error": why(error)}
                 results["steps"].append(step)
                 report.save(results)
         finally:
+            anchor.stop()
             stack.stop()
     print(report.md_path.read_text())
     return 0

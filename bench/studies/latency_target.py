@@ -26,6 +26,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from bench.harness.dynamic_batcher import DynamicBatcherServer
 from bench.harness.load_settings import load_settings
 from bench.harness.saved_report import (
     SavedReport,
@@ -43,8 +44,8 @@ DEFAULT_RATES = "90,450,900"
 DEFAULT_TARGETS = "50:4,105,130"
 
 
-def run_dynamic(stack: EmbeddedStack, rate: float, seconds: float) -> dict[str, Any]:
-    summary, rows_per_call = dynamic_open_loop(stack, rate, seconds)
+def run_dynamic(stack: EmbeddedStack, anchor: DynamicBatcherServer, rate: float, seconds: float) -> dict[str, Any]:
+    summary, rows_per_call = dynamic_open_loop(stack, anchor, rate, seconds)
     return {"path": "dynamic", **_figures(summary), "rows_per_call": rows_per_call}
 
 
@@ -135,16 +136,20 @@ def main() -> int:
     targets = parse_targets(args.targets, settings.min_worthwhile_rows)
 
     with tempfile.TemporaryDirectory(prefix="brimful-target-") as scratch:
-        stack = EmbeddedStack(settings, Path(scratch), model_host_args=(*model.host_args, "--with-dynamic"))
+        stack = EmbeddedStack(settings, Path(scratch), model_host_args=model.host_args)
+        anchor = DynamicBatcherServer(Path(scratch) / "dynamic", model.served, model.call_ms)
         stack.start()
         try:
+            anchor.start()
             for rate in (float(part) for part in args.rates.split(",")):
                 for rep in range(args.reps):
                     steps: list[tuple[str, float, float]] = [("dynamic", 0.0, 0.0)]
                     steps += [("brimful", *pair) for pair in (targets if rep % 2 == 0 else targets[::-1])]
                     for path, target, worthwhile in steps:
                         if path == "dynamic":
-                            report.step(results, run_dynamic, stack, rate, args.seconds, path=path, rate=rate, rep=rep)
+                            report.step(
+                                results, run_dynamic, stack, anchor, rate, args.seconds, path=path, rate=rate, rep=rep
+                            )
                         else:
                             report.step(
                                 results,
@@ -162,6 +167,7 @@ def main() -> int:
                             )
             tune(stack, latency_target_ms=settings.latency_target_ms, min_worthwhile_rows=settings.min_worthwhile_rows)
         finally:
+            anchor.stop()
             stack.stop()
     print(report.md_path.read_text())
     return 0
