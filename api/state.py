@@ -116,6 +116,7 @@ class ApiState:
                 settings.submit_group_max,
                 settings.submit_waiting_max,
                 min_gap_s=settings.submit_group_gap_ms / 1000,
+                max_unacknowledged=settings.submit_groups_unacknowledged,
                 receipts=self.receipts,
             )
             for name in settings.served_models

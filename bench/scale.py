@@ -1,7 +1,7 @@
 """How Brimful scales: API workers x batchers x partitions x endpoints, on the GPU-like model.
 
     .venv/bin/python -m bench.scale [--configs 1x1x1x1,2x1x1x1,1x2x2x1,2x2x2x2] [--seconds 10]
-        [--clients 256] [--load-processes 1] [--open-rate 0] [--rotation-s 0] [--group-gap-ms 0]
+        [--clients 256] [--load-processes 1] [--open-rate 0] [--rotation-s 0] [--group-gap-ms 0] [--unacknowledged 1]
         [--lane direct|fast|fastapi] [--brokers tansu,kafka]
 
 A configuration ``WxBxPxE`` is W API workers, B batchers (of the one model) sharing a
@@ -149,7 +149,8 @@ class RunOptions:
     """How each configuration runs: closed-loop clients, load-generating processes, the
     open loop's rate (0: 80% of what the closed loop sustained), the model hosts' Python,
     the requests topic's rotation period (0: one topic), the API's least gap between group
-    commits (0: none), the API's lane for the task routes (``LANES``)."""
+    commits (0: none), the API's lane for the task routes (``LANES``), the most group
+    commits an API process has out at the broker unanswered (0: no bound)."""
 
     clients: int = CLIENTS
     processes: int = 1
@@ -159,6 +160,7 @@ class RunOptions:
     group_gap_ms: float = 0.0
     lane: str = "direct"
     broker: str = "tansu"
+    unacknowledged: int = 1
 
 
 # The API's lanes for the two task routes, by the settings that choose them.
@@ -174,6 +176,7 @@ def measure(shape: Shape, seconds: float, options: RunOptions) -> dict[str, Any]
         overrides = {
             "topic_rotation_s": options.rotation_s,
             "submit_group_gap_ms": options.group_gap_ms,
+            "submit_groups_unacknowledged": options.unacknowledged,
             **LANES[options.lane],
         }
         stack = start(shape, Path(scratch), options.model_host_python, options.broker, **overrides)
@@ -192,12 +195,15 @@ def measure(shape: Shape, seconds: float, options: RunOptions) -> dict[str, Any]
                 cpu_us[role_of(name)] = cpu_us.get(role_of(name), 0.0) + spent / tasks * 1e6
             stack.empty_broker()
             offered = options.open_rate or OPEN_LOOP_SHARE * closed["achieved_rows_per_s"]
-            broker_s, (submitted, groups), done = cpu_s(stack, "broker"), group_sums(stack), stats(stack)
+            open_before = {name: cpu_s(stack, name) for name in names}
+            (submitted, groups), done = group_sums(stack), stats(stack)
             opened = loadgen(
                 stack, "brimful", seconds, rate=offered, processes=options.processes, extra=("--timeline",)
             )
             open_tasks = max(1, stats(stack).get("tasks_done", 0) - done.get("tasks_done", 0))
-            open_broker_us = (cpu_s(stack, "broker") - broker_s) / open_tasks * 1e6
+            open_us = dict.fromkeys(ROLES, 0.0)
+            for name in names:
+                open_us[role_of(name)] += (cpu_s(stack, name) - open_before[name]) / open_tasks * 1e6
             submitted_after, groups_after = group_sums(stack)
         finally:
             stack.stop()
@@ -214,7 +220,8 @@ def measure(shape: Shape, seconds: float, options: RunOptions) -> dict[str, Any]
         "open_p50_ms": opened["p50_ms"],
         "open_p99_ms": opened["p99_ms"],
         "open_by_second": opened.get("by_second", []),
-        "open_broker_us": open_broker_us,
+        "open_broker_us": open_us["broker"],
+        "open_cpu_us_per_task": open_us,
         "open_group_mean": (submitted_after - submitted) / max(1.0, groups_after - groups),
         "errors": closed["errors"] + closed["lost"] + opened["errors"] + opened["lost"],
         "followed_up": {"closed": closed.get("followed_up", 0), "open": opened.get("followed_up", 0)},
@@ -254,11 +261,18 @@ def render(results: dict[str, Any]) -> str:
         "broker (Tansu restarted empty; Kafka keeps what it stored; offered and answered rows/s in the table), ms from the scheduled arrival; worst second: the "
         "highest p99 of the requests that arrived in one second, and the seconds whose p99 passed 500 ms. "
         "Open broker us: the broker's CPU a task the open loop completed; open group: the tasks an API group "
-        "commit carried in it. CPU: us a completed task in the closed loop, summed over the role's processes."
+        "commit carried in it; open / closed: the all-in CPU a task (API, batcher, broker, Redis) of the open "
+        "loop over the closed loop's. CPU: us a completed task in the closed loop, summed over the role's processes."
         + (f" The requests topic rotated every {results['rotation_s']:g} s." if results.get("rotation_s") else "")
         + (
             f" Each API process began a group commit at most every {results['group_gap_ms']:g} ms."
             if results.get("group_gap_ms")
+            else ""
+        )
+        + (
+            f" An API process had at most {results['unacknowledged']} group commits out at the broker unanswered"
+            " (0: no bound)."
+            if results.get("unacknowledged", 1) != 1
             else ""
         )
         + (
@@ -268,10 +282,10 @@ def render(results: dict[str, Any]) -> str:
         ),
         "",
         "| broker | config | rows/s | x first | per added | rows a call | open offered | open answered | open p50 ms "
-        "| open p99 ms | worst second p99 ms | seconds over 500 ms | open broker us | open group | "
+        "| open p99 ms | worst second p99 ms | seconds over 500 ms | open broker us | open group | open / closed | "
         + " | ".join(f"{role} us" for role in ROLES)
         + " |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|" + "---|" * len(ROLES),
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|" + "---|" * len(ROLES),
     ]
     for run in runs:
         base = firsts[broker_of(run)]
@@ -286,13 +300,26 @@ def render(results: dict[str, Any]) -> str:
             f"| {run['open_rows_per_s']:.0f} | {run['open_p50_ms']:.1f} "
             f"| {run['open_p99_ms']:.1f} | {worst_of(run)} | {over_of(run, SLOW_SECOND_MS)} "
             f"| {open_figure(run, 'open_broker_us', 0)} "
-            f"| {open_figure(run, 'open_group_mean', 1)} | "
+            f"| {open_figure(run, 'open_group_mean', 1)} | {open_over_closed(run)} | "
             + " | ".join(f"{cpu.get(role, 0.0):.0f}" for role in ROLES)
             + " |"
         )
     lines += broker_comparison(runs)
     lines += errors_footer(results["runs"], lambda run: f"{broker_of(run)} {run['config']}")
     return "\n".join(lines) + "\n"
+
+
+ALL_IN = ("api", "batcher", "broker", "redis")
+
+
+def open_over_closed(run: dict[str, Any]) -> str:
+    """The open loop's all-in CPU a task over the closed loop's ("-" for runs saved before
+    the open loop's CPU was read by role)."""
+    opened = run.get("open_cpu_us_per_task")
+    closed = sum(run["cpu_us_per_task"].get(role, 0.0) for role in ALL_IN)
+    if not opened or not closed:
+        return "-"
+    return f"{sum(opened.get(role, 0.0) for role in ALL_IN) / closed:.2f}x"
 
 
 def broker_comparison(runs: list[dict[str, Any]]) -> list[str]:
@@ -360,6 +387,9 @@ def main() -> int:
     parser.add_argument("--open-rate", type=float, default=0.0, help="open-loop rows/s (0: 80%% of the closed loop)")
     parser.add_argument("--rotation-s", type=float, default=0.0, help="requests topic rotation period (0: one topic)")
     parser.add_argument("--group-gap-ms", type=float, default=0.0, help="the API's submit_group_gap_ms")
+    parser.add_argument(
+        "--unacknowledged", type=int, default=1, help="the API's submit_groups_unacknowledged (0: no bound)"
+    )
     parser.add_argument("--lane", choices=list(LANES), default="direct", help="the API's lane for the task routes")
     parser.add_argument(
         "--model-host-python",
@@ -384,6 +414,7 @@ def main() -> int:
     defaults["rotation_s"] = 0.0
     defaults["group_gap_ms"] = 0.0
     defaults["lane"] = "direct"
+    defaults["unacknowledged"] = 1
     defaults["brokers"] = "tansu"
     command = command_line("bench.scale", args, defaults)
     options = RunOptions(
@@ -394,6 +425,7 @@ def main() -> int:
         args.rotation_s,
         args.group_gap_ms,
         args.lane,
+        unacknowledged=args.unacknowledged,
     )
     results: dict[str, Any] = {
         "command": command,
@@ -405,6 +437,7 @@ def main() -> int:
         "rotation_s": options.rotation_s,
         "group_gap_ms": options.group_gap_ms,
         "lane": options.lane,
+        "unacknowledged": options.unacknowledged,
         "runs": [],
     }
     for shape in shapes:

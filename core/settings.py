@@ -510,6 +510,16 @@ class Settings(BaseSettings):
         "the submissions of the gap join one group, one Redis round trip and one record batch. A broker whose "
         "fetches slow with every stored record batch (the embedded one) needs it at high rates.",
     )
+    submit_groups_unacknowledged: int = Field(
+        1,
+        ge=0,
+        le=64,
+        description="Most of an API process's group commits for one model sent to the broker and not yet "
+        "acknowledged; the next group waits for the oldest answer, gathering what arrives meanwhile. With arrivals "
+        "spread (an open loop), groups then grow with the broker's answer time rather than a timer: fewer Redis "
+        "round trips and produce requests a task. A lone submission still goes at once. 0: no bound (a group "
+        "starts as soon as the last is recorded).",
+    )
     submit_waiting_max: int = Field(
         10_000,
         ge=1,

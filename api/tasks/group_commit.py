@@ -1,9 +1,12 @@
 """Group commit: submissions that arrive together share their I/O.
 
 While one group is being recorded in Redis, the submissions that arrive meanwhile wait
-and form the next group. A lone submission goes at once, and groups grow only with load;
-with a gap set (``submit_group_gap_ms``), a group that follows another within it waits
-for the rest of the gap, so a busy API sends fewer, larger groups. A group costs one
+and form the next group. A lone submission goes at once, and groups grow only with load.
+While a group's records are out at the broker unanswered
+(``submit_groups_unacknowledged``, default one), the next group waits for that answer, so
+with arrivals spread groups grow with the broker's answer time, not with how close
+together the submissions came; with a gap set (``submit_group_gap_ms``), a group that
+follows another within it also waits for the rest of the gap. A group costs one
 Redis round trip (one script call records every task and checks every in-flight limit;
 on a cluster, one pipeline, and a second round trip only to take refused records back),
 and its records reach the producer together, which sends them in one request per broker
@@ -108,11 +111,13 @@ class GroupCommitter:
         receipts: SubmissionReceipts,
         min_gap_s: float = 0.0,
         wall_clock: Callable[[], float] = time.time,
+        max_unacknowledged: int = 0,
     ) -> None:
         """``generations``: the model's requests topic, whose generation of the moment on
         ``wall_clock`` a group goes to (it changes where topics rotate); ``receipts``: where
         the tasks the broker accepted are confirmed; ``min_gap_s``: least time between the
-        starts of two groups (0: none)."""
+        starts of two groups (0: none); ``max_unacknowledged``: most groups sent and not yet
+        answered by the broker, past which the next waits (0: no bound)."""
         self._store = store
         self.producer = producer  # the API sets its new one while the broker is awaited
         self._generations = generations
@@ -120,6 +125,7 @@ class GroupCommitter:
         self._max_group = max_group
         self._max_waiting = max_waiting
         self._min_gap_s = min_gap_s
+        self._max_unacknowledged = max_unacknowledged
         self.receipts = receipts  # where the tasks the broker accepted are confirmed
         self._last_group_at = float("-inf")  # loop time the last group began
         self._waiting: deque[_Submission] = deque()
@@ -191,6 +197,7 @@ class GroupCommitter:
             # gathers the submissions arriving meanwhile into it.
             if (pause_s := self._last_group_at + self._min_gap_s - loop.time()) > 0:
                 await asyncio.sleep(pause_s)
+            await self._until_answered()
             self._last_group_at = loop.time()
             group = [self._waiting.popleft() for _ in range(min(self._max_group, len(self._waiting)))]
             metrics.SUBMIT_GROUP_SIZE.observe(len(group))
@@ -204,6 +211,15 @@ class GroupCommitter:
                 for submission in group:
                     submission.settle(error=GroupCommitterStopped(f"the API is stopping ({type(error).__name__})"))
                 raise
+
+    async def _until_answered(self) -> None:
+        """Until fewer than ``max_unacknowledged`` groups are out at the broker: the
+        submissions arriving meanwhile join the next group. Bounded by the broker's
+        request timeout, after which every send out is answered, refused or not."""
+        if not self._max_unacknowledged:
+            return
+        while len(out := [task for task in self._acks if not task.done()]) >= self._max_unacknowledged:
+            await asyncio.wait(out, return_when=asyncio.FIRST_COMPLETED)
 
     async def _commit(self, group: list[_Submission]) -> None:
         try:

@@ -51,7 +51,7 @@ def broker_and_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Embed
 
 @contextlib.asynccontextmanager
 async def open_committer(
-    settings: Settings, max_group: int = 256, min_gap_s: float = 0.0
+    settings: Settings, max_group: int = 256, min_gap_s: float = 0.0, max_unacknowledged: int = 0
 ) -> AsyncIterator[tuple[GroupCommitter, TaskStore]]:
     """A committer of its own Redis client and producer, to ``settings``'s requests topic;
     its confirmations are written when a test flushes its receipts."""
@@ -69,6 +69,7 @@ async def open_committer(
         max_waiting=10_000,
         min_gap_s=min_gap_s,
         receipts=receipts,
+        max_unacknowledged=max_unacknowledged,
     )
     try:
         yield group_commit, store
@@ -183,6 +184,37 @@ async def test_with_a_gap_a_lone_submission_goes_at_once_and_those_within_it_joi
         groups, _ = groups_committed()
     assert all(isinstance(answer, RecordMetadata) for answer in answers)
     assert groups - groups_before == 2, "the spread submissions did not join one group"
+
+
+async def test_while_a_group_is_out_unanswered_the_next_waits_and_gathers_the_arrivals(
+    broker_and_redis: EmbeddedStack,
+) -> None:
+    broker_pid = broker_and_redis.processes["broker"].pid
+    assert broker_pid is not None
+    async with open_committer(broker_and_redis.settings, max_unacknowledged=1) as (group_commit, store):
+        groups_before, _ = groups_committed()
+        (first,) = new_tasks(1)
+        spread: list[asyncio.Task[RecordMetadata]] = []
+        async with frozen(broker_pid):  # the first group's records stay out unanswered
+            out = asyncio.create_task(group_commit.submit(first, first.task_id.encode()))
+
+            async def first_recorded() -> bool:
+                return await store.get(first.task_id) is not None
+
+            await wait_for(first_recorded, 10, "the first group to be recorded")
+            held = new_tasks(12)
+            for task in held:  # spread out, as an open loop's arrivals are
+                spread.append(asyncio.create_task(group_commit.submit(task, task.task_id.encode())))
+                await asyncio.sleep(0.02)
+            # Not a group each, and no timer: they wait for the broker's answer to the first.
+            assert [await store.get(t.task_id) for t in held] == [None] * len(held)
+        answers = await asyncio.gather(out, *spread)
+        groups, _ = groups_committed()
+        assert all(isinstance(answer, RecordMetadata) for answer in answers), answers[:3]
+        assert groups - groups_before == 2, "the arrivals while a group was out did not join one group"
+        for task in [first, *held]:
+            record = await store.get(task.task_id)
+            assert record is not None and record.status.value == "queued"
 
 
 async def test_a_redis_error_of_some_submissions_fails_only_them_and_leaves_nothing(
