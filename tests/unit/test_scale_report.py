@@ -88,7 +88,9 @@ def test_the_report_names_the_open_loops_rate() -> None:
     page = render({**results, "open_rate": 10000.0, "clients": 3072, "load_processes": 6})
     assert "Poisson at 10000 rows/s" in page
     assert "closed loop of 3072 clients for 10 s (load-generating processes: 6)" in page
-    assert "| 1x1x1x1 | 1000 | 1.00 | - | 0.0 | 800 | 790 | 50.0 | 90.0 | - | - | - | - | - |" in page  # saved before them
+    assert (
+        "| 1x1x1x1 | 1000 | 1.00 | - | 0.0 | 800 | 790 | 50.0 | 90.0 | - | - | - | - | - |" in page
+    )  # saved before them
     measured = {**_run("1x1x1x1", 1000.0), "open_broker_us": 120.4, "open_group_mean": 7.3}
     assert "| 90.0 | - | - | 120 | 7.3 | - | 400 | 150 |" in render({**results, "runs": [measured]})
     # The open loop's all-in CPU a task over the closed loop's (550 us: API 400, batcher 150).
