@@ -1,7 +1,7 @@
 """Sustained load on the embedded stack: does a minute late in a long run look like the first?
 
     .venv/bin/python -m bench.sustained [--minutes 10] [--share 0.8] [--model gpu-like]
-        [--rotation-s 10] [--broker tansu|kafka]
+        [--rotation-s 10] [--broker tansu|kafka] [--revision REV]
 
 Starts the embedded stack as ``make bench`` runs it (two API workers, one batcher, the
 model with one instance and a second slot), finds the rate Brimful sustains with a closed
@@ -10,20 +10,27 @@ open-loop Poisson arrivals for ``--minutes``, one load-generator process a minut
 each minute it records the minute's p50 / p99 (from the scheduled arrival), the rows a
 second answered, errors and lost requests, the broker's and Redis's resident memory and the
 broker's CPU (from /proc), and the CPU a task of each Brimful process and server, so what
-grows over a run shows where. The report compares the last minute with the first.
+grows over a run shows where. The closed loop's own CPU a task is read the same way, so
+the report sets the open loop's all-in CPU a task (API, batcher, broker, Redis) against
+the closed loop's of the same run, and each minute's p99 against its p50. The report
+compares the last minute with the first.
 
 Each minute goes to ``sustained.json`` as soon as it is measured and ``sustained.md`` is
 rebuilt after each; a run cut short keeps its minutes. ``--render`` rebuilds the report.
 ``--broker kafka`` runs it on one Apache Kafka node instead of the embedded Tansu; with
 ``--rotation-s 0`` there, it shows whether Kafka needs topic rotation (Tansu does).
+``--revision REV`` runs the stack of that git revision (laid out from git as
+``bench/studies/revisions.py`` does) under this harness: a before beside an after.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +40,9 @@ from bench.harness.process_usage import resident_mb
 from bench.harness.saved_report import SavedReport, add_report_arguments, command_line, machine_description, why
 from bench.harness.throughput_plan import CLIENTS, MODELS
 from bench.scale import role_cpu_s
-from bench.throughput import loadgen, process_pids
+from bench.studies.compiled_api import importing_from
+from bench.studies.revisions import WORKING_TREE, lay_out, revision_name
+from bench.throughput import loadgen, process_pids, stats
 from brimful.core.topic_generations import MEASURED_PERIOD_S
 from brimful.stack import EmbeddedStack
 
@@ -44,9 +53,48 @@ DEFAULTS: dict[str, Any] = {
     "model": "gpu-like",
     "rotation_s": MEASURED_PERIOD_S,
     "broker": "tansu",
+    "revision": WORKING_TREE,
 }
 # Whose CPU a task each minute records (bench/scale.py's roles).
 ROLES = ("api", "batcher", "broker", "redis", "model")
+# The all-in CPU a task the targets count: Brimful's processes and the servers it runs on.
+ALL_IN = ("api", "batcher", "broker", "redis")
+
+
+def all_in_us(us_per_task: dict[str, float]) -> float:
+    return sum(us_per_task[role] for role in ALL_IN)
+
+
+def cost_lines(results: dict[str, Any]) -> list[str]:
+    """The open loop's all-in CPU a task against the closed loop's, and its tail against
+    its median: the ratios the performance targets name, within this one run."""
+    closed = results.get("closed_us_per_task")
+    minutes = [m for m in results["minutes"] if m.get("us_per_task")]
+    if not closed or not minutes:
+        return []
+    tasks = sum(m["rows_per_s"] * 60.0 for m in minutes)
+    spent = sum(all_in_us(m["us_per_task"]) * m["rows_per_s"] * 60.0 for m in minutes)
+    open_us = spent / max(1.0, tasks)
+    tails = [m["p99_ms"] / m["p50_ms"] for m in minutes if m["p50_ms"]]
+    return [
+        "",
+        f"All-in CPU a task (API + batcher + broker + Redis): closed loop {all_in_us(closed):.0f} us "
+        f"({' / '.join(f'{closed[r]:.0f}' for r in ALL_IN)}), open loop {open_us:.0f} us over its minutes: "
+        f"**{open_us / max(1e-9, all_in_us(closed)):.2f}x** the closed loop's. p99 / p50 by minute: "
+        f"{', '.join(f'{t:.1f}' for t in tails)} (median {statistics.median(tails):.1f}).",
+    ]
+
+
+@contextlib.contextmanager
+def stack_of(revision: str, scratch: Path) -> Iterator[None]:
+    """Stacks started inside run ``revision`` (the working tree: the editable install)."""
+    if revision == WORKING_TREE:
+        yield
+        return
+    tree = scratch / "revision"
+    lay_out(revision, tree)
+    with importing_from(tree):
+        yield
 
 
 def rotation(results: dict[str, Any]) -> str:
@@ -125,6 +173,7 @@ def render(results: dict[str, Any]) -> str:
             f"{last['broker_mb'] / first['broker_mb']:.2f}x, broker CPU {last['broker_cpu'] / max(first['broker_cpu'], 1e-9):.2f}x. "
             f"Lost over the run: {sum(m['lost'] for m in minutes)}; errors: {sum(m['errors'] for m in minutes)}.",
         ]
+    lines += cost_lines(results)
     lines += slowest_seconds(results)
     errors = [m for m in minutes if m.get("first_error")]
     if errors:
@@ -143,12 +192,18 @@ def main() -> int:
         "--rotation-s", type=float, default=DEFAULTS["rotation_s"], help="topic generation period (0: one topic)"
     )
     add_broker_argument(parser)
+    parser.add_argument(
+        "--revision", default=WORKING_TREE, help="the git revision whose stack runs (default: this one)"
+    )
     add_report_arguments(parser, "sustained")
     args = parser.parse_args()
-    report = SavedReport(args.out_dir, "sustained", render)
+    # Resolved now: with --revision the stack runs from a folder of its own (the command keeps it as given).
+    report = SavedReport(args.out_dir.resolve(), "sustained", render)
     if args.render:
         report.render_again()
         return 0
+    if args.revision != WORKING_TREE:
+        args.revision = revision_name(args.revision)
     command = command_line("bench.sustained", args, DEFAULTS)
     results: dict[str, Any] = {
         "command": command,
@@ -163,13 +218,19 @@ def main() -> int:
     settings = load_settings(model, production=True, result_ttl_s=900, topic_rotation_s=args.rotation_s)
     results["linger_ms"] = settings.kafka_linger_ms  # BRIMFUL_KAFKA_LINGER_MS: bigger, fewer broker batches
     results["rotation_s"] = settings.topic_rotation_s  # the broker keeps recent records only
-    with tempfile.TemporaryDirectory(prefix="brimful-sustained-") as scratch:
+    with tempfile.TemporaryDirectory(prefix="brimful-sustained-") as scratch, stack_of(args.revision, Path(scratch)):
         stack = EmbeddedStack(
             settings, Path(scratch), model_host_args=model.host_args, kafka_version=BROKERS[args.broker]
         )
         stack.start()
         try:
+            before = {role: role_cpu_s(stack, role) for role in ROLES}
+            done_before = stats(stack).get("tasks_done", 0)
             results["saturation"] = loadgen(stack, "brimful", 10.0, clients=CLIENTS)["achieved_rows_per_s"]
+            closed_tasks = max(1, stats(stack).get("tasks_done", 0) - done_before)
+            results["closed_us_per_task"] = {
+                role: (role_cpu_s(stack, role) - before[role]) / closed_tasks * 1e6 for role in ROLES
+            }
             results["offered"] = args.share * results["saturation"]
             stack.empty_broker()
             for minute in range(1, args.minutes + 1):
