@@ -94,7 +94,12 @@ class ApiState:
             settings.file_uploads_per_tenant,
             settings.file_max_bytes,
             RateLimiter(
-                self.redis, keys.upload_bucket, settings.file_upload_rate_per_s, settings.file_upload_burst, "uploads"
+                self.redis,
+                keys.upload_bucket,
+                settings.file_upload_rate_per_s,
+                settings.file_upload_burst,
+                "uploads",
+                settings.rate_limit_lease_ms / 1000,
             ),
             self.file_records,
             self.tenant_limits,
@@ -125,13 +130,26 @@ class ApiState:
     def _rate_limiters(self) -> tuple[RateLimiter, RateLimiter, RateLimiter]:
         """Each tenant's rate of tasks, of reads and of DLQ calls."""
         settings, keys = self.settings, self._keys
+        lease_s = settings.rate_limit_lease_ms / 1000
         return (
-            RateLimiter(self.redis, keys.rate_bucket, settings.rate_limit_per_s, settings.rate_limit_burst, "tasks"),
             RateLimiter(
-                self.redis, keys.read_bucket, settings.read_rate_limit_per_s, settings.read_rate_limit_burst, "reads"
+                self.redis, keys.rate_bucket, settings.rate_limit_per_s, settings.rate_limit_burst, "tasks", lease_s
             ),
             RateLimiter(
-                self.redis, keys.dlq_bucket, settings.dlq_rate_limit_per_s, settings.dlq_rate_limit_burst, "DLQ calls"
+                self.redis,
+                keys.read_bucket,
+                settings.read_rate_limit_per_s,
+                settings.read_rate_limit_burst,
+                "reads",
+                lease_s,
+            ),
+            RateLimiter(
+                self.redis,
+                keys.dlq_bucket,
+                settings.dlq_rate_limit_per_s,
+                settings.dlq_rate_limit_burst,
+                "DLQ calls",
+                lease_s,
             ),
         )
 

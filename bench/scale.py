@@ -1,7 +1,7 @@
 """How Brimful scales: API workers x batchers x partitions x endpoints, on the GPU-like model.
 
     .venv/bin/python -m bench.scale [--configs 1x1x1x1,2x1x1x1,1x2x2x1,2x2x2x2] [--seconds 10]
-        [--clients 256] [--load-processes 1] [--open-rate 0] [--rotation-s 0] [--group-gap-ms 0] [--unacknowledged 1]
+        [--clients 256] [--load-processes 1] [--open-rate 0] [--rotation-s 0] [--group-gap-ms 0] [--unacknowledged 1] [--set NAME=VALUE ...]
         [--lane direct|fast|fastapi] [--brokers tansu,kafka]
 
 A configuration ``WxBxPxE`` is W API workers, B batchers (of the one model) sharing a
@@ -53,7 +53,7 @@ from bench.harness.saved_report import (
 )
 from bench.harness.throughput_plan import CLIENTS, MODELS
 from bench.throughput import loadgen, process_pids, stats
-from brimful.core.settings import changed_settings
+from brimful.core.settings import Settings, changed_settings
 from brimful.stack import EmbeddedStack, free_port, read_sample_sums
 
 DEFAULT_CONFIGS = "1x1x1x1,2x1x1x1,1x2x2x1,2x2x2x2"
@@ -150,7 +150,8 @@ class RunOptions:
     open loop's rate (0: 80% of what the closed loop sustained), the model hosts' Python,
     the requests topic's rotation period (0: one topic), the API's least gap between group
     commits (0: none), the API's lane for the task routes (``LANES``), the most group
-    commits an API process has out at the broker unanswered (0: no bound)."""
+    commits an API process has out at the broker unanswered (0: no bound), and any other
+    settings by name (``--set``)."""
 
     clients: int = CLIENTS
     processes: int = 1
@@ -161,6 +162,7 @@ class RunOptions:
     lane: str = "direct"
     broker: str = "tansu"
     unacknowledged: int = 1
+    settings: tuple[tuple[str, str], ...] = ()
 
 
 # The API's lanes for the two task routes, by the settings that choose them.
@@ -178,6 +180,7 @@ def measure(shape: Shape, seconds: float, options: RunOptions) -> dict[str, Any]
             "submit_group_gap_ms": options.group_gap_ms,
             "submit_groups_unacknowledged": options.unacknowledged,
             **LANES[options.lane],
+            **dict(options.settings),
         }
         stack = start(shape, Path(scratch), options.model_host_python, options.broker, **overrides)
         try:
@@ -275,6 +278,7 @@ def render(results: dict[str, Any]) -> str:
             if results.get("unacknowledged", 1) != 1
             else ""
         )
+        + (f" Settings set: {', '.join(results['settings'])}." if results.get("settings") else "")
         + (
             f" The API's task routes took the {results['lane']} lane (api_direct_lane)."
             if results.get("lane", "direct") != "direct"
@@ -378,6 +382,14 @@ def open_loop_rate(results: dict[str, Any]) -> str:
     return f"{rate:g} rows/s" if rate else f"{OPEN_LOOP_SHARE:.0%} of the closed loop's rate"
 
 
+def setting_pair(parser: argparse.ArgumentParser, text: str) -> tuple[str, str]:
+    """``NAME=VALUE`` of ``--set`` as a pair, the name one of the settings (else a usage error)."""
+    name, sign, value = text.partition("=")
+    if not sign or name not in Settings.model_fields:
+        parser.error(f"--set takes NAME=VALUE with NAME a setting of core/settings.py, not {text!r}")
+    return name, value
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--configs", default=DEFAULT_CONFIGS, help="comma-separated WxBxPxE configurations")
@@ -389,6 +401,13 @@ def main() -> int:
     parser.add_argument("--group-gap-ms", type=float, default=0.0, help="the API's submit_group_gap_ms")
     parser.add_argument(
         "--unacknowledged", type=int, default=1, help="the API's submit_groups_unacknowledged (0: no bound)"
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a setting by its name in core/settings.py, for every stack (repeatable)",
     )
     parser.add_argument("--lane", choices=list(LANES), default="direct", help="the API's lane for the task routes")
     parser.add_argument(
@@ -416,7 +435,7 @@ def main() -> int:
     defaults["lane"] = "direct"
     defaults["unacknowledged"] = 1
     defaults["brokers"] = "tansu"
-    command = command_line("bench.scale", args, defaults)
+    command = command_line("bench.scale", args, defaults) + "".join(f" --set {text}" for text in args.set)
     options = RunOptions(
         args.clients,
         args.load_processes,
@@ -426,6 +445,7 @@ def main() -> int:
         args.group_gap_ms,
         args.lane,
         unacknowledged=args.unacknowledged,
+        settings=tuple(setting_pair(parser, text) for text in args.set),
     )
     results: dict[str, Any] = {
         "command": command,
@@ -438,6 +458,7 @@ def main() -> int:
         "group_gap_ms": options.group_gap_ms,
         "lane": options.lane,
         "unacknowledged": options.unacknowledged,
+        "settings": [f"{name}={value}" for name, value in options.settings],
         "runs": [],
     }
     for shape in shapes:

@@ -439,6 +439,16 @@ class Settings(BaseSettings):
         1000.0, ge=0, description="Tasks per second each tenant may submit (token bucket); 0: no limit."
     )
     rate_limit_burst: int = Field(5000, ge=1, description="How many tasks a tenant may submit at once, above the rate.")
+    rate_limit_lease_ms: float = Field(
+        10.0,
+        ge=0,
+        le=1000,
+        description="How far ahead an API process takes a tenant's tokens (tasks, reads, DLQ calls, uploads): this "
+        "long at the tenant's rate, admitted from without a Redis round trip, dropped if not used within it. Never "
+        "more than the bucket holds (a token is taken before it is used), and only from the upper half of the "
+        "bucket, so a tenant under its rate is never refused for what leases dropped. Below two tokens (a rate "
+        "under 200 a second at 10 ms) nothing is taken ahead. 0: one round trip a request.",
+    )
     read_rate_limit_per_s: float = Field(
         5000.0,
         ge=0,

@@ -18,6 +18,14 @@ holds up to ``burst`` tokens and refills at ``rate`` per second; a submission of
 takes n tokens or none, and each read of a task (GET, long-poll, DELETE) takes one from a
 second bucket of its own. The script reads Redis's own clock, so every API replica shares
 one bucket per tenant and no race can admit more than the bucket holds.
+
+Where a tenant's rate is high, an API process takes a few tokens ahead with the ones it
+needs (``rate_limit_lease_ms`` of the rate, ``RateLimiter``'s lease) and admits from them
+without a round trip until they are spent or that time has passed; what is left then is
+dropped, never given back. A token is still taken from the shared bucket before anything is
+admitted on it, so the limit is as strict as before: a lease never admits more. Tokens go
+ahead only from the upper half of the bucket, so what leases drop cannot empty it for a
+tenant under its rate; near the limit each request takes its own, as without leases.
 """
 
 from __future__ import annotations
@@ -127,12 +135,15 @@ class TenantLimitStore:
 
 # --- from core/tenant_limits.py ---
 # Per-tenant rate limits: token buckets in Redis, taken atomically by a Lua script.
-# KEYS[1]: the bucket. ARGV: rate per second, burst, tokens wanted.
-# Returns {1, 0} when taken, or {0, seconds until enough tokens (as a string)}.
+# KEYS[1]: the bucket. ARGV: rate per second, burst, tokens wanted, tokens more to lease
+# (taken only from above half the burst, whole, up to that many).
+# Returns {tokens taken, 0} when the wanted ones were (with the leased ones, if any), or
+# {0, seconds until enough tokens (as a string)}.
 # ``allow-oom``: a Redis at its memory limit still counts reads (a bucket is a small hash a
 # tenant, kept a few seconds), so clients can read the results of what was accepted.
 _TAKE_LUA = """#!lua flags=allow-oom
 local rate, burst, wanted = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local ahead = tonumber(ARGV[4]) or 0
 local time = redis.call('TIME')
 local now = tonumber(time[1]) + tonumber(time[2]) / 1000000
 local state = redis.call('HMGET', KEYS[1], 'tokens', 'at')
@@ -141,15 +152,23 @@ local at = tonumber(state[2]) or now
 tokens = math.min(burst, tokens + math.max(0, now - at) * rate)
 local taken, wait = 0, 0
 if tokens >= wanted then
-  tokens = tokens - wanted
-  taken = 1
+  -- Ahead only from the bucket's upper half: leases dropped unused never empty it for a
+  -- tenant under its rate; near the limit every request takes just its own.
+  taken = wanted + math.max(0, math.min(ahead, math.floor(tokens - wanted - burst / 2)))
+  tokens = tokens - taken
 else
   wait = (wanted - tokens) / rate
 end
-redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'at', tostring(now))
+-- Written to the microsecond: tostring keeps 14 digits, a tenth of a millisecond of a Unix time,
+-- and the refills of many calls in a row then drifted by several tokens at high rates.
+redis.call('HSET', KEYS[1], 'tokens', string.format('%.9f', tokens), 'at', string.format('%.6f', now))
 redis.call('PEXPIRE', KEYS[1], math.ceil(burst / rate * 1000) + 1000)
 return {taken, tostring(wait)}
 """
+
+
+# Tenants whose leases a process holds at most; past it, those run out go, then the oldest.
+MAX_LEASES = 10_000
 
 
 @dataclass(frozen=True)
@@ -164,13 +183,26 @@ class RateLimiter:
     is counted, for the message ("tasks", "reads")."""
 
     def __init__(
-        self, redis: RedisClient, bucket: Callable[[str], str], rate_per_s: float, burst: int, unit: str
+        self,
+        redis: RedisClient,
+        bucket: Callable[[str], str],
+        rate_per_s: float,
+        burst: int,
+        unit: str,
+        lease_s: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._bucket = bucket
         self.rate_per_s = rate_per_s
         self.burst = burst
         self.unit = unit
         self._take = redis.register_script(_TAKE_LUA)
+        # Tokens taken ahead (``lease_s`` of the rate; none below two): what a lease holds
+        # (at most a burst), and by tenant, how many are left and until when they may be used.
+        self._ahead = min(burst, int(rate_per_s * lease_s)) if rate_per_s * lease_s >= 2 else 0
+        self._lease_s = lease_s
+        self._clock = clock
+        self._leases: dict[str, tuple[int, float]] = {}
 
     @property
     def enabled(self) -> bool:
@@ -179,7 +211,32 @@ class RateLimiter:
     async def take(self, tenant: str, count: int = 1) -> Verdict:
         if not self.enabled:
             return Verdict(True, 0)
-        taken, wait = await self._take(keys=[self._bucket(tenant)], args=[self.rate_per_s, self.burst, count])
-        if int(taken):
+        if self._from_lease(tenant, count):
+            return Verdict(True, 0)
+        args = [self.rate_per_s, self.burst, count, self._ahead]
+        taken, wait = await self._take(keys=[self._bucket(tenant)], args=args)
+        if int(taken) >= count:
+            self._lease(tenant, int(taken) - count)
             return Verdict(True, 0)
         return Verdict(False, max(1, math.ceil(float(wait))))
+
+    def _from_lease(self, tenant: str, count: int) -> bool:
+        """Whether ``count`` tokens were taken from this process's lease for ``tenant``."""
+        left, until = self._leases.get(tenant, (0, 0.0))
+        if left < count or self._clock() >= until:
+            return False
+        self._leases[tenant] = (left - count, until)
+        return True
+
+    def _lease(self, tenant: str, tokens: int) -> None:
+        """Hold ``tokens`` taken ahead for ``tenant``, with what is left of a lease still good
+        (another request's, taken meanwhile), for ``lease_s`` from now."""
+        if tokens <= 0:
+            return
+        now = self._clock()
+        left, until = self._leases.pop(tenant, (0, 0.0))
+        if len(self._leases) >= MAX_LEASES:
+            self._leases = {t: lease for t, lease in self._leases.items() if lease[1] > now}
+            while len(self._leases) >= MAX_LEASES:
+                del self._leases[next(iter(self._leases))]
+        self._leases[tenant] = ((left if until > now else 0) + tokens, now + self._lease_s)
