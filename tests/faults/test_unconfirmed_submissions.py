@@ -44,6 +44,9 @@ def lingering_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Embedd
         auth_enabled=True,
         topic_partitions=2,
         kafka_linger_ms=LINGER_MS,
+        # Every group at once, not after the last one's answer: all the tenant's tasks are then
+        # recorded while the first record still lingers, which is the window under test.
+        submit_groups_unacknowledged=0,
         # Short timeouts, so a submission's longest (and the sweep's wait) is seconds.
         kafka_request_timeout_ms=8000,
         redis_pool_timeout_s=1.0,
