@@ -313,6 +313,7 @@ def render(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+# The all-in CPU a task the open-loop targets count: Brimful's processes and its servers.
 ALL_IN = ("api", "batcher", "broker", "redis")
 
 

@@ -39,7 +39,7 @@ from bench.harness.load_settings import load_settings
 from bench.harness.process_usage import resident_mb
 from bench.harness.saved_report import SavedReport, add_report_arguments, command_line, machine_description, why
 from bench.harness.throughput_plan import CLIENTS, MODELS
-from bench.scale import role_cpu_s
+from bench.scale import ALL_IN, role_cpu_s
 from bench.studies.compiled_api import importing_from
 from bench.studies.revisions import WORKING_TREE, lay_out, revision_name
 from bench.throughput import loadgen, process_pids, stats
@@ -57,8 +57,6 @@ DEFAULTS: dict[str, Any] = {
 }
 # Whose CPU a task each minute records (bench/scale.py's roles).
 ROLES = ("api", "batcher", "broker", "redis", "model")
-# The all-in CPU a task the targets count: Brimful's processes and the servers it runs on.
-ALL_IN = ("api", "batcher", "broker", "redis")
 
 
 def all_in_us(us_per_task: dict[str, float]) -> float:

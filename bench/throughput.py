@@ -47,7 +47,7 @@ from typing import Any
 import redis
 
 from bench.harness.broker_choice import BROKERS, add_broker_argument
-from bench.harness.dynamic_batcher import DynamicBatcherServer, fixed_call_times
+from bench.harness.dynamic_batcher import CallTimes, DynamicBatcherServer, fixed_call_times
 from bench.harness.load_settings import api_key, load_settings
 from bench.harness.process_usage import group_members, process_tree, usage
 from bench.harness.profile_summary import by_package, top_self_time
@@ -392,20 +392,15 @@ def ray_run(pid: int, url: str, run: Callable[[], dict[str, Any]]) -> dict[str, 
     calls_before, cpu_before = _ray_calls(url), usage(process_tree(pid)).cpu_s
     summary = run()
     calls_after, cpu_after = _ray_calls(url), usage(process_tree(pid)).cpu_s
-    calls = calls_after["calls"] - calls_before["calls"]
-    summary["calls"] = {
-        "calls": calls,
-        "rows_per_call": (calls_after["rows"] - calls_before["rows"]) / calls if calls else 0.0,
-        "call_ms": (calls_after["seconds"] - calls_before["seconds"]) / calls * 1000 if calls else 0.0,
-    }
+    summary["calls"] = calls_after.since(calls_before)
     summary["server_cpu_us_per_request"] = (cpu_after - cpu_before) / max(1, summary["finished"]) * 1e6
     return summary
 
 
-def _ray_calls(url: str) -> dict[str, float]:
+def _ray_calls(url: str) -> CallTimes:
+    """The calls the Ray app has counted so far (its ``GET /calls``: calls, rows, seconds)."""
     with urllib.request.urlopen(url + "calls", timeout=10) as answer:
-        counted: dict[str, float] = json.load(answer)
-    return counted
+        return CallTimes(**json.load(answer))
 
 
 def _ray_answers(url: str) -> bool:

@@ -13,6 +13,7 @@ so the report prints them side by side.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -26,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from brimful.model_server.library_path import library_path
-from brimful.model_server.model_host import dynamic_name, minilm, reference
+from brimful.model_server.model_host import Served, dynamic_name, minilm, reference
 from brimful.model_server.reference_model import ReferenceModel
 from brimful.stack import ManagedProcess, free_port, read_sample_sums, wait_until
 from brimful.stack.processes import http_ok
@@ -51,10 +52,14 @@ class DynamicBatcherServer:
     metrics_port: int = field(default_factory=free_port)
     process: ManagedProcess | None = None
 
+    @functools.cached_property
+    def served(self) -> Served:
+        """The model's name and outputs, built once (MiniLM loads its weights to say them)."""
+        return minilm() if self.model == "minilm" else reference(ReferenceModel())
+
     @property
     def name(self) -> str:
-        served = minilm if self.model == "minilm" else lambda: reference(ReferenceModel())
-        return dynamic_name(served().name)
+        return dynamic_name(self.served.name)
 
     @property
     def grpc_url(self) -> str:
@@ -118,10 +123,9 @@ class DynamicBatcherServer:
         return target
 
     def _config(self) -> str:
-        served = minilm() if self.model == "minilm" else reference(ReferenceModel())
         outputs = ", ".join(
             f'{{ name: "{name}" data_type: {TRITON_TYPES[dtype]} dims: {list(shape)} }}'
-            for name, dtype, shape in served.outputs
+            for name, dtype, shape in self.served.outputs
         )
         parameters = {
             "MODEL": self.model,
